@@ -1,0 +1,283 @@
+//! A lock-free Bw-tree: a concurrent ordered map from byte-string keys to values.
+//!
+//! This is the index of paper 002 (see `docs/design.md`): a mapping table virtualises page
+//! references, updates prepend delta records with one CAS, chains are consolidated into
+//! sorted base nodes, and nodes split and merge with B-link-style high keys and right
+//! links, every half-finished structure change being finished by whichever thread meets it.
+//! Memory is reclaimed through `crossbeam-epoch`.
+//!
+//! The paper's two improvements are options of [`BwTreeConfig`]:
+//! - `numbered_deltas` (a): deltas are numbered, and only the thread whose delta reaches the
+//!   threshold consolidates; it swaps the result in below its own delta, which cannot fail;
+//! - `split_delta_at_head` (b): split (and merge) deltas stay at the head of the chain, so a
+//!   thread learns a node's range from the head alone instead of walking the chain.
+//!
+//! ```
+//! use tsumiki::index::BwTree;
+//!
+//! let tree = BwTree::new();
+//! assert!(tree.insert(b"apple", 1).unwrap());
+//! assert!(!tree.insert(b"apple", 2).unwrap()); // already there
+//! tree.upsert(b"banana", 3).unwrap();
+//! assert_eq!(tree.get(b"apple").unwrap(), Some(1));
+//! let all: Vec<_> = tree.scan(b"", None).collect();
+//! assert_eq!(all, vec![(b"apple".to_vec(), 1), (b"banana".to_vec(), 3)]);
+//! ```
+
+mod mapping;
+mod node;
+mod sched;
+mod tree;
+
+use std::fmt;
+
+use crossbeam_epoch::{self as epoch, Guard};
+
+use tree::{Tree, WriteOp};
+
+/// The longest key the tree accepts, in bytes.
+pub const MAX_KEY_LEN: usize = 4096;
+
+/// Errors of the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexError {
+    /// The key is longer than [`MAX_KEY_LEN`].
+    KeyTooLong {
+        /// Length of the rejected key.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A [`BwTreeConfig`] value is out of range.
+    InvalidConfig(String),
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than the {max}-byte limit"),
+            IndexError::InvalidConfig(why) => write!(f, "invalid Bw-tree configuration: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for IndexError {}
+
+/// Tuning knobs and the paper's optional improvements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BwTreeConfig {
+    /// Most records in a leaf base; a consolidation that yields more splits the leaf.
+    pub leaf_max: usize,
+    /// Most children of an inner base before it splits.
+    pub inner_max: usize,
+    /// A consolidated non-root node with fewer entries than this is merged into its left
+    /// sibling. Must be at most half of `leaf_max` and `inner_max`, so halves of a split
+    /// do not merge again at once.
+    pub merge_threshold: usize,
+    /// Delta-chain length that triggers consolidation.
+    pub delta_threshold: usize,
+    /// Improvement (a): numbered deltas; exactly one thread consolidates, and cannot fail.
+    pub numbered_deltas: bool,
+    /// Improvement (b): split and merge deltas stay at the chain head.
+    pub split_delta_at_head: bool,
+}
+
+impl BwTreeConfig {
+    /// The Bw-tree as the paper reproduced it: neither improvement.
+    pub fn paper() -> Self {
+        BwTreeConfig { numbered_deltas: false, split_delta_at_head: false, ..Self::default() }
+    }
+
+    /// Tiny nodes and short chains, so that every few writes split, merge or consolidate.
+    /// For tests of the structure modifications.
+    pub fn tiny() -> Self {
+        BwTreeConfig { leaf_max: 4, inner_max: 4, merge_threshold: 2, delta_threshold: 2, ..Self::default() }
+    }
+
+    fn validate(&self) -> Result<(), IndexError> {
+        let bad = |why: String| Err(IndexError::InvalidConfig(why));
+        if self.leaf_max < 4 || self.inner_max < 4 {
+            return bad(format!("leaf_max ({}) and inner_max ({}) must be at least 4", self.leaf_max, self.inner_max));
+        }
+        if self.leaf_max > 1 << 16 || self.inner_max > 1 << 16 {
+            return bad("leaf_max and inner_max must be at most 65536".into());
+        }
+        if self.merge_threshold > self.leaf_max / 2 || self.merge_threshold > self.inner_max / 2 {
+            return bad(format!("merge_threshold ({}) must be at most half of the node sizes", self.merge_threshold));
+        }
+        if self.delta_threshold == 0 || self.delta_threshold > 1024 {
+            return bad(format!("delta_threshold ({}) must be in 1..=1024", self.delta_threshold));
+        }
+        Ok(())
+    }
+}
+
+impl Default for BwTreeConfig {
+    /// Both improvements on: the fastest configuration.
+    fn default() -> Self {
+        BwTreeConfig {
+            leaf_max: 128,
+            inner_max: 128,
+            merge_threshold: 16,
+            delta_threshold: 8,
+            numbered_deltas: true,
+            split_delta_at_head: true,
+        }
+    }
+}
+
+/// Counters of structure modifications since the tree was created.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BwTreeStats {
+    /// Consolidations installed (slot CAS or, with numbered deltas, below a delta).
+    pub consolidations: u64,
+    /// Slot consolidations whose CAS lost to a concurrent change (not retried).
+    pub failed_consolidations: u64,
+    /// Split deltas installed.
+    pub splits: u64,
+    /// Merge deltas installed on left siblings.
+    pub merges: u64,
+    /// Merges abandoned because the node became its parent's first child.
+    pub aborted_merges: u64,
+    /// New roots grown by a root split.
+    pub root_splits: u64,
+    /// Roots with a single child replaced by that child.
+    pub root_collapses: u64,
+    /// Parent updates of splits finished by a thread that did not start the split.
+    pub helped_splits: u64,
+    /// Merges finished by a thread that did not start them.
+    pub helped_merges: u64,
+    /// Operations that restarted from the root.
+    pub restarts: u64,
+    /// Levels in the tree (1 = a single leaf).
+    pub height: usize,
+    /// Page ids ever allocated in the mapping table.
+    pub pages_allocated: u64,
+}
+
+/// A lock-free ordered map from byte-string keys (up to [`MAX_KEY_LEN`] bytes) to values.
+///
+/// All operations take `&self` and may run from any number of threads. Values are cloned out
+/// on reads; use a cheap-to-clone `V` (an integer, an `Arc`).
+pub struct BwTree<V> {
+    tree: Tree<V>,
+}
+
+impl<V: Clone + Send + Sync + 'static> Default for BwTree<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> BwTree<V> {
+    /// An empty tree with the default (optimized) configuration.
+    pub fn new() -> Self {
+        BwTree { tree: Tree::new(BwTreeConfig::default()) }
+    }
+
+    /// An empty tree with the given configuration.
+    pub fn with_config(cfg: BwTreeConfig) -> Result<Self, IndexError> {
+        cfg.validate()?;
+        Ok(BwTree { tree: Tree::new(cfg) })
+    }
+
+    /// The configuration the tree was built with.
+    pub fn config(&self) -> &BwTreeConfig {
+        &self.tree.cfg
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<V>, IndexError> {
+        self.tree.get(key)
+    }
+
+    /// Stores `val` under `key` whether or not it exists. Returns `true` if the key was new,
+    /// `false` if an existing value was replaced.
+    pub fn upsert(&self, key: &[u8], val: V) -> Result<bool, IndexError> {
+        self.tree.write(key, WriteOp::Upsert(val))
+    }
+
+    /// Stores `val` only if `key` is absent. Returns whether it was inserted.
+    pub fn insert(&self, key: &[u8], val: V) -> Result<bool, IndexError> {
+        self.tree.write(key, WriteOp::Insert(val))
+    }
+
+    /// Replaces the value of `key` only if it exists. Returns whether it was updated.
+    pub fn update(&self, key: &[u8], val: V) -> Result<bool, IndexError> {
+        self.tree.write(key, WriteOp::Update(val))
+    }
+
+    /// Removes `key` if it exists. Returns whether it was removed.
+    pub fn delete(&self, key: &[u8]) -> Result<bool, IndexError> {
+        self.tree.write(key, WriteOp::Delete)
+    }
+
+    /// A forward iterator over the records with `start <= key < end` (no upper bound when
+    /// `end` is `None`), in key order.
+    ///
+    /// It walks leaf by leaf, taking a consolidated snapshot of each: every record present
+    /// throughout the scan is returned exactly once, and records are sorted and unique.
+    /// Keys longer than [`MAX_KEY_LEN`] cannot be stored, so a longer `start` or `end` is
+    /// simply compared as given.
+    pub fn scan(&self, start: &[u8], end: Option<&[u8]>) -> Scan<'_, V> {
+        Scan {
+            tree: &self.tree,
+            guard: epoch::pin(),
+            next_key: Some(start.into()),
+            end: end.map(Into::into),
+            buf: Vec::new(),
+            leaves: 0,
+        }
+    }
+
+    /// A human-readable listing of every node, level by level. For debugging and tests; call
+    /// it only while no other thread modifies the tree.
+    #[doc(hidden)]
+    pub fn dump_structure(&self) -> String {
+        self.tree.dump()
+    }
+
+    /// Counters of consolidations and structure modifications.
+    pub fn stats(&self) -> BwTreeStats {
+        self.tree.stats()
+    }
+}
+
+/// Iterator returned by [`BwTree::scan`]. It keeps the calling thread pinned in the epoch
+/// scheme (re-pinning every few leaves), so it is not `Send`.
+pub struct Scan<'t, V> {
+    tree: &'t Tree<V>,
+    guard: Guard,
+    /// Where the next leaf starts: the scan's start, then each leaf's high key.
+    next_key: Option<Box<[u8]>>,
+    end: Option<Box<[u8]>>,
+    /// The current leaf's records, in reverse order.
+    buf: Vec<(Box<[u8]>, V)>,
+    leaves: usize,
+}
+
+impl<V: Clone + Send + Sync + 'static> Iterator for Scan<'_, V> {
+    type Item = (Vec<u8>, V);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((k, v)) = self.buf.pop() {
+                return Some((k.into_vec(), v));
+            }
+            let key = self.next_key.take()?;
+            if self.end.as_deref().is_some_and(|e| &key[..] >= e) {
+                return None;
+            }
+            self.leaves += 1;
+            if self.leaves % 64 == 0 {
+                // Long scans must not hold back memory reclamation for their whole length.
+                self.guard.repin();
+            }
+            // The next leaf is found from the previous one's high key, which is exactly the
+            // right sibling's low key, even if that sibling split or merged meanwhile.
+            self.next_key = self.tree.leaf_snapshot(&key, &self.guard, self.end.as_deref(), &mut self.buf);
+            // Handed out from the back.
+            self.buf.reverse();
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! Nodes of the Bw-tree: base pages and the delta records prepended to them.
+//!
+//! A logical node is a chain reached from its mapping-table slot: zero or more deltas, then
+//! one base node. Data deltas (`Upsert`, `Delete` in leaves; `IndexInsert`, `IndexDelete`
+//! in inner nodes) change content; SMO deltas (`Split`, `Merge`, `Remove`) change the node's
+//! key range. Everything reachable from a slot is immutable except `next` pointers, which the
+//! two optional improvements CAS (see `tree.rs`), and the atomic flags noted below.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::{Atomic, Guard, Shared};
+
+use super::mapping::{MappingTable, Pid};
+
+/// Tag on a `next` pointer: the chain below is being consolidated by a slot CAS; no data
+/// delta may be installed there any more (improvement (b) only).
+pub(crate) const TAG_FROZEN: usize = 1;
+/// Tag on a numbered delta's `next`: the chain was retired and the retirer owns what `next`
+/// points at, so the delta's pending consolidation must not swap it (improvement (a) only).
+pub(crate) const TAG_CLAIMED: usize = 2;
+
+/// The key range a node covers, and its right sibling.
+#[derive(Debug)]
+pub(crate) struct Range {
+    /// Inclusive lower bound; the empty key is the minimum of all byte strings.
+    pub low: Box<[u8]>,
+    /// Exclusive upper bound; `None` is +infinity.
+    pub high: Option<Box<[u8]>>,
+    /// Right sibling at the same level (`NO_PID` for the rightmost node).
+    pub right: Pid,
+}
+
+impl Range {
+    /// True when `key` lies at or above the high key, so it belongs to a node further right.
+    #[inline]
+    pub(crate) fn beyond(&self, key: &[u8]) -> bool {
+        matches!(&self.high, Some(h) if key >= &h[..])
+    }
+}
+
+/// Merge decision shared by a `Remove` delta, the parent's `IndexDelete` and the left
+/// sibling's `Merge` delta. It moves once from PENDING to MERGED or ABORTED; every thread
+/// interprets the three deltas through it, so all agree whether the merge happened.
+pub(crate) struct MergeState {
+    state: AtomicU8,
+    /// A key below the merged node's low key, in its left sibling's range when the merge was
+    /// committed: descending to it and moving right finds whichever node must take the
+    /// `Merge` delta, even after the parent itself changed or went away.
+    left_low: std::sync::OnceLock<Box<[u8]>>,
+}
+
+pub(crate) const PENDING: u8 = 0;
+pub(crate) const MERGED: u8 = 1;
+pub(crate) const ABORTED: u8 = 2;
+
+impl MergeState {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(MergeState { state: AtomicU8::new(PENDING), left_low: std::sync::OnceLock::new() })
+    }
+    #[inline]
+    pub(crate) fn get(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+    /// Moves PENDING to `to`; returns the final state either way.
+    pub(crate) fn decide(&self, to: u8) -> u8 {
+        match self.state.compare_exchange(PENDING, to, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => to,
+            Err(now) => now,
+        }
+    }
+    /// Records a key of the left sibling (the first one recorded wins; any is good).
+    pub(crate) fn set_left_low(&self, key: &[u8]) {
+        let _ = self.left_low.set(key.into());
+    }
+    pub(crate) fn left_low(&self) -> Option<&[u8]> {
+        self.left_low.get().map(|k| &k[..])
+    }
+}
+
+/// Sorted keys stored contiguously, so a binary search touches one buffer.
+#[derive(Default)]
+pub(crate) struct KeyVec {
+    data: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl KeyVec {
+    pub(crate) fn with_capacity(n: usize, bytes: usize) -> Self {
+        KeyVec { data: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+    }
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
+    }
+    pub(crate) fn push(&mut self, key: &[u8]) {
+        self.data.extend_from_slice(key);
+        self.ends.push(self.data.len() as u32);
+    }
+    /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
+    #[inline]
+    pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0usize, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.get(mid).cmp(key) {
+                CmpOrdering::Less => lo = mid + 1,
+                CmpOrdering::Greater => hi = mid,
+                CmpOrdering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+}
+
+/// A base page: sorted records (leaf) or separators with children (inner).
+pub(crate) struct Base<V> {
+    pub range: Arc<Range>,
+    pub keys: KeyVec,
+    /// Leaf values, parallel to `keys`.
+    pub vals: Vec<V>,
+    /// Inner children: `children[i]` covers `[keys[i], keys[i+1])`; `keys[0]` is the low key.
+    pub children: Vec<Pid>,
+}
+
+impl<V> Base<V> {
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+    /// The child of an inner base covering `key` (which the caller validated is in range).
+    #[inline]
+    pub(crate) fn child_for(&self, key: &[u8]) -> Pid {
+        let i = match self.keys.search(key) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        self.children[i]
+    }
+}
+
+pub(crate) enum Kind<V> {
+    Base(Base<V>),
+    Upsert {
+        key: Box<[u8]>,
+        val: V,
+    },
+    Delete {
+        key: Box<[u8]>,
+    },
+    /// Parent half of a split: keys in `[sep, high)` now go to `child`.
+    IndexInsert {
+        sep: Box<[u8]>,
+        high: Option<Box<[u8]>>,
+        child: Pid,
+    },
+    /// Parent half of a merge: the entry `sep` is gone; keys in `[low, high)` go to `left`.
+    /// Void unless `state` is MERGED.
+    IndexDelete {
+        low: Box<[u8]>,
+        high: Option<Box<[u8]>>,
+        sep: Box<[u8]>,
+        left: Pid,
+        state: Arc<MergeState>,
+    },
+    /// Keys at or above `sep` moved to the new right sibling `right`; `range` is this node's
+    /// range after the split, `right_high` the new sibling's high key.
+    Split {
+        sep: Box<[u8]>,
+        right: Pid,
+        right_high: Option<Box<[u8]>>,
+        range: Arc<Range>,
+    },
+    /// This node absorbed its right sibling `r_pid`, whose frozen base is `right_base`.
+    /// Only posted once the merge is decided (MERGED), so it is always valid.
+    Merge {
+        sep: Box<[u8]>,
+        right_base: *const Node<V>,
+        r_pid: Pid,
+        range: Arc<Range>,
+        state: Arc<MergeState>,
+    },
+    /// The node is frozen: being merged into its left sibling, or (`collapse`) a root with one
+    /// child being replaced by that child. Always installed directly on a base.
+    Remove {
+        state: Arc<MergeState>,
+        collapse: bool,
+    },
+}
+
+pub(crate) struct Node<V> {
+    /// The next node of the chain (null for a base). Tags: `TAG_FROZEN`, `TAG_CLAIMED`.
+    pub next: Atomic<Node<V>>,
+    /// 0 for leaves.
+    pub level: u16,
+    /// Deltas from this one down to the base (0 for a base); saturates.
+    pub depth: u16,
+    /// Improvement (a): data deltas are numbered modulo the threshold; number 0 consolidates.
+    pub num: u16,
+    /// Entries of the logical node as of this delta (records of a leaf, children of an inner
+    /// node); approximate under a merge. Lets numbered mode notice underflow and overflow.
+    pub size: u32,
+    /// Improvement (a): set on a number-0 delta until its installer swapped its `next` for
+    /// the consolidated base (or gave up).
+    pub pending: AtomicBool,
+    /// Data deltas: the range of the base under them, kept alive by that base (or by a
+    /// successor base sharing the same `Arc<Range>`), so improvement (b) can validate a key
+    /// against the head alone.
+    pub base_range: *const Range,
+    pub kind: Kind<V>,
+}
+
+// SAFETY: the raw pointers in a node (`base_range`, a merge delta's `right_base`) point at
+// immutable data kept alive by the epoch scheme exactly as long as the node itself; sharing
+// them across threads is as safe as sharing `&Range` / `&Node`.
+unsafe impl<V: Send + Sync> Send for Node<V> {}
+// SAFETY: see `Send`; all mutation goes through atomics.
+unsafe impl<V: Send + Sync> Sync for Node<V> {}
+
+impl<V> Node<V> {
+    pub(crate) fn base(level: u16, base: Base<V>) -> Self {
+        Node {
+            next: Atomic::null(),
+            level,
+            depth: 0,
+            num: 0,
+            size: base.len() as u32,
+            pending: AtomicBool::new(false),
+            base_range: std::ptr::null(),
+            kind: Kind::Base(base),
+        }
+    }
+
+    pub(crate) fn delta(level: u16, kind: Kind<V>) -> Self {
+        Node {
+            next: Atomic::null(),
+            level,
+            depth: 0,
+            num: 0,
+            size: 0,
+            pending: AtomicBool::new(false),
+            base_range: std::ptr::null(),
+            kind,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_base(&self) -> bool {
+        matches!(self.kind, Kind::Base(_))
+    }
+
+    #[inline]
+    pub(crate) fn is_smo(&self) -> bool {
+        matches!(self.kind, Kind::Split { .. } | Kind::Merge { .. } | Kind::Remove { .. })
+    }
+
+    #[inline]
+    pub(crate) fn as_base(&self) -> Option<&Base<V>> {
+        match &self.kind {
+            Kind::Base(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Follows `next`, ignoring tags.
+    #[inline]
+    pub(crate) fn next<'g>(&self, guard: &'g Guard) -> Shared<'g, Node<V>> {
+        super::sched::point();
+        self.next.load(Ordering::Acquire, guard).with_tag(0)
+    }
+}
+
+/// Dereferences a non-null shared node.
+///
+/// # Safety
+/// `s` must be non-null and protected by `guard` (loaded from a slot or chain while pinned).
+#[inline]
+pub(crate) unsafe fn node_ref<'g, V>(s: Shared<'g, Node<V>>) -> &'g Node<V> {
+    // SAFETY: the caller guarantees `s` is non-null and epoch-protected.
+    unsafe { s.deref() }
+}
+
+/// The base at the bottom of the chain starting at `node`.
+pub(crate) fn chain_base<'g, V>(mut node: &'g Node<V>, guard: &'g Guard) -> &'g Node<V> {
+    while !node.is_base() {
+        // SAFETY: every delta has a non-null `next`, protected by the same guard.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+    node
+}
+
+/// The topmost SMO delta of a chain (if any) and the node's current range, found by
+/// walking the chain (the paper's ValidateNode).
+pub(crate) fn inspect_walk<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+    let mut node = head;
+    loop {
+        match &node.kind {
+            Kind::Base(b) => return (None, &b.range),
+            Kind::Split { range, .. } | Kind::Merge { range, .. } => return (Some(node), range),
+            Kind::Remove { .. } => {
+                let base = chain_base(node, guard);
+                return (Some(node), &base.as_base().expect("base").range);
+            }
+            _ => {}
+        }
+        // SAFETY: deltas always have a non-null next under the same guard.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+}
+
+/// Improvement (b): SMO deltas are always at the head, so the head alone tells the range.
+pub(crate) fn inspect_head<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+    match &head.kind {
+        Kind::Base(b) => (None, &b.range),
+        Kind::Split { range, .. } | Kind::Merge { range, .. } => (Some(head), range),
+        Kind::Remove { .. } => {
+            let base = chain_base(head, guard);
+            (Some(head), &base.as_base().expect("base").range)
+        }
+        // SAFETY: a data delta's `base_range` is kept alive by its chain's base (module doc).
+        _ => (None, unsafe { &*head.base_range }),
+    }
+}
+
+/// Looks `key` up in a validated leaf chain.
+///
+/// A split delta makes the base under it stale at and above its separator, but not the data
+/// deltas under it: with improvement (b) deltas land below the SMO run, and under a merge
+/// that re-extended the range they may hold any key. A merge delta sends keys at or above its
+/// separator to the absorbed base once this chain has nothing newer for them.
+pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Option<&'g V> {
+    let mut node = head;
+    let mut right_base: Option<&'g Base<V>> = None;
+    let mut cut = false;
+    loop {
+        match &node.kind {
+            Kind::Upsert { key: k, val } if &k[..] == key => return Some(val),
+            Kind::Delete { key: k } if &k[..] == key => return None,
+            Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
+            Kind::Merge { sep, right_base: rb, .. } if key >= &sep[..] && right_base.is_none() => {
+                // SAFETY: the merged base lives as long as this merge delta.
+                right_base = unsafe { &**rb }.as_base();
+            }
+            Kind::Base(b) => {
+                if !cut {
+                    if let Ok(i) = b.keys.search(key) {
+                        return Some(&b.vals[i]);
+                    }
+                }
+                let rb = right_base?;
+                return rb.keys.search(key).ok().map(|i| &rb.vals[i]);
+            }
+            _ => {}
+        }
+        // SAFETY: every delta has a non-null next protected by the same guard.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+}
+
+/// The child of a validated inner chain that covers `key` (same rules as `leaf_lookup`).
+pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
+    let mut node = head;
+    let mut right_base: Option<&'g Base<V>> = None;
+    let mut cut = false;
+    loop {
+        match &node.kind {
+            Kind::IndexInsert { sep, high, child } => {
+                if key >= &sep[..] && !matches!(high, Some(h) if key >= &h[..]) {
+                    return *child;
+                }
+            }
+            Kind::IndexDelete { low, high, left, state, .. } => {
+                if state.get() == MERGED && key >= &low[..] && !matches!(high, Some(h) if key >= &h[..]) {
+                    return *left;
+                }
+            }
+            Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
+            Kind::Merge { sep, right_base: rb, .. } if key >= &sep[..] && right_base.is_none() => {
+                // SAFETY: the merged base lives as long as this merge delta.
+                right_base = unsafe { &**rb }.as_base();
+            }
+            Kind::Base(b) => {
+                return match right_base {
+                    Some(rb) if cut || key >= &rb.range.low[..] => rb.child_for(key),
+                    _ => b.child_for(key),
+                };
+            }
+            _ => {}
+        }
+        // SAFETY: every delta has a non-null next protected by the same guard.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+}
+
+/// What a chain is made of, gathered newest-first.
+struct Gathered<'g, V> {
+    deltas: Vec<&'g Node<V>>,
+    left: &'g Base<V>,
+    /// Bases absorbed by merges, sorted by low key.
+    rights: Vec<&'g Base<V>>,
+    /// The lowest split separator in the chain: the left base's content at or above it is stale.
+    cut: Option<&'g [u8]>,
+}
+
+fn gather<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Gathered<'g, V> {
+    let mut deltas = Vec::new();
+    let mut rights = Vec::new();
+    let mut cut: Option<&'g [u8]> = None;
+    let mut node = head;
+    loop {
+        match &node.kind {
+            Kind::Base(b) => {
+                rights.sort_by(|a: &&Base<V>, b: &&Base<V>| a.range.low.cmp(&b.range.low));
+                return Gathered { deltas, left: b, rights, cut };
+            }
+            Kind::Split { sep, .. } => {
+                if cut.is_none_or(|c| &sep[..] < c) {
+                    cut = Some(&sep[..]);
+                }
+            }
+            Kind::Merge { right_base, .. } => {
+                // SAFETY: the merged base lives as long as this merge delta.
+                let rb = unsafe { &**right_base };
+                rights.push(rb.as_base().expect("merge points at a base"));
+            }
+            Kind::Remove { .. } => {}
+            _ => deltas.push(node),
+        }
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+}
+
+/// Every record of a leaf chain, sorted, restricted to `range`.
+pub(crate) fn leaf_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g Guard) -> Vec<(&'g [u8], &'g V)> {
+    let g = gather(head, guard);
+    let mut ds: Vec<(&[u8], Option<&V>)> = g
+        .deltas
+        .iter()
+        .filter_map(|d| match &d.kind {
+            Kind::Upsert { key, val } => Some((&key[..], Some(val))),
+            Kind::Delete { key } => Some((&key[..], None)),
+            _ => None,
+        })
+        .collect();
+    // Stable sort keeps the newest delta first among equal keys.
+    ds.sort_by(|a, b| a.0.cmp(b.0));
+    ds.dedup_by(|later, first| later.0 == first.0);
+
+    let left_len = match g.cut {
+        Some(c) => match g.left.keys.search(c) {
+            Ok(i) | Err(i) => i,
+        },
+        None => g.left.len(),
+    };
+    let base_iter = (0..left_len)
+        .map(|i| (g.left.keys.get(i), &g.left.vals[i]))
+        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), &b.vals[i]))));
+
+    let mut out = Vec::with_capacity(left_len + ds.len());
+    let mut di = ds.into_iter().peekable();
+    for (k, v) in base_iter {
+        while let Some(&(dk, dv)) = di.peek() {
+            if dk < k {
+                if let Some(dv) = dv {
+                    out.push((dk, dv));
+                }
+                di.next();
+            } else {
+                break;
+            }
+        }
+        match di.peek() {
+            Some(&(dk, dv)) if dk == k => {
+                if let Some(dv) = dv {
+                    out.push((dk, dv));
+                }
+                di.next();
+            }
+            _ => out.push((k, v)),
+        }
+    }
+    for (dk, dv) in di {
+        if let Some(dv) = dv {
+            out.push((dk, dv));
+        }
+    }
+    out.retain(|(k, _)| *k >= &range.low[..] && !range.beyond(k));
+    out
+}
+
+/// Every (separator, child) of an inner chain, sorted, restricted to `range`. Index-delete
+/// deltas count only once MERGED.
+pub(crate) fn inner_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g Guard) -> Vec<(&'g [u8], Pid)> {
+    let g = gather(head, guard);
+    let left_len = match g.cut {
+        Some(c) => match g.left.keys.search(c) {
+            Ok(i) | Err(i) => i,
+        },
+        None => g.left.len(),
+    };
+    let mut map: std::collections::BTreeMap<&[u8], Pid> = (0..left_len)
+        .map(|i| (g.left.keys.get(i), g.left.children[i]))
+        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), b.children[i]))))
+        .collect();
+    for d in g.deltas.iter().rev() {
+        match &d.kind {
+            Kind::IndexInsert { sep, child, .. } => {
+                map.insert(&sep[..], *child);
+            }
+            Kind::IndexDelete { sep, state, .. } if state.get() == MERGED => {
+                map.remove(&sep[..]);
+            }
+            _ => {}
+        }
+    }
+    map.into_iter().filter(|(k, _)| *k >= &range.low[..] && !range.beyond(k)).collect()
+}
+
+/// Builds a leaf base from sorted records.
+pub(crate) fn leaf_base<V: Clone>(entries: &[(&[u8], &V)], range: Arc<Range>) -> Base<V> {
+    let bytes = entries.iter().map(|(k, _)| k.len()).sum();
+    let mut keys = KeyVec::with_capacity(entries.len(), bytes);
+    let mut vals = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        keys.push(k);
+        vals.push((*v).clone());
+    }
+    Base { range, keys, vals, children: Vec::new() }
+}
+
+/// Builds an inner base from sorted separators.
+pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base<V> {
+    let bytes = entries.iter().map(|(k, _)| k.len()).sum();
+    let mut keys = KeyVec::with_capacity(entries.len(), bytes);
+    let mut children = Vec::with_capacity(entries.len());
+    for (k, c) in entries {
+        keys.push(k);
+        children.push(*c);
+    }
+    Base { range, keys, vals: Vec::new(), children }
+}
+
+/// Defers destruction of a chain that was just unlinked from its slot (or from a numbered
+/// delta's `next`), including what its merge deltas own.
+///
+/// # Safety
+/// `head` must have been made unreachable for new readers by the caller's successful CAS,
+/// and no other thread may retire the same chain.
+pub(crate) unsafe fn retire_chain<V>(head: Shared<'_, Node<V>>, map: &MappingTable<V>, guard: &Guard) {
+    let mut cur = head.with_tag(0);
+    while !cur.is_null() {
+        // SAFETY: nodes of the chain stay valid until the deferred destructions run.
+        let node = unsafe { cur.deref() };
+        let next = if node.pending.load(Ordering::Acquire) { claim_next(node, guard) } else { node.next(guard) };
+        if let Kind::Merge { r_pid, .. } = &node.kind {
+            // The absorbed sibling's slot still holds Remove -> base; both die with the merge.
+            let slot = map.slot(*r_pid);
+            let removed = slot.swap(Shared::null(), Ordering::AcqRel, guard);
+            if !removed.is_null() {
+                // SAFETY: the slot held the only reference besides this merge delta's.
+                let base = unsafe { removed.deref() }.next(guard);
+                unsafe {
+                    guard.defer_destroy(removed);
+                    guard.defer_destroy(base);
+                }
+            }
+            map.free_deferred(*r_pid, guard);
+        }
+        let is_base = node.is_base();
+        // SAFETY: unlinked by the caller; destroyed only after current readers unpin.
+        unsafe { guard.defer_destroy(cur) };
+        if is_base {
+            break;
+        }
+        cur = next;
+    }
+}
+
+/// Takes ownership of a pending numbered delta's `next` (see `TAG_CLAIMED`).
+fn claim_next<'g, V>(node: &Node<V>, guard: &'g Guard) -> Shared<'g, Node<V>> {
+    loop {
+        super::sched::point();
+        let v = node.next.load(Ordering::Acquire, guard);
+        if v.tag() & TAG_CLAIMED != 0 {
+            return v.with_tag(0);
+        }
+        if node
+            .next
+            .compare_exchange(v, v.with_tag(v.tag() | TAG_CLAIMED), Ordering::AcqRel, Ordering::Acquire, guard)
+            .is_ok()
+        {
+            return v.with_tag(0);
+        }
+    }
+}
+
+/// Frees a chain immediately (tree drop).
+///
+/// # Safety
+/// No other thread may access the tree.
+pub(crate) unsafe fn destroy_chain_now<V>(slot: &Atomic<Node<V>>) {
+    // SAFETY: exclusive access, so an unprotected guard is fine.
+    let guard = unsafe { crossbeam_epoch::unprotected() };
+    let mut cur = slot.swap(Shared::null(), Ordering::Relaxed, guard).with_tag(0);
+    while !cur.is_null() {
+        // SAFETY: exclusive access; each node is owned by exactly one chain.
+        let owned = unsafe { cur.into_owned() };
+        let is_base = owned.is_base();
+        cur = owned.next.load(Ordering::Relaxed, guard).with_tag(0);
+        drop(owned);
+        if is_base {
+            break;
+        }
+    }
+}

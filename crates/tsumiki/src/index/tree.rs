@@ -1,0 +1,1086 @@
+//! The Bw-tree operations and structure modifications (paper 002).
+//!
+//! Protocol summary (docs/design.md has the long form):
+//! - Data deltas are CAS-installed at the chain head, or, with improvement (b), behind the
+//!   run of SMO deltas at the head, so SMO deltas always stay on top.
+//! - Split: build the right sibling Q from a freshly consolidated base, CAS a `Split` delta
+//!   on that exact base, then post `IndexInsert` on the parent (or grow a new root).
+//! - Merge: CAS `Remove` on a freshly consolidated small node R, post `IndexDelete` on the
+//!   parent (the commit point, decided through `MergeState`), then a `Merge` delta on the
+//!   left sibling. R's content is reached through that delta until the left consolidates.
+//! - Any thread that meets an unfinished split or merge helps finish it; helping recurses
+//!   up to `MAX_HELP` levels, beyond which the thread restarts from the root instead.
+//! - Consolidation replaces a chain by one base with a slot CAS, not retried on failure;
+//!   with improvement (a), the thread whose numbered delta hits the threshold consolidates
+//!   the chain below it and swaps it under that delta, which cannot fail.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+
+use super::mapping::{MappingTable, Pid, NO_PID};
+use super::node::*;
+use super::sched;
+use super::{BwTreeConfig, BwTreeStats, IndexError, MAX_KEY_LEN};
+
+const MAX_HEIGHT: usize = 64;
+const MAX_HELP: u32 = 6;
+
+/// The pids visited on the way down, one per level above the current node.
+#[derive(Clone, Copy)]
+pub(crate) struct Path {
+    pids: [Pid; MAX_HEIGHT],
+    len: usize,
+}
+
+impl Path {
+    pub(crate) fn new() -> Self {
+        Path { pids: [NO_PID; MAX_HEIGHT], len: 0 }
+    }
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn push(&mut self, pid: Pid) -> bool {
+        if self.len == MAX_HEIGHT {
+            return false;
+        }
+        self.pids[self.len] = pid;
+        self.len += 1;
+        true
+    }
+    fn last(&self) -> Option<Pid> {
+        self.len.checked_sub(1).map(|i| self.pids[i])
+    }
+    fn with(mut self, pid: Pid) -> Path {
+        self.push(pid);
+        self
+    }
+    fn parent(&self) -> Path {
+        let mut p = *self;
+        p.len = p.len.saturating_sub(1);
+        p
+    }
+}
+
+/// Something changed under the operation: start again from the root.
+pub(crate) struct Restart;
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub consolidations: AtomicU64,
+    pub failed_consolidations: AtomicU64,
+    pub splits: AtomicU64,
+    pub merges: AtomicU64,
+    pub aborted_merges: AtomicU64,
+    pub root_splits: AtomicU64,
+    pub root_collapses: AtomicU64,
+    pub helped_splits: AtomicU64,
+    pub helped_merges: AtomicU64,
+    pub restarts: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+enum OpKind {
+    Store,
+    Delete,
+}
+
+pub(crate) enum WriteOp<V> {
+    Upsert(V),
+    Insert(V),
+    Update(V),
+    Delete,
+}
+
+/// Where a data delta goes: the slot (head CAS) or, under improvement (b), the `next` of
+/// the last SMO delta at the head. `expected` is the value the CAS must still find there.
+struct InsertPoint<'g, V> {
+    at: &'g Atomic<Node<V>>,
+    expected: Shared<'g, Node<V>>,
+}
+
+pub(crate) struct Tree<V> {
+    pub(crate) map: MappingTable<V>,
+    pub(crate) root: AtomicU64,
+    pub(crate) cfg: BwTreeConfig,
+    pub(crate) counters: Counters,
+}
+
+impl<V: Clone + Send + Sync + 'static> Tree<V> {
+    pub(crate) fn new(cfg: BwTreeConfig) -> Self {
+        let map = MappingTable::new();
+        let pid = map.alloc().expect("empty table has room");
+        let range = Arc::new(Range { low: Box::from(&b""[..]), high: None, right: NO_PID });
+        let base = Base { range, keys: KeyVec::default(), vals: Vec::new(), children: Vec::new() };
+        map.slot(pid).store(Owned::new(Node::base(0, base)), Ordering::Release);
+        Tree { map, root: AtomicU64::new(pid), cfg, counters: Counters::default() }
+    }
+
+    #[inline]
+    fn load<'g>(&self, pid: Pid, guard: &'g Guard) -> Shared<'g, Node<V>> {
+        sched::point();
+        self.map.slot(pid).load(Ordering::Acquire, guard)
+    }
+
+    /// The topmost SMO delta and the current range of a chain.
+    #[inline]
+    fn inspect<'g>(&self, head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+        if self.cfg.split_delta_at_head {
+            inspect_head(head, guard)
+        } else {
+            inspect_walk(head, guard)
+        }
+    }
+
+    // ----- descent ---------------------------------------------------------------------
+
+    /// Descends from the root to the node at `level` covering `key`, recording the path.
+    /// `None` when the tree is not that tall, or (while helping) after too many restarts.
+    pub(crate) fn descend<'g>(
+        &self,
+        key: &[u8],
+        level: u16,
+        path: &mut Path,
+        guard: &'g Guard,
+        help: u32,
+    ) -> Option<(Pid, Shared<'g, Node<V>>)> {
+        let mut restarts = 0u32;
+        'restart: loop {
+            if restarts > 0 {
+                bump(&self.counters.restarts);
+                if help > 0 && restarts > 64 {
+                    return None;
+                }
+            }
+            restarts += 1;
+            path.clear();
+            let mut pid = self.root.load(Ordering::Acquire);
+            let root_head = self.load(pid, guard);
+            // SAFETY: loaded under `guard`; null means the root pid was just retired.
+            let Some(rh) = (unsafe { root_head.as_ref() }) else { continue 'restart };
+            let mut lvl = rh.level;
+            if lvl < level {
+                return None;
+            }
+            loop {
+                let (p, head) = match self.settle(pid, lvl, key, path, guard, help) {
+                    Ok(x) => x,
+                    Err(Restart) => continue 'restart,
+                };
+                if lvl == level {
+                    return Some((p, head));
+                }
+                // SAFETY: `settle` returns a non-null head protected by `guard`.
+                let child = inner_route(unsafe { node_ref(head) }, key, guard);
+                if !path.push(p) {
+                    continue 'restart;
+                }
+                pid = child;
+                lvl -= 1;
+            }
+        }
+    }
+
+    /// Validates that `pid` (at `level`) covers `key`: helps unfinished SMOs met there,
+    /// follows right-sibling links past concurrent splits (B-link), and, in the paper's
+    /// configuration, consolidates a chain found over the threshold.
+    fn settle<'g>(
+        &self,
+        mut pid: Pid,
+        level: u16,
+        key: &[u8],
+        path: &Path,
+        guard: &'g Guard,
+        help: u32,
+    ) -> Result<(Pid, Shared<'g, Node<V>>), Restart> {
+        let mut consolidated = false;
+        loop {
+            let head = self.load(pid, guard);
+            // SAFETY: loaded under `guard`.
+            let Some(h) = (unsafe { head.as_ref() }) else { return Err(Restart) };
+            if h.level != level {
+                return Err(Restart);
+            }
+            let (smo, range) = self.inspect(h, guard);
+            if let Some(s) = smo {
+                match &s.kind {
+                    Kind::Remove { .. } => {
+                        if help < MAX_HELP {
+                            self.help_remove(pid, head, guard, help + 1, false);
+                        }
+                        return Err(Restart);
+                    }
+                    Kind::Split { .. } => {
+                        if help < MAX_HELP {
+                            self.help_split(pid, s, path, guard, help + 1, false)?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if key < &range.low[..] {
+                return Err(Restart);
+            }
+            if range.beyond(key) {
+                if range.right == NO_PID {
+                    return Err(Restart);
+                }
+                pid = range.right;
+                continue;
+            }
+            if !self.cfg.numbered_deltas && !consolidated && h.depth as usize >= self.cfg.delta_threshold {
+                // The paper: every thread that visits an over-long chain tries to consolidate.
+                consolidated = true;
+                if self.consolidate(pid, path, guard, help) {
+                    continue;
+                }
+            }
+            return Ok((pid, head));
+        }
+    }
+
+    // ----- installing deltas -----------------------------------------------------------
+
+    fn insert_point<'g>(&'g self, pid: Pid, head: Shared<'g, Node<V>>, guard: &'g Guard) -> Option<InsertPoint<'g, V>> {
+        // SAFETY: `head` is non-null and protected by `guard` (callers got it from `settle`).
+        let h = unsafe { node_ref(head) };
+        if !self.cfg.split_delta_at_head || !h.is_smo() {
+            return Some(InsertPoint { at: self.map.slot(pid), expected: head });
+        }
+        let mut last = h;
+        loop {
+            let next = last.next(guard);
+            // SAFETY: SMO deltas always have a non-null next.
+            let n = unsafe { node_ref(next) };
+            if !n.is_smo() {
+                break;
+            }
+            last = n;
+        }
+        sched::point();
+        let expected = last.next.load(Ordering::Acquire, guard);
+        if expected.tag() & TAG_FROZEN != 0 {
+            return None;
+        }
+        Some(InsertPoint { at: &last.next, expected })
+    }
+
+    /// CAS-installs a data delta at `ip`, numbering it from what it lands on; `grow` is the
+    /// change in the node's entry count (+1, 0 or -1).
+    fn install<'g>(
+        &self,
+        ip: &InsertPoint<'g, V>,
+        mut delta: Owned<Node<V>>,
+        grow: i32,
+        guard: &'g Guard,
+    ) -> Result<Shared<'g, Node<V>>, Owned<Node<V>>> {
+        // SAFETY: `expected` is the non-null current value at the insert point, under `guard`.
+        let below = unsafe { node_ref(ip.expected) };
+        delta.depth = below.depth.saturating_add(1);
+        delta.size = below.size.saturating_add_signed(grow);
+        delta.base_range = match &below.kind {
+            Kind::Base(b) => Arc::as_ptr(&b.range),
+            _ => below.base_range,
+        };
+        if self.cfg.numbered_deltas {
+            let n = (below.num as usize + 1) % self.cfg.delta_threshold;
+            delta.num = n as u16;
+            delta.pending.store(n == 0, Ordering::Relaxed);
+        }
+        delta.next.store(ip.expected, Ordering::Relaxed);
+        sched::point();
+        ip.at.compare_exchange(ip.expected, delta, Ordering::AcqRel, Ordering::Acquire, guard).map_err(|e| e.new)
+    }
+
+    /// CAS-installs an SMO delta directly on `head` at the slot.
+    fn install_smo<'g>(
+        &self,
+        pid: Pid,
+        head: Shared<'g, Node<V>>,
+        delta: Owned<Node<V>>,
+        guard: &'g Guard,
+    ) -> Result<Shared<'g, Node<V>>, Owned<Node<V>>> {
+        // SAFETY: `head` is non-null under `guard`.
+        let h = unsafe { node_ref(head) };
+        let mut delta = delta;
+        delta.depth = h.depth.saturating_add(1);
+        delta.num = h.num;
+        delta.size = h.size;
+        delta.base_range = h.base_range;
+        delta.next.store(head, Ordering::Relaxed);
+        sched::point();
+        self.map.slot(pid).compare_exchange(head, delta, Ordering::AcqRel, Ordering::Acquire, guard).map_err(|e| e.new)
+    }
+
+    /// Follow-up after a data delta landed: consolidation by the configured rule.
+    fn after_install(&self, pid: Pid, delta: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+        // SAFETY: just installed, protected by `guard`.
+        let d = unsafe { node_ref(delta) };
+        if self.cfg.numbered_deltas {
+            if d.num == 0 {
+                self.consolidate_below(pid, d, path, guard, help);
+            } else if self.crossed_size_limit(d, guard) {
+                // Only number-0 deltas consolidate routinely, so a node that just over- or
+                // underflowed is consolidated now to split or merge promptly.
+                self.consolidate(pid, path, guard, help);
+            }
+        } else if d.depth as usize >= self.cfg.delta_threshold {
+            self.consolidate(pid, path, guard, help);
+        }
+    }
+
+    // ----- leaf operations -------------------------------------------------------------
+
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<V>, IndexError> {
+        check_key(key)?;
+        let guard = epoch::pin();
+        let mut path = Path::new();
+        let (_, head) = self.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
+        // SAFETY: non-null head from `settle`, protected by `guard`.
+        Ok(leaf_lookup(unsafe { node_ref(head) }, key, &guard).cloned())
+    }
+
+    /// Applies a write; returns whether it took effect (for upsert: whether the key was new).
+    pub(crate) fn write(&self, key: &[u8], op: WriteOp<V>) -> Result<bool, IndexError> {
+        check_key(key)?;
+        let guard = &epoch::pin();
+        let mut path = Path::new();
+        let (mut pid, mut head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        let op_kind = match op {
+            WriteOp::Delete => OpKind::Delete,
+            _ => OpKind::Store,
+        };
+        let (val, need) = match op {
+            WriteOp::Upsert(v) => (Some(v), None),
+            WriteOp::Insert(v) => (Some(v), Some(false)),
+            WriteOp::Update(v) => (Some(v), Some(true)),
+            WriteOp::Delete => (None, Some(true)),
+        };
+        let mut delta = Some(Owned::new(Node::delta(
+            0,
+            match val {
+                Some(v) => Kind::Upsert { key: key.into(), val: v },
+                None => Kind::Delete { key: key.into() },
+            },
+        )));
+        loop {
+            match self.insert_point(pid, head, guard) {
+                None => {
+                    // A consolidation froze the chain under the SMO run: help it finish.
+                    self.consolidate(pid, &path, guard, 0);
+                }
+                Some(ip) => {
+                    // Decide after fixing the insert point: the CAS then proves no delta
+                    // landed in between, so the existence check is exact.
+                    // SAFETY: non-null head under `guard`.
+                    let exists = leaf_lookup(unsafe { node_ref(head) }, key, guard).is_some();
+                    if need.is_some_and(|n| n != exists) {
+                        return Ok(false);
+                    }
+                    match self.install(
+                        &ip,
+                        delta.take().expect("delta"),
+                        if need.is_none() && !exists {
+                            1
+                        } else if need == Some(true) && matches!(op_kind, OpKind::Delete) {
+                            -1
+                        } else if need == Some(false) {
+                            1
+                        } else {
+                            0
+                        },
+                        guard,
+                    ) {
+                        Ok(d) => {
+                            self.after_install(pid, d, &path, guard, 0);
+                            return Ok(need.is_some() || !exists);
+                        }
+                        Err(d) => delta = Some(d),
+                    }
+                }
+            }
+            match self.settle(pid, 0, key, &path, guard, 0) {
+                Ok((p, h)) => (pid, head) = (p, h),
+                Err(Restart) => {
+                    bump(&self.counters.restarts);
+                    (pid, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+                }
+            }
+        }
+    }
+
+    // ----- consolidation ---------------------------------------------------------------
+
+    /// Replaces the chain at `pid` by one base (slot CAS, not retried), then splits, merges
+    /// or collapses the root if the new base calls for it. Returns whether it installed.
+    fn consolidate(&self, pid: Pid, path: &Path, guard: &Guard, help: u32) -> bool {
+        let head = self.load(pid, guard);
+        // SAFETY: loaded under `guard`.
+        let Some(h) = (unsafe { head.as_ref() }) else { return false };
+        if h.is_base() {
+            return false;
+        }
+        let (smo, range) = self.inspect(h, guard);
+        if let Some(s) = smo {
+            match &s.kind {
+                Kind::Remove { .. } => return false,
+                // A split is absorbed only once its parent knows the new sibling, so no
+                // split is ever lost from the index.
+                Kind::Split { .. } => {
+                    if help >= MAX_HELP || self.help_split(pid, s, path, guard, help + 1, false).is_err() {
+                        return false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if self.cfg.split_delta_at_head && h.is_smo() {
+            // Stop data deltas from landing behind the SMO run while we copy the chain.
+            let mut last = h;
+            loop {
+                // SAFETY: SMO deltas have a non-null next.
+                let n = unsafe { node_ref(last.next(guard)) };
+                if !n.is_smo() {
+                    break;
+                }
+                last = n;
+            }
+            loop {
+                sched::point();
+                let v = last.next.load(Ordering::Acquire, guard);
+                if v.tag() & TAG_FROZEN != 0
+                    || last
+                        .next
+                        .compare_exchange(
+                            v,
+                            v.with_tag(v.tag() | TAG_FROZEN),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                            guard,
+                        )
+                        .is_ok()
+                {
+                    break;
+                }
+            }
+        }
+        let new_range = match smo {
+            Some(_) => Arc::new(Range { low: range.low.clone(), high: range.high.clone(), right: range.right }),
+            None => Arc::clone(&chain_base(h, guard).as_base().expect("base").range),
+        };
+        let base = if h.level == 0 {
+            leaf_base(&leaf_entries(h, range, guard), new_range)
+        } else {
+            self.resolve_index_deletes(h, guard);
+            inner_base(&inner_entries(h, range, guard), new_range)
+        };
+        let new = Owned::new(Node::base(h.level, base));
+        sched::point();
+        match self.map.slot(pid).compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, guard) {
+            Ok(nb) => {
+                bump(&self.counters.consolidations);
+                // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
+                unsafe { retire_chain(head, &self.map, guard) };
+                self.after_consolidation(pid, nb, path, guard, help);
+                true
+            }
+            Err(_) => {
+                bump(&self.counters.failed_consolidations);
+                false
+            }
+        }
+    }
+
+    /// An inner chain is consolidated only with every index-delete decided: a posted one is
+    /// committed (it was validated against this parent when posted).
+    fn resolve_index_deletes(&self, head: &Node<V>, guard: &Guard) {
+        let mut node = head;
+        while !node.is_base() {
+            if let Kind::IndexDelete { state, .. } = &node.kind {
+                state.decide(MERGED);
+            }
+            // SAFETY: deltas have a non-null next under `guard`.
+            node = unsafe { node_ref(node.next(guard)) };
+        }
+    }
+
+    /// Improvement (a): the installer of number-0 delta `d` consolidates the chain below it
+    /// and swaps the result in as `d.next` — a CAS only a retirement of the whole chain can
+    /// beat. Chains holding SMO deltas, or another pending number-0, take the slot route.
+    fn consolidate_below(&self, pid: Pid, d: &Node<V>, path: &Path, guard: &Guard, help: u32) {
+        sched::point();
+        let below = d.next.load(Ordering::Acquire, guard);
+        let done = |d: &Node<V>| d.pending.store(false, Ordering::Release);
+        if below.tag() != 0 {
+            done(d);
+            return;
+        }
+        // SAFETY: non-null next of a delta, under `guard`.
+        let b = unsafe { node_ref(below) };
+        let mut node = b;
+        let mut simple = true;
+        while !node.is_base() {
+            if node.is_smo() || node.pending.load(Ordering::Acquire) {
+                simple = false;
+                break;
+            }
+            // SAFETY: as above.
+            node = unsafe { node_ref(node.next(guard)) };
+        }
+        // With SMO deltas kept at the head (b), data deltas under a head merge may hold keys
+        // of the absorbed sibling, beyond the base's range: only a slot consolidation, which
+        // sees the merge, may fold them.
+        if self.cfg.split_delta_at_head {
+            // SAFETY: loaded under `guard`; null means the pid was retired meanwhile.
+            if unsafe { self.load(pid, guard).as_ref() }.is_some_and(|h| h.is_smo()) {
+                simple = false;
+            }
+        }
+        if !simple || b.is_base() {
+            done(d);
+            if !simple {
+                self.consolidate(pid, path, guard, help);
+            }
+            return;
+        }
+        let base_node = chain_base(b, guard).as_base().expect("base");
+        let range = Arc::clone(&base_node.range);
+        let nb = if d.level == 0 {
+            leaf_base(&leaf_entries(b, &range, guard), range)
+        } else {
+            inner_base(&inner_entries(b, &range, guard), range)
+        };
+        let len = nb.len();
+        let new = Owned::new(Node::base(d.level, nb));
+        sched::point();
+        match d.next.compare_exchange(below, new, Ordering::AcqRel, Ordering::Acquire, guard) {
+            Ok(_) => {
+                done(d);
+                bump(&self.counters.consolidations);
+                // SAFETY: our CAS unlinked the old sub-chain; the claim protocol guarantees
+                // no retirement of the enclosing chain took it first.
+                unsafe { retire_chain(below, &self.map, guard) };
+                if self.wants_smo(pid, d.level, len) {
+                    self.consolidate(pid, path, guard, help);
+                }
+            }
+            Err(_) => done(d),
+        }
+    }
+
+    /// Whether delta `d` took its node's entry count past the split size or below the merge
+    /// threshold.
+    fn crossed_size_limit(&self, d: &Node<V>, guard: &Guard) -> bool {
+        // SAFETY: deltas have a non-null next under `guard`.
+        let before = unsafe { node_ref(d.next(guard)) }.size as usize;
+        let now = d.size as usize;
+        let max = if d.level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
+        (now > max && before <= max) || (now < self.cfg.merge_threshold && before >= self.cfg.merge_threshold)
+    }
+
+    fn wants_smo(&self, pid: Pid, level: u16, len: usize) -> bool {
+        let max = if level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
+        len > max
+            || len < self.cfg.merge_threshold
+            || (level > 0 && len == 1 && self.root.load(Ordering::Acquire) == pid)
+    }
+
+    fn after_consolidation(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+        // SAFETY: just installed, protected by `guard`.
+        let n = unsafe { node_ref(nb) };
+        let b = n.as_base().expect("base");
+        let max = if n.level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
+        let is_root = self.root.load(Ordering::Acquire) == pid;
+        if b.len() > max {
+            self.try_split(pid, nb, path, guard, help);
+        } else if is_root {
+            if n.level > 0 && b.len() == 1 {
+                self.try_collapse(pid, nb, guard);
+            }
+        } else if b.len() < self.cfg.merge_threshold {
+            self.try_merge(pid, nb, path, guard, help);
+        }
+    }
+
+    // ----- split -----------------------------------------------------------------------
+
+    fn try_split(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+        // SAFETY: `nb` is the base we just installed, protected by `guard`.
+        let n = unsafe { node_ref(nb) };
+        let b = n.as_base().expect("base");
+        let mid = b.len() / 2;
+        let sep: Box<[u8]> = b.keys.get(mid).into();
+        let Some(q) = self.map.alloc() else { return };
+        let q_range = Arc::new(Range { low: sep.clone(), high: b.range.high.clone(), right: b.range.right });
+        let q_base = if n.level == 0 {
+            let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), &b.vals[i])).collect();
+            leaf_base(&e, q_range)
+        } else {
+            let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), b.children[i])).collect();
+            inner_base(&e, q_range)
+        };
+        self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
+        let range = Arc::new(Range { low: b.range.low.clone(), high: Some(sep.clone()), right: q });
+        let split =
+            Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, right_high: b.range.high.clone(), range }));
+        match self.install_smo(pid, nb, split, guard) {
+            Ok(s) => {
+                bump(&self.counters.splits);
+                // SAFETY: just installed under `guard`.
+                // Finishing our own split is not helping: it does not spend the help budget.
+                let _ = self.help_split(pid, unsafe { node_ref(s) }, path, guard, help, true);
+            }
+            Err(_) => {
+                // Q was never reachable: take it back at once.
+                let q_node = self.map.slot(q).swap(Shared::null(), Ordering::AcqRel, guard);
+                // SAFETY: unpublished, so we are the only owner.
+                drop(unsafe { q_node.into_owned() });
+                self.map.free_unpublished(q);
+            }
+        }
+    }
+
+    /// Completes a split whose delta `split` sits on `pid`: posts the parent's index entry,
+    /// or grows a new root. `Err` when the caller should restart from the root.
+    fn help_split(
+        &self,
+        pid: Pid,
+        split: &Node<V>,
+        path: &Path,
+        guard: &Guard,
+        help: u32,
+        own: bool,
+    ) -> Result<(), Restart> {
+        let Kind::Split { sep, right: q, right_high, .. } = &split.kind else { return Ok(()) };
+        if help > MAX_HELP {
+            return Err(Restart);
+        }
+        let Some(parent) = path.last() else {
+            if self.root.load(Ordering::Acquire) != pid {
+                return Err(Restart);
+            }
+            return self.grow_root(pid, split, guard);
+        };
+        for _ in 0..1000 {
+            let (ppid, phead) = self.settle(parent, split.level + 1, sep, &path.parent(), guard, help)?;
+            let Some(ip) = self.insert_point(ppid, phead, guard) else {
+                self.consolidate(ppid, &path.parent(), guard, help);
+                continue;
+            };
+            // Re-check after fixing the insert point: if Q has started merging away, its
+            // parent entry existed (a merge requires it), so the split is complete, and
+            // posting the entry again now could resurrect Q.
+            let qh = self.load(*q, guard);
+            // SAFETY: `q` cannot be reused while we are pinned (pids are freed after an epoch).
+            match unsafe { qh.as_ref() } {
+                Some(qn) if !matches!(qn.kind, Kind::Remove { .. }) => {}
+                _ => return Ok(()),
+            }
+            // SAFETY: non-null head from `settle`.
+            if inner_route(unsafe { node_ref(phead) }, sep, guard) == *q {
+                return Ok(());
+            }
+            let delta = Owned::new(Node::delta(
+                split.level + 1,
+                Kind::IndexInsert { sep: sep.clone(), high: right_high.clone(), child: *q },
+            ));
+            if let Ok(d) = self.install(&ip, delta, 1, guard) {
+                if !own {
+                    bump(&self.counters.helped_splits);
+                }
+                self.after_install(ppid, d, &path.parent(), guard, help);
+                return Ok(());
+            }
+        }
+        Err(Restart)
+    }
+
+    fn grow_root(&self, pid: Pid, split: &Node<V>, guard: &Guard) -> Result<(), Restart> {
+        let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
+        let Some(nr) = self.map.alloc() else { return Err(Restart) };
+        let range = Arc::new(Range { low: Box::from(&b""[..]), high: None, right: NO_PID });
+        let entries = [(&b""[..], pid), (&sep[..], *q)];
+        let base: Base<V> = inner_base(&entries, range);
+        self.map.slot(nr).store(Owned::new(Node::base(split.level + 1, base)), Ordering::Release);
+        sched::point();
+        if self.root.compare_exchange(pid, nr, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            bump(&self.counters.root_splits);
+        } else {
+            let n = self.map.slot(nr).swap(Shared::null(), Ordering::AcqRel, guard);
+            // SAFETY: the new root never became reachable.
+            drop(unsafe { n.into_owned() });
+            self.map.free_unpublished(nr);
+        }
+        Err(Restart)
+    }
+
+    // ----- merge and root collapse -------------------------------------------------------
+
+    /// Merges an underflowing node into its left sibling; a parent's first child, having no
+    /// left sibling under that parent, instead pulls its right sibling into itself.
+    fn try_merge(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+        // SAFETY: `nb` is the base we just installed, under `guard`.
+        let n = unsafe { node_ref(nb) };
+        let b = n.as_base().expect("base");
+        let Some(parent) = path.last() else { return };
+        if help >= MAX_HELP {
+            return;
+        }
+        let Ok((_, phead)) = self.settle(parent, n.level + 1, &b.range.low, &path.parent(), guard, help + 1) else {
+            return;
+        };
+        // SAFETY: non-null head from `settle`.
+        let ph = unsafe { node_ref(phead) };
+        let (_, prange) = self.inspect(ph, guard);
+        // Only a node the parent already routes to can be merged.
+        if inner_route(ph, &b.range.low, guard) != pid {
+            return;
+        }
+        let (victim, victim_head) = if prange.low[..] != b.range.low[..] {
+            (pid, nb)
+        } else {
+            let entries = inner_entries(ph, prange, guard);
+            let Some(&(_, right)) = entries.get(1) else { return };
+            if entries[0].1 != pid {
+                return;
+            }
+            // The right sibling must be a fresh base to be frozen.
+            let mut head = self.load(right, guard);
+            // SAFETY: loaded under `guard`.
+            if unsafe { head.as_ref() }.is_some_and(|h| !h.is_base()) {
+                self.consolidate(right, &path.parent().with(parent), guard, help + 1);
+                head = self.load(right, guard);
+            }
+            // SAFETY: loaded under `guard`.
+            match unsafe { head.as_ref() } {
+                Some(h) if h.is_base() && h.level == n.level => (right, head),
+                _ => return,
+            }
+        };
+        let remove = Owned::new(Node::delta(n.level, Kind::Remove { state: MergeState::new(), collapse: false }));
+        if let Ok(r) = self.install_smo(victim, victim_head, remove, guard) {
+            // Our own merge, possibly propagating an underflow from below: no help budget.
+            self.help_remove(victim, r, guard, help, true);
+        }
+    }
+
+    fn try_collapse(&self, pid: Pid, nb: Shared<'_, Node<V>>, guard: &Guard) {
+        let remove = Owned::new(Node::delta(
+            // SAFETY: `nb` is non-null under `guard`.
+            unsafe { node_ref(nb) }.level,
+            Kind::Remove { state: MergeState::new(), collapse: true },
+        ));
+        if let Ok(r) = self.install_smo(pid, nb, remove, guard) {
+            self.help_remove(pid, r, guard, 1, true);
+        }
+    }
+
+    /// Drives the merge (or root collapse) frozen by the `Remove` delta `rem` on `pid`
+    /// as far as it can go.
+    fn help_remove(&self, pid: Pid, rem: Shared<'_, Node<V>>, guard: &Guard, help: u32, own: bool) {
+        // SAFETY: `rem` is non-null under `guard`.
+        let r = unsafe { node_ref(rem) };
+        let Kind::Remove { state, collapse } = &r.kind else { return };
+        let base_sh = r.next(guard);
+        // SAFETY: a Remove always sits on a base.
+        let b = unsafe { node_ref(base_sh) }.as_base().expect("Remove sits on a base");
+        if *collapse {
+            let child = b.children[0];
+            sched::point();
+            if self.root.compare_exchange(pid, child, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                state.decide(MERGED);
+                bump(&self.counters.root_collapses);
+                let old = self.map.slot(pid).swap(Shared::null(), Ordering::AcqRel, guard);
+                // SAFETY: the old root is unreachable from `root`; its Remove stops anyone
+                // from using it as a parent, and the pid is reused only after an epoch.
+                unsafe { retire_chain(old, &self.map, guard) };
+                self.map.free_deferred(pid, guard);
+            }
+            return;
+        }
+        let level = r.level;
+        let sep = &b.range.low;
+        let mut committed_by_us = false;
+        for _ in 0..1000 {
+            match state.get() {
+                ABORTED => {
+                    sched::point();
+                    if self
+                        .map
+                        .slot(pid)
+                        .compare_exchange(rem, base_sh, Ordering::AcqRel, Ordering::Acquire, guard)
+                        .is_ok()
+                    {
+                        bump(&self.counters.aborted_merges);
+                        // SAFETY: we unlinked the Remove delta; its base stays in the slot.
+                        unsafe { guard.defer_destroy(rem) };
+                    }
+                    return;
+                }
+                PENDING => {
+                    let mut ppath = Path::new();
+                    let Some((ppid, phead)) = self.descend(sep, level + 1, &mut ppath, guard, help) else { return };
+                    let Some(ip) = self.insert_point(ppid, phead, guard) else {
+                        self.consolidate(ppid, &ppath, guard, help);
+                        continue;
+                    };
+                    // SAFETY: non-null head from `descend`.
+                    let ph = unsafe { node_ref(phead) };
+                    if chain_has_index_delete(ph, state, guard) {
+                        state.decide(MERGED);
+                        continue;
+                    }
+                    let (_, prange) = self.inspect(ph, guard);
+                    let entries = inner_entries(ph, prange, guard);
+                    let Ok(i) = entries.binary_search_by(|(k, _)| (*k).cmp(&sep[..])) else { return };
+                    if entries[i].1 != pid {
+                        return;
+                    }
+                    if i == 0 {
+                        // R became the first child of its parent: no left sibling to merge into.
+                        state.decide(ABORTED);
+                        continue;
+                    }
+                    let (llow, lpid) = entries[i - 1];
+                    state.set_left_low(llow);
+                    let delta = Owned::new(Node::delta(
+                        level + 1,
+                        Kind::IndexDelete {
+                            low: llow.into(),
+                            high: b.range.high.clone(),
+                            sep: sep.clone(),
+                            left: lpid,
+                            state: Arc::clone(state),
+                        },
+                    ));
+                    if state.get() != PENDING {
+                        continue;
+                    }
+                    if self.install(&ip, delta, -1, guard).is_ok() {
+                        committed_by_us = state.decide(MERGED) == MERGED;
+                    }
+                }
+                _ => {
+                    // MERGED: make sure the left sibling carries the merge delta.
+                    if self.post_merge_delta(pid, base_sh, state, guard, help) {
+                        if !own {
+                            bump(&self.counters.helped_merges);
+                        }
+                        if committed_by_us {
+                            // Like a B+-tree's underflow propagation: the parent lost a child,
+                            // so see now whether it must merge in turn, or (as root) collapse.
+                            let mut ppath = Path::new();
+                            if let Some((ppid, _)) = self.descend(sep, level + 1, &mut ppath, guard, help) {
+                                self.consolidate(ppid, &ppath, guard, help);
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Posts the `Merge` delta for the decided merge of `pid` on its left sibling. Returns
+    /// true when the left sibling carries it (posted now or before).
+    fn post_merge_delta(
+        &self,
+        pid: Pid,
+        base_sh: Shared<'_, Node<V>>,
+        state: &Arc<MergeState>,
+        guard: &Guard,
+        help: u32,
+    ) -> bool {
+        // SAFETY: non-null base under `guard`.
+        let rn = unsafe { node_ref(base_sh) };
+        let b = rn.as_base().expect("base");
+        let sep = &b.range.low;
+        let Some(left_key) = state.left_low() else { return false };
+        let mut lpath = Path::new();
+        // The left sibling is the node at R's level that covers the keys just below `sep`:
+        // descend to a key of it, then move right (B-link) until the node ending at `sep`.
+        let Some((mut lpid, _)) = self.descend(left_key, rn.level, &mut lpath, guard, help) else { return false };
+        loop {
+            if lpid == pid || lpid == NO_PID {
+                return false;
+            }
+            let lhead = self.load(lpid, guard);
+            // SAFETY: loaded under `guard`.
+            let Some(lh) = (unsafe { lhead.as_ref() }) else { return false };
+            if lh.level != rn.level {
+                return false;
+            }
+            let (smo, lrange) = self.inspect(lh, guard);
+            if let Some(s) = smo {
+                match &s.kind {
+                    Kind::Remove { .. } => {
+                        if help < MAX_HELP {
+                            self.help_remove(lpid, lhead, guard, help + 1, false);
+                        }
+                        return false;
+                    }
+                    Kind::Merge { state: st, .. } if Arc::ptr_eq(st, state) => return true,
+                    _ => {}
+                }
+            }
+            match &lrange.high {
+                Some(h) if h[..] < sep[..] => {
+                    lpid = lrange.right;
+                    continue;
+                }
+                Some(h) if h[..] == sep[..] => {}
+                _ => return true, // already absorbed and consolidated
+            }
+            let range = Arc::new(Range { low: lrange.low.clone(), high: b.range.high.clone(), right: b.range.right });
+            let merge = Owned::new(Node::delta(
+                rn.level,
+                Kind::Merge {
+                    sep: sep.clone(),
+                    right_base: base_sh.as_raw(),
+                    r_pid: pid,
+                    range,
+                    state: Arc::clone(state),
+                },
+            ));
+            if self.install_smo(lpid, lhead, merge, guard).is_ok() {
+                bump(&self.counters.merges);
+                return true;
+            }
+        }
+    }
+
+    // ----- scans -----------------------------------------------------------------------
+
+    /// A consolidated copy of the leaf covering `key`, its high key and its right sibling.
+    pub(crate) fn leaf_snapshot(
+        &self,
+        key: &[u8],
+        guard: &Guard,
+        hi: Option<&[u8]>,
+        out: &mut Vec<(Box<[u8]>, V)>,
+    ) -> Option<Box<[u8]>> {
+        let mut path = Path::new();
+        let (_, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        // SAFETY: non-null head from `descend`.
+        let h = unsafe { node_ref(head) };
+        let (_, range) = self.inspect(h, guard);
+        for (k, v) in leaf_entries(h, range, guard) {
+            // The leaf may have absorbed its left part since the previous step: skip what
+            // was already returned.
+            if k < key {
+                continue;
+            }
+            if hi.is_some_and(|e| k >= e) {
+                break;
+            }
+            out.push((k.into(), v.clone()));
+        }
+        range.high.clone()
+    }
+
+    /// A line per node, level by level from the root (quiescent trees only; for tests).
+    pub(crate) fn dump(&self) -> String {
+        let guard = &epoch::pin();
+        let mut out = String::new();
+        let mut first = self.root.load(Ordering::Acquire);
+        loop {
+            let mut pid = first;
+            let mut next_first = None;
+            while pid != NO_PID {
+                // SAFETY: loaded under `guard`.
+                let Some(h) = (unsafe { self.load(pid, guard).as_ref() }) else { break };
+                let (smo, range) = self.inspect(h, guard);
+                let kinds: Vec<&str> = {
+                    let mut v = Vec::new();
+                    let mut n = h;
+                    loop {
+                        v.push(match &n.kind {
+                            Kind::Base(_) => "base",
+                            Kind::Upsert { .. } => "upsert",
+                            Kind::Delete { .. } => "delete",
+                            Kind::IndexInsert { .. } => "idx-ins",
+                            Kind::IndexDelete { .. } => "idx-del",
+                            Kind::Split { .. } => "split",
+                            Kind::Merge { .. } => "merge",
+                            Kind::Remove { .. } => "remove",
+                        });
+                        if n.is_base() {
+                            break;
+                        }
+                        // SAFETY: deltas have a non-null next.
+                        n = unsafe { node_ref(n.next(guard)) };
+                    }
+                    v
+                };
+                let size = if h.level == 0 {
+                    leaf_entries(h, range, guard).len()
+                } else {
+                    inner_entries(h, range, guard).len()
+                };
+                if h.level > 0 && next_first.is_none() {
+                    next_first = Some(inner_route(h, &range.low, guard));
+                }
+                out.push_str(&format!(
+                    "L{} pid {pid} [{:?}, {:?}) size {size} smo {} chain {kinds:?}\n",
+                    h.level,
+                    String::from_utf8_lossy(&range.low),
+                    range.high.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    smo.is_some()
+                ));
+                pid = range.right;
+            }
+            match next_first {
+                Some(p) => first = p,
+                None => return out,
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> BwTreeStats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let guard = epoch::pin();
+        let root = self.load(self.root.load(Ordering::Acquire), &guard);
+        // SAFETY: loaded under `guard`.
+        let height = unsafe { root.as_ref() }.map_or(0, |r| r.level as usize + 1);
+        BwTreeStats {
+            consolidations: g(&c.consolidations),
+            failed_consolidations: g(&c.failed_consolidations),
+            splits: g(&c.splits),
+            merges: g(&c.merges),
+            aborted_merges: g(&c.aborted_merges),
+            root_splits: g(&c.root_splits),
+            root_collapses: g(&c.root_collapses),
+            helped_splits: g(&c.helped_splits),
+            helped_merges: g(&c.helped_merges),
+            restarts: g(&c.restarts),
+            height,
+            pages_allocated: self.map.allocated(),
+        }
+    }
+}
+
+fn chain_has_index_delete<V>(head: &Node<V>, state: &Arc<MergeState>, guard: &Guard) -> bool {
+    let mut node = head;
+    while !node.is_base() {
+        if let Kind::IndexDelete { state: s, .. } = &node.kind {
+            if Arc::ptr_eq(s, state) {
+                return true;
+            }
+        }
+        // SAFETY: deltas have a non-null next under `guard`.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+    false
+}
+
+fn check_key(key: &[u8]) -> Result<(), IndexError> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(IndexError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! tsumiki: an embeddable transactional key-value storage engine for many-core machines
+//! and flash storage.
+//!
+//! The engine is built from five research papers (see `docs/design.md`). This crate holds:
+//! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map.
+#![warn(missing_docs)]
+
+pub mod index;
