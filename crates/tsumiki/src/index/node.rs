@@ -49,6 +49,11 @@ pub(crate) struct MergeState {
     /// committed: descending to it and moving right finds whichever node must take the
     /// `Merge` delta, even after the parent itself changed or went away.
     left_low: std::sync::OnceLock<Box<[u8]>>,
+    /// Set once the `Merge` delta is in the left sibling's chain: by its installer after the
+    /// CAS, and by any consolidation about to absorb it before that consolidation's CAS.
+    /// A helper reads it after reading the chain it would CAS against, so it never posts the
+    /// merge a second time (say after the left node absorbed R and split at R's key again).
+    posted: AtomicBool,
 }
 
 pub(crate) const PENDING: u8 = 0;
@@ -57,7 +62,11 @@ pub(crate) const ABORTED: u8 = 2;
 
 impl MergeState {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(MergeState { state: AtomicU8::new(PENDING), left_low: std::sync::OnceLock::new() })
+        Arc::new(MergeState {
+            state: AtomicU8::new(PENDING),
+            left_low: std::sync::OnceLock::new(),
+            posted: AtomicBool::new(false),
+        })
     }
     #[inline]
     pub(crate) fn get(&self) -> u8 {
@@ -73,6 +82,12 @@ impl MergeState {
     /// Records a key of the left sibling (the first one recorded wins; any is good).
     pub(crate) fn set_left_low(&self, key: &[u8]) {
         let _ = self.left_low.set(key.into());
+    }
+    pub(crate) fn set_posted(&self) {
+        self.posted.store(true, Ordering::SeqCst);
+    }
+    pub(crate) fn posted(&self) -> bool {
+        self.posted.load(Ordering::SeqCst)
     }
     pub(crate) fn left_low(&self) -> Option<&[u8]> {
         self.left_low.get().map(|k| &k[..])
@@ -153,27 +168,23 @@ pub(crate) enum Kind<V> {
     Delete {
         key: Box<[u8]>,
     },
-    /// Parent half of a split: keys in `[sep, high)` now go to `child`.
+    /// Parent half of a split: the entry `sep -> child` exists.
     IndexInsert {
         sep: Box<[u8]>,
-        high: Option<Box<[u8]>>,
         child: Pid,
     },
-    /// Parent half of a merge: the entry `sep` is gone; keys in `[low, high)` go to `left`.
-    /// Void unless `state` is MERGED.
+    /// Parent half of a merge: the entry `sep` is gone, so its keys go to the entry below
+    /// (`left` when posted). Void unless `state` is MERGED.
     IndexDelete {
-        low: Box<[u8]>,
-        high: Option<Box<[u8]>>,
         sep: Box<[u8]>,
         left: Pid,
         state: Arc<MergeState>,
     },
     /// Keys at or above `sep` moved to the new right sibling `right`; `range` is this node's
-    /// range after the split, `right_high` the new sibling's high key.
+    /// range after the split.
     Split {
         sep: Box<[u8]>,
         right: Pid,
-        right_high: Option<Box<[u8]>>,
         range: Arc<Range>,
     },
     /// This node absorbed its right sibling `r_pid`, whose frozen base is `right_base`.
@@ -362,21 +373,37 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
     }
 }
 
-/// The child of a validated inner chain that covers `key` (same rules as `leaf_lookup`).
+/// The child of a validated inner chain that covers `key`: the entry with the greatest
+/// separator at or below `key`, where an entry exists if the newest delta naming its
+/// separator inserted it (or, with no delta naming it, if the base holds it). These exact
+/// map semantics never route through an entry that was deleted, so never to a page id that
+/// may have been retired and reused.
 pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
+    const MAX_DECIDED: usize = 32;
+    let mut decided: [&[u8]; MAX_DECIDED] = [&[]; MAX_DECIDED];
+    let mut n_decided = 0;
+    let mut best: Option<(&'g [u8], Pid)> = None;
     let mut node = head;
     let mut right_base: Option<&'g Base<V>> = None;
     let mut cut = false;
     loop {
         match &node.kind {
-            Kind::IndexInsert { sep, high, child } => {
-                if key >= &sep[..] && !matches!(high, Some(h) if key >= &h[..]) {
-                    return *child;
-                }
-            }
-            Kind::IndexDelete { low, high, left, state, .. } => {
-                if state.get() == MERGED && key >= &low[..] && !matches!(high, Some(h) if key >= &h[..]) {
-                    return *left;
+            Kind::IndexInsert { sep, child, .. } | Kind::IndexDelete { sep, left: child, .. } => {
+                let live = match &node.kind {
+                    Kind::IndexDelete { state, .. } => state.get() != MERGED,
+                    _ => true,
+                };
+                let is_deleted_entry = matches!(node.kind, Kind::IndexDelete { .. });
+                // A void (not MERGED) index-delete decides nothing.
+                if !(is_deleted_entry && live) && !decided[..n_decided].contains(&&sep[..]) {
+                    if n_decided == MAX_DECIDED {
+                        return route_slow(head, key, guard);
+                    }
+                    decided[n_decided] = &sep[..];
+                    n_decided += 1;
+                    if !is_deleted_entry && &sep[..] <= key && best.is_none_or(|(b, _)| &sep[..] > b) {
+                        best = Some((&sep[..], *child));
+                    }
                 }
             }
             Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
@@ -385,16 +412,44 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                 right_base = unsafe { &**rb }.as_base();
             }
             Kind::Base(b) => {
-                return match right_base {
-                    Some(rb) if cut || key >= &rb.range.low[..] => rb.child_for(key),
-                    _ => b.child_for(key),
+                let base = match right_base {
+                    Some(rb) => rb,
+                    None if cut => return best.map(|(_, c)| c).unwrap_or_else(|| b.child_for(key)),
+                    None => b,
                 };
+                // The base's greatest separator <= key that no delta decided.
+                let mut i = match base.keys.search(key) {
+                    Ok(i) => i + 1,
+                    Err(i) => i,
+                };
+                while i > 0 {
+                    i -= 1;
+                    let k = base.keys.get(i);
+                    if best.is_some_and(|(b, _)| k <= b) {
+                        break;
+                    }
+                    if !decided[..n_decided].contains(&k) {
+                        return base.children[i];
+                    }
+                }
+                return best.map(|(_, c)| c).unwrap_or_else(|| base.children[0]);
             }
             _ => {}
         }
         // SAFETY: every delta has a non-null next protected by the same guard.
         node = unsafe { node_ref(node.next(guard)) };
     }
+}
+
+/// `inner_route` for chains with very many index deltas: materialise the entries.
+fn route_slow<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
+    let (_, range) = inspect_walk(head, guard);
+    let entries = inner_entries(head, range, guard);
+    let i = match entries.binary_search_by(|(k, _)| (*k).cmp(key)) {
+        Ok(i) => i,
+        Err(i) => i.saturating_sub(1),
+    };
+    entries[i].1
 }
 
 /// What a chain is made of, gathered newest-first.

@@ -201,16 +201,25 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         loop {
             let head = self.load(pid, guard);
             // SAFETY: loaded under `guard`.
-            let Some(h) = (unsafe { head.as_ref() }) else { return Err(Restart) };
+            let Some(h) = (unsafe { head.as_ref() }) else {
+                // Routed to a node already merged away and retired: the parent still routes
+                // by a stale index-delete (its left node merged on too). Consolidating the
+                // parent applies every delete exactly.
+                self.repair_parent(path, guard, help);
+                return Err(Restart);
+            };
             if h.level != level {
                 return Err(Restart);
             }
             let (smo, range) = self.inspect(h, guard);
             if let Some(s) = smo {
                 match &s.kind {
-                    Kind::Remove { .. } => {
+                    Kind::Remove { state, .. } => {
                         if help < MAX_HELP {
                             self.help_remove(pid, head, guard, help + 1, false);
+                        }
+                        if state.get() == MERGED {
+                            self.repair_parent(path, guard, help);
                         }
                         return Err(Restart);
                     }
@@ -240,6 +249,15 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 }
             }
             return Ok((pid, head));
+        }
+    }
+
+    /// Consolidates the parent we descended from (see `settle`).
+    fn repair_parent(&self, path: &Path, guard: &Guard, help: u32) {
+        if let Some(parent) = path.last() {
+            if help < MAX_HELP {
+                self.consolidate(parent, &path.parent(), guard, help + 1);
+            }
         }
     }
 
@@ -472,6 +490,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             Some(_) => Arc::new(Range { low: range.low.clone(), high: range.high.clone(), right: range.right }),
             None => Arc::clone(&chain_base(h, guard).as_base().expect("base").range),
         };
+        mark_merges_posted(h, guard);
         let base = if h.level == 0 {
             leaf_base(&leaf_entries(h, range, guard), new_range)
         } else {
@@ -625,8 +644,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         };
         self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
         let range = Arc::new(Range { low: b.range.low.clone(), high: Some(sep.clone()), right: q });
-        let split =
-            Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, right_high: b.range.high.clone(), range }));
+        let split = Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range }));
         match self.install_smo(pid, nb, split, guard) {
             Ok(s) => {
                 bump(&self.counters.splits);
@@ -655,7 +673,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         help: u32,
         own: bool,
     ) -> Result<(), Restart> {
-        let Kind::Split { sep, right: q, right_high, .. } = &split.kind else { return Ok(()) };
+        let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
         if help > MAX_HELP {
             return Err(Restart);
         }
@@ -684,10 +702,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             if inner_route(unsafe { node_ref(phead) }, sep, guard) == *q {
                 return Ok(());
             }
-            let delta = Owned::new(Node::delta(
-                split.level + 1,
-                Kind::IndexInsert { sep: sep.clone(), high: right_high.clone(), child: *q },
-            ));
+            let delta = Owned::new(Node::delta(split.level + 1, Kind::IndexInsert { sep: sep.clone(), child: *q }));
             if let Ok(d) = self.install(&ip, delta, 1, guard) {
                 if !own {
                     bump(&self.counters.helped_splits);
@@ -849,13 +864,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                     state.set_left_low(llow);
                     let delta = Owned::new(Node::delta(
                         level + 1,
-                        Kind::IndexDelete {
-                            low: llow.into(),
-                            high: b.range.high.clone(),
-                            sep: sep.clone(),
-                            left: lpid,
-                            state: Arc::clone(state),
-                        },
+                        Kind::IndexDelete { sep: sep.clone(), left: lpid, state: Arc::clone(state) },
                     ));
                     if state.get() != PENDING {
                         continue;
@@ -935,6 +944,11 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 Some(h) if h[..] == sep[..] => {}
                 _ => return true, // already absorbed and consolidated
             }
+            // L ends at `sep`, but that may be a new split after L absorbed R: the flag, read
+            // after the chain we CAS against, tells (see `MergeState::posted`).
+            if state.posted() {
+                return true;
+            }
             let range = Arc::new(Range { low: lrange.low.clone(), high: b.range.high.clone(), right: b.range.right });
             let merge = Owned::new(Node::delta(
                 rn.level,
@@ -947,6 +961,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 },
             ));
             if self.install_smo(lpid, lhead, merge, guard).is_ok() {
+                state.set_posted();
                 bump(&self.counters.merges);
                 return true;
             }
@@ -1061,6 +1076,18 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             height,
             pages_allocated: self.map.allocated(),
         }
+    }
+}
+
+/// Before a consolidation may absorb merge deltas, record that they were posted.
+fn mark_merges_posted<V>(head: &Node<V>, guard: &Guard) {
+    let mut node = head;
+    while !node.is_base() {
+        if let Kind::Merge { state, .. } = &node.kind {
+            state.set_posted();
+        }
+        // SAFETY: deltas have a non-null next under `guard`.
+        node = unsafe { node_ref(node.next(guard)) };
     }
 }
 

@@ -1,0 +1,503 @@
+//! `tsumiki bench index`: paper 002's index benchmark. The same pre-generated workload runs,
+//! in one invocation, against the Bw-tree (as the paper, with each improvement, with both)
+//! and against other concurrent ordered maps.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::RwLock;
+use serde_json::json;
+use tsumiki::index::{BwTree, BwTreeConfig};
+
+use super::report;
+use super::workload::{rng, KeyChooser, KeyTable, Mix};
+
+#[derive(Args, Debug, Clone)]
+pub struct IndexArgs {
+    /// Records loaded before the timed part.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub initial: u64,
+    /// Operations per run, over all threads.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub ops: u64,
+    /// Distinct keys operations choose from.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Key size in bytes.
+    #[arg(long, default_value_t = 8, value_parser = parse_key_size)]
+    pub key_size: usize,
+    /// Zipf skew s of key choice; 0 is uniform. Hot keys are scrambled over the key space.
+    #[arg(long, default_value_t = 0.0)]
+    pub skew: f64,
+    /// Operation mix as name=weight pairs: read, scan, upsert, insert, update, delete.
+    #[arg(long, default_value = "read=50,upsert=50")]
+    pub mix: String,
+    /// Records read by each scan.
+    #[arg(long, default_value_t = 100)]
+    pub scan_len: usize,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Timed runs per structure; throughput is their mean.
+    #[arg(long, default_value_t = 5)]
+    pub runs: u64,
+    /// Structures, comma-separated, or `all`: bwtree (the paper's), bwtree-opt (both
+    /// improvements), bwtree-a (numbered deltas only), bwtree-b (split delta at head only),
+    /// btree-rwlock, skiplist, scc, art (8-byte keys only).
+    #[arg(long, default_value = "all")]
+    pub index: String,
+    /// Bw-tree leaf and inner node size.
+    #[arg(long, default_value_t = 128)]
+    pub node_size: usize,
+    /// Bw-tree delta-chain length that triggers consolidation.
+    #[arg(long, default_value_t = 8)]
+    pub delta_threshold: usize,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print one JSON object per structure instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_key_size(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ (8 | 16 | 32 | 64 | 128)) => Ok(n),
+        _ => Err("key size must be one of 8, 16, 32, 64, 128".into()),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum OpKind {
+    Read,
+    Scan,
+    Upsert,
+    Insert,
+    Update,
+    Delete,
+}
+
+const OP_NAMES: &[(&str, OpKind)] = &[
+    ("read", OpKind::Read),
+    ("scan", OpKind::Scan),
+    ("upsert", OpKind::Upsert),
+    ("insert", OpKind::Insert),
+    ("update", OpKind::Update),
+    ("delete", OpKind::Delete),
+];
+
+/// What every benchmarked structure offers. Implementations are monomorphised into the
+/// runner: the structure is chosen once, never per operation.
+pub trait BenchIndex: Sync {
+    fn get(&self, k: &[u8]) -> bool;
+    fn scan(&self, k: &[u8], n: usize) -> usize;
+    fn upsert(&self, k: &[u8], v: u64);
+    fn insert(&self, k: &[u8], v: u64) -> bool;
+    fn update(&self, k: &[u8], v: u64) -> bool;
+    fn delete(&self, k: &[u8]) -> bool;
+    /// Structure-specific counters for the report.
+    fn stats(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+impl BenchIndex for BwTree<u64> {
+    fn get(&self, k: &[u8]) -> bool {
+        BwTree::get(self, k).unwrap().is_some()
+    }
+    fn scan(&self, k: &[u8], n: usize) -> usize {
+        BwTree::scan(self, k, None).take(n).count()
+    }
+    fn upsert(&self, k: &[u8], v: u64) {
+        BwTree::upsert(self, k, v).unwrap();
+    }
+    fn insert(&self, k: &[u8], v: u64) -> bool {
+        BwTree::insert(self, k, v).unwrap()
+    }
+    fn update(&self, k: &[u8], v: u64) -> bool {
+        BwTree::update(self, k, v).unwrap()
+    }
+    fn delete(&self, k: &[u8]) -> bool {
+        BwTree::delete(self, k).unwrap()
+    }
+    fn stats(&self) -> serde_json::Value {
+        let s = BwTree::stats(self);
+        json!({
+            "consolidations": s.consolidations, "failed_consolidations": s.failed_consolidations,
+            "splits": s.splits, "merges": s.merges, "root_splits": s.root_splits,
+            "helped_splits": s.helped_splits, "helped_merges": s.helped_merges,
+            "restarts": s.restarts, "height": s.height,
+        })
+    }
+}
+
+/// The floor to beat: std's BTreeMap behind one reader-writer lock.
+pub struct BTreeRwLock(RwLock<BTreeMap<Vec<u8>, u64>>);
+
+impl BenchIndex for BTreeRwLock {
+    fn get(&self, k: &[u8]) -> bool {
+        self.0.read().contains_key(k)
+    }
+    fn scan(&self, k: &[u8], n: usize) -> usize {
+        self.0.read().range::<[u8], _>((Bound::Included(k), Bound::Unbounded)).take(n).count()
+    }
+    fn upsert(&self, k: &[u8], v: u64) {
+        self.0.write().insert(k.to_vec(), v);
+    }
+    fn insert(&self, k: &[u8], v: u64) -> bool {
+        let mut m = self.0.write();
+        if m.contains_key(k) {
+            return false;
+        }
+        m.insert(k.to_vec(), v);
+        true
+    }
+    fn update(&self, k: &[u8], v: u64) -> bool {
+        self.0.write().get_mut(k).map(|x| *x = v).is_some()
+    }
+    fn delete(&self, k: &[u8]) -> bool {
+        self.0.write().remove(k).is_some()
+    }
+}
+
+pub struct SkipList(crossbeam_skiplist::SkipMap<Vec<u8>, u64>);
+
+impl BenchIndex for SkipList {
+    fn get(&self, k: &[u8]) -> bool {
+        self.0.get(k).is_some()
+    }
+    fn scan(&self, k: &[u8], n: usize) -> usize {
+        self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded)).take(n).count()
+    }
+    fn upsert(&self, k: &[u8], v: u64) {
+        self.0.insert(k.to_vec(), v);
+    }
+    fn insert(&self, k: &[u8], v: u64) -> bool {
+        if self.0.contains_key(k) {
+            return false;
+        }
+        self.0.get_or_insert(k.to_vec(), v);
+        true
+    }
+    fn update(&self, k: &[u8], v: u64) -> bool {
+        if !self.0.contains_key(k) {
+            return false;
+        }
+        self.0.insert(k.to_vec(), v);
+        true
+    }
+    fn delete(&self, k: &[u8]) -> bool {
+        self.0.remove(k).is_some()
+    }
+}
+
+pub struct Scc(scc::TreeIndex<Vec<u8>, u64>);
+
+impl BenchIndex for Scc {
+    fn get(&self, k: &[u8]) -> bool {
+        self.0.read_sync(k, |_, v| *v).is_some()
+    }
+    fn scan(&self, k: &[u8], n: usize) -> usize {
+        let guard = scc::Guard::new();
+        self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded), &guard).take(n).count()
+    }
+    fn upsert(&self, k: &[u8], v: u64) {
+        self.0.upsert_sync(k.to_vec(), v);
+    }
+    fn insert(&self, k: &[u8], v: u64) -> bool {
+        self.0.insert_sync(k.to_vec(), v).is_ok()
+    }
+    fn update(&self, k: &[u8], v: u64) -> bool {
+        // TreeIndex values are immutable in place: an update replaces the entry.
+        if self.0.read_sync(k, |_, _| ()).is_none() {
+            return false;
+        }
+        self.0.upsert_sync(k.to_vec(), v);
+        true
+    }
+    fn delete(&self, k: &[u8]) -> bool {
+        self.0.remove_sync(k)
+    }
+}
+
+/// An adaptive radix tree (congee); keys are the 8-byte big-endian integers of the table.
+pub struct Art(congee::Congee<usize, usize>);
+
+fn art_key(k: &[u8]) -> usize {
+    usize::from_be_bytes(k[k.len() - 8..].try_into().unwrap())
+}
+
+impl BenchIndex for Art {
+    fn get(&self, k: &[u8]) -> bool {
+        let g = self.0.pin();
+        self.0.get(&art_key(k), &g).is_some()
+    }
+    fn scan(&self, k: &[u8], n: usize) -> usize {
+        let g = self.0.pin();
+        let mut buf = vec![(0usize, 0usize); n];
+        self.0.range(&art_key(k), &usize::MAX, &mut buf, &g)
+    }
+    fn upsert(&self, k: &[u8], v: u64) {
+        let g = self.0.pin();
+        self.0.insert(art_key(k), v as usize, &g).expect("congee out of memory");
+    }
+    fn insert(&self, k: &[u8], v: u64) -> bool {
+        let g = self.0.pin();
+        let mut inserted = false;
+        self.0
+            .compute_or_insert(
+                art_key(k),
+                |old| match old {
+                    Some(o) => o,
+                    None => {
+                        inserted = true;
+                        v as usize
+                    }
+                },
+                &g,
+            )
+            .expect("congee out of memory");
+        inserted
+    }
+    fn update(&self, k: &[u8], v: u64) -> bool {
+        let g = self.0.pin();
+        self.0.compute_if_present(&art_key(k), |_| Some(v as usize), &g).is_some()
+    }
+    fn delete(&self, k: &[u8]) -> bool {
+        let g = self.0.pin();
+        self.0.remove(&art_key(k), &g).is_some()
+    }
+}
+
+/// One structure's results over all runs.
+struct Outcome {
+    name: String,
+    throughputs: Vec<f64>,
+    latency: Histogram<u64>,
+    succeeded: u64,
+    stats: serde_json::Value,
+}
+
+/// Pre-generated operations of one thread for one run: (kind, key number).
+type Ops = Vec<(OpKind, u32)>;
+
+fn gen_ops(args: &IndexArgs, mix: &Mix<OpKind>, chooser: &KeyChooser, run: u64) -> Vec<Ops> {
+    let per = args.ops / args.threads as u64;
+    (0..args.threads as u64)
+        .map(|t| {
+            let mut r = rng(args.seed, run + 1, t);
+            (0..per).map(|_| (mix.pick(&mut r), chooser.pick(&mut r))).collect()
+        })
+        .collect()
+}
+
+/// Latency is sampled on one operation in this many, to keep timer reads off most ops.
+const LATENCY_SAMPLE: usize = 8;
+
+fn bench_one<I: BenchIndex>(name: &str, idx: I, args: &IndexArgs, keys: &KeyTable, all_ops: &[Vec<Ops>]) -> Outcome {
+    // Load: the first `initial` keys in a random order, in parallel.
+    let mut order: Vec<u32> = (0..args.initial.min(keys.len() as u64) as u32).collect();
+    {
+        use rand::seq::SliceRandom;
+        order.shuffle(&mut rng(args.seed, 0, 999));
+    }
+    let chunk = order.len().div_ceil(args.threads).max(1);
+    std::thread::scope(|s| {
+        for part in order.chunks(chunk) {
+            let idx = &idx;
+            s.spawn(move || {
+                for &k in part {
+                    idx.upsert(keys.get(k), k as u64);
+                }
+            });
+        }
+    });
+
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let mut throughputs = Vec::new();
+    let mut succeeded = 0;
+    let total_ops: u64 = all_ops[0].iter().map(|o| o.len() as u64).sum();
+    for (run, ops) in all_ops.iter().enumerate() {
+        let bar = ProgressBar::new(total_ops);
+        bar.set_style(ProgressStyle::with_template("{prefix:>22} [{bar:30}] {pos}/{len} ops {per_sec}").unwrap());
+        bar.set_prefix(format!("{name} run {}/{}", run + 1, args.runs));
+        let done = AtomicU64::new(0);
+        let barrier = Barrier::new(args.threads + 1);
+        let (elapsed, hists, oks) = std::thread::scope(|s| {
+            let handles: Vec<_> = ops
+                .iter()
+                .map(|my_ops| {
+                    let (idx, barrier, done) = (&idx, &barrier, &done);
+                    s.spawn(move || {
+                        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+                        let mut ok = 0u64;
+                        barrier.wait();
+                        for (i, &(kind, k)) in my_ops.iter().enumerate() {
+                            let key = keys.get(k);
+                            let t0 = (i % LATENCY_SAMPLE == 0).then(Instant::now);
+                            let hit = match kind {
+                                OpKind::Read => idx.get(key),
+                                OpKind::Scan => idx.scan(key, args.scan_len) > 0,
+                                OpKind::Upsert => {
+                                    idx.upsert(key, i as u64);
+                                    true
+                                }
+                                OpKind::Insert => idx.insert(key, i as u64),
+                                OpKind::Update => idx.update(key, i as u64),
+                                OpKind::Delete => idx.delete(key),
+                            };
+                            ok += hit as u64;
+                            if let Some(t0) = t0 {
+                                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                            }
+                            if i % 4096 == 4095 {
+                                done.fetch_add(4096, Ordering::Relaxed);
+                            }
+                        }
+                        (h, ok)
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let start = Instant::now();
+            while !handles.iter().all(|h| h.is_finished()) {
+                bar.set_position(done.load(Ordering::Relaxed));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let elapsed = start.elapsed();
+            let oks: u64 = results.iter().map(|(_, ok)| ok).sum();
+            (elapsed, results.into_iter().map(|(h, _)| h).collect::<Vec<_>>(), oks)
+        });
+        bar.finish_and_clear();
+        throughputs.push(total_ops as f64 / elapsed.as_secs_f64());
+        for h in hists {
+            latency.add(h).unwrap();
+        }
+        succeeded += oks;
+    }
+    let stats = idx.stats();
+    Outcome { name: name.to_string(), throughputs, latency, succeeded, stats }
+}
+
+fn bwtree(args: &IndexArgs, a: bool, b: bool) -> Result<BwTree<u64>, String> {
+    let cfg = BwTreeConfig {
+        leaf_max: args.node_size,
+        inner_max: args.node_size,
+        merge_threshold: (args.node_size / 8).max(1),
+        delta_threshold: args.delta_threshold,
+        numbered_deltas: a,
+        split_delta_at_head: b,
+    };
+    BwTree::with_config(cfg).map_err(|e| e.to_string())
+}
+
+const ALL: &[&str] = &["bwtree", "bwtree-opt", "btree-rwlock", "skiplist", "scc", "art"];
+const KNOWN: &[&str] = &["bwtree", "bwtree-opt", "bwtree-a", "bwtree-b", "btree-rwlock", "skiplist", "scc", "art"];
+
+pub fn run(args: &IndexArgs) -> Result<(), String> {
+    if args.threads == 0 || args.runs == 0 || args.keys == 0 || args.keys > u32::MAX as u64 {
+        return Err("--threads, --runs and --keys must be positive (and --keys below 2^32)".into());
+    }
+    if args.initial > args.keys {
+        return Err(format!("--initial ({}) cannot exceed --keys ({})", args.initial, args.keys));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for n in args.index.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if n == "all" {
+            names.extend(ALL);
+        } else if let Some(k) = KNOWN.iter().find(|k| **k == n) {
+            names.push(k);
+        } else {
+            return Err(format!("unknown index {n:?}; known: {}, all", KNOWN.join(", ")));
+        }
+    }
+    names.dedup();
+    if args.key_size != 8 && names.contains(&"art") {
+        if args.index.split(',').any(|n| n.trim() == "art") {
+            return Err("art (congee) supports 8-byte keys only".into());
+        }
+        names.retain(|n| *n != "art");
+    }
+    let mix = Mix::parse(&args.mix, OP_NAMES)?;
+    let chooser = KeyChooser::new(args.keys, args.skew)?;
+    let keys = KeyTable::new(args.keys as usize, args.key_size);
+    let ops: Vec<Vec<Ops>> = (0..args.runs).map(|r| gen_ops(args, &mix, &chooser, r)).collect();
+
+    let mut outcomes = Vec::new();
+    for name in names {
+        let o = match name {
+            "bwtree" => bench_one(name, bwtree(args, false, false)?, args, &keys, &ops),
+            "bwtree-opt" => bench_one(name, bwtree(args, true, true)?, args, &keys, &ops),
+            "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, &ops),
+            "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, &ops),
+            "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, &ops),
+            "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, &ops),
+            "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, &ops),
+            "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, &ops),
+            _ => unreachable!(),
+        };
+        if args.json {
+            print_json(args, &o);
+        }
+        outcomes.push(o);
+    }
+    if !args.json {
+        print_table(args, &outcomes);
+    }
+    Ok(())
+}
+
+fn print_json(args: &IndexArgs, o: &Outcome) {
+    let (mean, median) = report::mean_median(&o.throughputs);
+    let v = json!({
+        "bench": "index",
+        "index": o.name,
+        "threads": args.threads,
+        "key_size": args.key_size,
+        "skew": args.skew,
+        "mix": args.mix,
+        "initial": args.initial,
+        "keys": args.keys,
+        "ops": args.ops,
+        "runs": args.runs,
+        "throughput_ops_s": mean,
+        "throughput_median_ops_s": median,
+        "throughput_runs": o.throughputs,
+        "succeeded_ops": o.succeeded,
+        "latency_ns": report::latency_json(&o.latency),
+        "stats": o.stats,
+    });
+    println!("{v}");
+}
+
+fn print_table(args: &IndexArgs, outcomes: &[Outcome]) {
+    println!(
+        "index benchmark: {} threads, {}-byte keys, skew {}, mix {}, {} initial, {} keys, {} ops x {} runs",
+        args.threads, args.key_size, args.skew, args.mix, args.initial, args.keys, args.ops, args.runs
+    );
+    let base = outcomes.iter().find(|o| o.name == "btree-rwlock").map(|o| report::mean_median(&o.throughputs).0);
+    let rows: Vec<Vec<String>> = outcomes
+        .iter()
+        .map(|o| {
+            let (mean, median) = report::mean_median(&o.throughputs);
+            let q = |p: f64| format!("{}", o.latency.value_at_quantile(p));
+            vec![
+                o.name.clone(),
+                format!("{:.3}", mean / 1e6),
+                format!("{:.3}", median / 1e6),
+                base.map_or("-".into(), |b| format!("{:.2}x", mean / b)),
+                q(0.50),
+                q(0.99),
+                q(0.999),
+            ]
+        })
+        .collect();
+    report::table(&["index", "Mops/s mean", "median", "vs btree-rwlock", "p50 ns", "p99 ns", "p99.9 ns"], &rows);
+}
