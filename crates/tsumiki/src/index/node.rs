@@ -30,13 +30,38 @@ pub(crate) struct Range {
     pub high: Option<Box<[u8]>>,
     /// Right sibling at the same level (`NO_PID` for the rightmost node).
     pub right: Pid,
+    low_p: u64,
+    high_p: u64,
 }
 
 impl Range {
+    pub(crate) fn new(low: Box<[u8]>, high: Option<Box<[u8]>>, right: Pid) -> Self {
+        let low_p = prefix(&low);
+        let high_p = high.as_deref().map_or(u64::MAX, prefix);
+        Range { low, high, right, low_p, high_p }
+    }
+
     /// True when `key` lies at or above the high key, so it belongs to a node further right.
     #[inline]
     pub(crate) fn beyond(&self, key: &[u8]) -> bool {
-        matches!(&self.high, Some(h) if key >= &h[..])
+        match &self.high {
+            None => false,
+            Some(h) => match prefix(key).cmp(&self.high_p) {
+                CmpOrdering::Less => false,
+                CmpOrdering::Greater => true,
+                CmpOrdering::Equal => key >= &h[..],
+            },
+        }
+    }
+
+    /// True when `key` lies below the low key.
+    #[inline]
+    pub(crate) fn below(&self, key: &[u8]) -> bool {
+        match prefix(key).cmp(&self.low_p) {
+            CmpOrdering::Less => true,
+            CmpOrdering::Greater => false,
+            CmpOrdering::Equal => key < &self.low[..],
+        }
     }
 }
 
@@ -94,16 +119,28 @@ impl MergeState {
     }
 }
 
-/// Sorted keys stored contiguously, so a binary search touches one buffer.
+/// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
+/// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
+/// key bytes only on a tie.
+#[inline]
+pub(crate) fn prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
 #[derive(Default)]
 pub(crate) struct KeyVec {
+    prefixes: Vec<u64>,
     data: Vec<u8>,
     ends: Vec<u32>,
 }
 
 impl KeyVec {
     pub(crate) fn with_capacity(n: usize, bytes: usize) -> Self {
-        KeyVec { data: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+        KeyVec { prefixes: Vec::with_capacity(n), data: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
     }
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -114,17 +151,30 @@ impl KeyVec {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.data[start..self.ends[i] as usize]
     }
+    #[inline]
+    fn key_len(&self, i: usize) -> usize {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        (self.ends[i] - start) as usize
+    }
     pub(crate) fn push(&mut self, key: &[u8]) {
+        self.prefixes.push(prefix(key));
         self.data.extend_from_slice(key);
         self.ends.push(self.data.len() as u32);
     }
     /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        let kp = prefix(key);
         let (mut lo, mut hi) = (0usize, self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.get(mid).cmp(key) {
+            let ord = match self.prefixes[mid].cmp(&kp) {
+                // Equal prefixes of keys no longer than the prefix: the shorter key is smaller.
+                CmpOrdering::Equal if key.len() <= 8 && self.key_len(mid) <= 8 => self.key_len(mid).cmp(&key.len()),
+                CmpOrdering::Equal => self.get(mid).cmp(key),
+                o => o,
+            };
+            match ord {
                 CmpOrdering::Less => lo = mid + 1,
                 CmpOrdering::Greater => hi = mid,
                 CmpOrdering::Equal => return Ok(mid),
@@ -213,6 +263,8 @@ pub(crate) struct Node<V> {
     pub depth: u16,
     /// Improvement (a): data deltas are numbered modulo the threshold; number 0 consolidates.
     pub num: u16,
+    /// `prefix` of a data delta's key (or separator), compared before the key itself.
+    pub kp: u64,
     /// Entries of the logical node as of this delta (records of a leaf, children of an inner
     /// node); approximate under a merge. Lets numbered mode notice underflow and overflow.
     pub size: u32,
@@ -240,6 +292,7 @@ impl<V> Node<V> {
             level,
             depth: 0,
             num: 0,
+            kp: 0,
             size: base.len() as u32,
             pending: AtomicBool::new(false),
             base_range: std::ptr::null(),
@@ -248,11 +301,17 @@ impl<V> Node<V> {
     }
 
     pub(crate) fn delta(level: u16, kind: Kind<V>) -> Self {
+        let kp = match &kind {
+            Kind::Upsert { key, .. } | Kind::Delete { key } => prefix(key),
+            Kind::IndexInsert { sep, .. } | Kind::IndexDelete { sep, .. } => prefix(sep),
+            _ => 0,
+        };
         Node {
             next: Atomic::null(),
             level,
             depth: 0,
             num: 0,
+            kp,
             size: 0,
             pending: AtomicBool::new(false),
             base_range: std::ptr::null(),
@@ -348,10 +407,11 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
     let mut node = head;
     let mut right_base: Option<&'g Base<V>> = None;
     let mut cut = false;
+    let kp = prefix(key);
     loop {
         match &node.kind {
-            Kind::Upsert { key: k, val } if &k[..] == key => return Some(val),
-            Kind::Delete { key: k } if &k[..] == key => return None,
+            Kind::Upsert { key: k, val } if node.kp == kp && &k[..] == key => return Some(val),
+            Kind::Delete { key: k } if node.kp == kp && &k[..] == key => return None,
             Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
             Kind::Merge { sep, right_base: rb, .. } if key >= &sep[..] && right_base.is_none() => {
                 // SAFETY: the merged base lives as long as this merge delta.

@@ -114,7 +114,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     pub(crate) fn new(cfg: BwTreeConfig) -> Self {
         let map = MappingTable::new();
         let pid = map.alloc().expect("empty table has room");
-        let range = Arc::new(Range { low: Box::from(&b""[..]), high: None, right: NO_PID });
+        let range = Arc::new(Range::new(Box::from(&b""[..]), None, NO_PID));
         let base = Base { range, keys: KeyVec::default(), vals: Vec::new(), children: Vec::new() };
         map.slot(pid).store(Owned::new(Node::base(0, base)), Ordering::Release);
         Tree { map, root: AtomicU64::new(pid), cfg, counters: Counters::default() }
@@ -231,7 +231,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                     _ => {}
                 }
             }
-            if key < &range.low[..] {
+            if range.below(key) {
                 return Err(Restart);
             }
             if range.beyond(key) {
@@ -311,6 +311,19 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
         delta.next.store(ip.expected, Ordering::Relaxed);
         sched::point();
+        #[cfg(feature = "planted-bug")]
+        {
+            // Test-only planted bug: a check-then-store instead of a CAS, so concurrent
+            // installs can overwrite each other. The shuttle tests must catch it.
+            if ip.at.load(Ordering::Acquire, guard) != ip.expected {
+                return Err(delta);
+            }
+            sched::point();
+            let d = delta.into_shared(guard);
+            ip.at.store(d, Ordering::Release);
+            return Ok(d);
+        }
+        #[cfg(not(feature = "planted-bug"))]
         ip.at.compare_exchange(ip.expected, delta, Ordering::AcqRel, Ordering::Acquire, guard).map_err(|e| e.new)
     }
 
@@ -487,7 +500,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             }
         }
         let new_range = match smo {
-            Some(_) => Arc::new(Range { low: range.low.clone(), high: range.high.clone(), right: range.right }),
+            Some(_) => Arc::new(Range::new(range.low.clone(), range.high.clone(), range.right)),
             None => Arc::clone(&chain_base(h, guard).as_base().expect("base").range),
         };
         mark_merges_posted(h, guard);
@@ -634,7 +647,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let mid = b.len() / 2;
         let sep: Box<[u8]> = b.keys.get(mid).into();
         let Some(q) = self.map.alloc() else { return };
-        let q_range = Arc::new(Range { low: sep.clone(), high: b.range.high.clone(), right: b.range.right });
+        let q_range = Arc::new(Range::new(sep.clone(), b.range.high.clone(), b.range.right));
         let q_base = if n.level == 0 {
             let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), &b.vals[i])).collect();
             leaf_base(&e, q_range)
@@ -643,7 +656,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             inner_base(&e, q_range)
         };
         self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
-        let range = Arc::new(Range { low: b.range.low.clone(), high: Some(sep.clone()), right: q });
+        let range = Arc::new(Range::new(b.range.low.clone(), Some(sep.clone()), q));
         let split = Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range }));
         match self.install_smo(pid, nb, split, guard) {
             Ok(s) => {
@@ -717,7 +730,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     fn grow_root(&self, pid: Pid, split: &Node<V>, guard: &Guard) -> Result<(), Restart> {
         let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
         let Some(nr) = self.map.alloc() else { return Err(Restart) };
-        let range = Arc::new(Range { low: Box::from(&b""[..]), high: None, right: NO_PID });
+        let range = Arc::new(Range::new(Box::from(&b""[..]), None, NO_PID));
         let entries = [(&b""[..], pid), (&sep[..], *q)];
         let base: Base<V> = inner_base(&entries, range);
         self.map.slot(nr).store(Owned::new(Node::base(split.level + 1, base)), Ordering::Release);
@@ -949,7 +962,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             if state.posted() {
                 return true;
             }
-            let range = Arc::new(Range { low: lrange.low.clone(), high: b.range.high.clone(), right: b.range.right });
+            let range = Arc::new(Range::new(lrange.low.clone(), b.range.high.clone(), b.range.right));
             let merge = Owned::new(Node::delta(
                 rn.level,
                 Kind::Merge {

@@ -1,0 +1,121 @@
+//! Model checking of the Bw-tree's CAS protocols with shuttle. Built with the `shuttle`
+//! feature, every slot and `next`-pointer access of the tree is a scheduling point, and
+//! shuttle's randomized and PCT schedulers explore interleavings of delta installs,
+//! consolidations, splits, merges and their helping across threads.
+//!
+//! Run: `cargo test -p tsumiki --release --features shuttle --test shuttle`.
+#![cfg(feature = "shuttle")]
+
+mod common;
+
+use common::{key, variants};
+use shuttle::thread;
+use std::sync::Arc;
+use tsumiki::index::{BwTree, BwTreeConfig};
+
+const ITERATIONS: usize = 300;
+
+/// Two threads insert interleaved keys into one tiny leaf: installs race, the leaf
+/// consolidates and splits (growing a root) while the other thread installs deltas.
+fn insert_race(cfg: BwTreeConfig) {
+    let tree = Arc::new(BwTree::with_config(cfg).unwrap());
+    let hs: Vec<_> = (0..2u64)
+        .map(|t| {
+            let tree = Arc::clone(&tree);
+            thread::spawn(move || {
+                for i in 0..6u64 {
+                    assert!(tree.insert(&key(i * 2 + t, 8), i).unwrap());
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let got: Vec<Vec<u8>> = tree.scan(b"", None).map(|(k, _)| k).collect();
+    let want: Vec<Vec<u8>> = (0..12u64).map(|i| key(i, 8)).collect();
+    assert_eq!(got, want);
+}
+
+/// Deletes race with inserts on neighbouring leaves, so merges (remove, parent index-delete,
+/// merge delta) interleave with splits and with each other, and threads help.
+fn merge_split_race(cfg: BwTreeConfig) {
+    let tree = Arc::new(BwTree::with_config(cfg).unwrap());
+    for i in 0..16u64 {
+        tree.insert(&key(i, 8), i).unwrap();
+    }
+    let deleter = {
+        let tree = Arc::clone(&tree);
+        thread::spawn(move || {
+            for i in 0..10u64 {
+                assert!(tree.delete(&key(i, 8)).unwrap());
+            }
+        })
+    };
+    let inserter = {
+        let tree = Arc::clone(&tree);
+        thread::spawn(move || {
+            for i in 16..24u64 {
+                assert!(tree.insert(&key(i, 8), i).unwrap());
+            }
+        })
+    };
+    let reader = {
+        let tree = Arc::clone(&tree);
+        thread::spawn(move || {
+            // Keys 10..16 are never touched: every read and scan must see them.
+            for i in 10..16u64 {
+                assert_eq!(tree.get(&key(i, 8)).unwrap(), Some(i));
+            }
+            let seen: Vec<Vec<u8>> = tree.scan(&key(10, 8), Some(&key(16, 8))).map(|(k, _)| k).collect();
+            assert_eq!(seen, (10..16u64).map(|i| key(i, 8)).collect::<Vec<_>>());
+        })
+    };
+    for h in [deleter, inserter, reader] {
+        h.join().unwrap();
+    }
+    let got: Vec<Vec<u8>> = tree.scan(b"", None).map(|(k, _)| k).collect();
+    assert_eq!(got, (10..24u64).map(|i| key(i, 8)).collect::<Vec<_>>());
+}
+
+/// With the planted non-atomic install, shuttle must find a lost update.
+#[cfg(feature = "planted-bug")]
+#[test]
+fn shuttle_catches_planted_bug() {
+    let caught = std::panic::catch_unwind(|| {
+        shuttle::check_random(|| insert_race(BwTreeConfig::tiny()), ITERATIONS);
+    });
+    assert!(caught.is_err(), "shuttle did not catch the planted non-atomic delta install");
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_insert_race_random() {
+    for (_, cfg) in variants(BwTreeConfig::tiny()) {
+        shuttle::check_random(move || insert_race(cfg.clone()), ITERATIONS);
+    }
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_insert_race_pct() {
+    for (_, cfg) in variants(BwTreeConfig::tiny()) {
+        shuttle::check_pct(move || insert_race(cfg.clone()), ITERATIONS, 3);
+    }
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_merge_split_race_random() {
+    for (_, cfg) in variants(BwTreeConfig::tiny()) {
+        shuttle::check_random(move || merge_split_race(cfg.clone()), ITERATIONS);
+    }
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_merge_split_race_pct() {
+    for (_, cfg) in variants(BwTreeConfig::tiny()) {
+        shuttle::check_pct(move || merge_split_race(cfg.clone()), ITERATIONS, 3);
+    }
+}
