@@ -33,17 +33,19 @@ pub struct IndexArgs {
     #[arg(long, default_value_t = 8, value_parser = parse_key_size)]
     pub key_size: usize,
     /// Zipf skew s of key choice; 0 is uniform. Hot keys are scrambled over the key space.
-    #[arg(long, default_value_t = 0.0)]
-    pub skew: f64,
+    /// A comma-separated list runs each value on the same loaded structure.
+    #[arg(long, default_value = "0", value_delimiter = ',')]
+    pub skew: Vec<f64>,
     /// Operation mix as name=weight pairs: read, scan, upsert, insert, update, delete.
+    /// Several mixes separated by `;` run one after the other on the same loaded structure.
     #[arg(long, default_value = "read=50,upsert=50")]
     pub mix: String,
     /// Records read by each scan.
     #[arg(long, default_value_t = 100)]
     pub scan_len: usize,
-    /// Worker threads.
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
+    /// Worker threads; a comma-separated list runs each count on the same loaded structure.
+    #[arg(long, default_value = "2", value_delimiter = ',')]
+    pub threads: Vec<usize>,
     /// Timed runs per structure; throughput is their mean.
     #[arg(long, default_value_t = 5)]
     pub runs: u64,
@@ -275,9 +277,18 @@ impl BenchIndex for Art {
     }
 }
 
-/// One structure's results over all runs.
+/// One point of the grid that runs on a loaded structure.
+#[derive(Clone)]
+struct Combo {
+    mix: String,
+    threads: usize,
+    skew: f64,
+}
+
+/// One structure's results over all runs of one combination.
 struct Outcome {
     name: String,
+    combo: Combo,
     throughputs: Vec<f64>,
     latency: Histogram<u64>,
     succeeded: u64,
@@ -287,9 +298,9 @@ struct Outcome {
 /// Pre-generated operations of one thread for one run: (kind, key number).
 type Ops = Vec<(OpKind, u32)>;
 
-fn gen_ops(args: &IndexArgs, mix: &Mix<OpKind>, chooser: &KeyChooser, run: u64) -> Vec<Ops> {
-    let per = args.ops / args.threads as u64;
-    (0..args.threads as u64)
+fn gen_ops(args: &IndexArgs, threads: usize, mix: &Mix<OpKind>, chooser: &KeyChooser, run: u64) -> Vec<Ops> {
+    let per = args.ops / threads as u64;
+    (0..threads as u64)
         .map(|t| {
             let mut r = rng(args.seed, run + 1, t);
             (0..per).map(|_| (mix.pick(&mut r), chooser.pick(&mut r))).collect()
@@ -300,14 +311,22 @@ fn gen_ops(args: &IndexArgs, mix: &Mix<OpKind>, chooser: &KeyChooser, run: u64) 
 /// Latency is sampled on one operation in this many, to keep timer reads off most ops.
 const LATENCY_SAMPLE: usize = 8;
 
-fn bench_one<I: BenchIndex>(name: &str, idx: I, args: &IndexArgs, keys: &KeyTable, all_ops: &[Vec<Ops>]) -> Outcome {
+fn bench_one<I: BenchIndex>(
+    name: &str,
+    idx: I,
+    args: &IndexArgs,
+    keys: &KeyTable,
+    grid: &[(Combo, Vec<Vec<Ops>>)],
+    json: bool,
+) -> Vec<Outcome> {
     // Load: the first `initial` keys in a random order, in parallel.
     let mut order: Vec<u32> = (0..args.initial.min(keys.len() as u64) as u32).collect();
     {
         use rand::seq::SliceRandom;
         order.shuffle(&mut rng(args.seed, 0, 999));
     }
-    let chunk = order.len().div_ceil(args.threads).max(1);
+    let loaders = args.threads.iter().copied().max().unwrap_or(1);
+    let chunk = order.len().div_ceil(loaders).max(1);
     std::thread::scope(|s| {
         for part in order.chunks(chunk) {
             let idx = &idx;
@@ -318,22 +337,40 @@ fn bench_one<I: BenchIndex>(name: &str, idx: I, args: &IndexArgs, keys: &KeyTabl
             });
         }
     });
+    grid.iter()
+        .map(|(combo, all_ops)| {
+            let o = run_combo(name, &idx, args, keys, combo, all_ops);
+            if json {
+                print_json(args, &o);
+            }
+            o
+        })
+        .collect()
+}
 
+fn run_combo<I: BenchIndex>(
+    name: &str,
+    idx: &I,
+    args: &IndexArgs,
+    keys: &KeyTable,
+    combo: &Combo,
+    all_ops: &[Vec<Ops>],
+) -> Outcome {
     let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
     let mut throughputs = Vec::new();
     let mut succeeded = 0;
     let total_ops: u64 = all_ops[0].iter().map(|o| o.len() as u64).sum();
     for (run, ops) in all_ops.iter().enumerate() {
         let bar = ProgressBar::new(total_ops);
-        bar.set_style(ProgressStyle::with_template("{prefix:>22} [{bar:30}] {pos}/{len} ops {per_sec}").unwrap());
-        bar.set_prefix(format!("{name} run {}/{}", run + 1, args.runs));
+        bar.set_style(ProgressStyle::with_template("{prefix:>40} [{bar:30}] {pos}/{len} ops {per_sec}").unwrap());
+        bar.set_prefix(format!("{name} {}t {} s={} run {}/{}", combo.threads, combo.mix, combo.skew, run + 1, args.runs));
         let done = AtomicU64::new(0);
-        let barrier = Barrier::new(args.threads + 1);
+        let barrier = Barrier::new(combo.threads + 1);
         let (elapsed, hists, oks) = std::thread::scope(|s| {
             let handles: Vec<_> = ops
                 .iter()
                 .map(|my_ops| {
-                    let (idx, barrier, done) = (&idx, &barrier, &done);
+                    let (barrier, done) = (&barrier, &done);
                     s.spawn(move || {
                         let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
                         let mut ok = 0u64;
@@ -383,7 +420,7 @@ fn bench_one<I: BenchIndex>(name: &str, idx: I, args: &IndexArgs, keys: &KeyTabl
         succeeded += oks;
     }
     let stats = idx.stats();
-    Outcome { name: name.to_string(), throughputs, latency, succeeded, stats }
+    Outcome { name: name.to_string(), combo: combo.clone(), throughputs, latency, succeeded, stats }
 }
 
 fn bwtree(args: &IndexArgs, a: bool, b: bool) -> Result<BwTree<u64>, String> {
@@ -402,7 +439,7 @@ const ALL: &[&str] = &["bwtree", "bwtree-opt", "btree-rwlock", "skiplist", "scc"
 const KNOWN: &[&str] = &["bwtree", "bwtree-opt", "bwtree-a", "bwtree-b", "btree-rwlock", "skiplist", "scc", "art"];
 
 pub fn run(args: &IndexArgs) -> Result<(), String> {
-    if args.threads == 0 || args.runs == 0 || args.keys == 0 || args.keys > u32::MAX as u64 {
+    if args.threads.is_empty() || args.threads.contains(&0) || args.runs == 0 || args.keys == 0 || args.keys > u32::MAX as u64 {
         return Err("--threads, --runs and --keys must be positive (and --keys below 2^32)".into());
     }
     if args.initial > args.keys {
@@ -425,28 +462,35 @@ pub fn run(args: &IndexArgs) -> Result<(), String> {
         }
         names.retain(|n| *n != "art");
     }
-    let mix = Mix::parse(&args.mix, OP_NAMES)?;
-    let chooser = KeyChooser::new(args.keys, args.skew)?;
     let keys = KeyTable::new(args.keys as usize, args.key_size);
-    let ops: Vec<Vec<Ops>> = (0..args.runs).map(|r| gen_ops(args, &mix, &chooser, r)).collect();
+    // Every combination's operations, generated before anything is timed.
+    let mut grid = Vec::new();
+    for mix_s in args.mix.split(';').map(str::trim).filter(|m| !m.is_empty()) {
+        let mix = Mix::parse(mix_s, OP_NAMES)?;
+        for &skew in &args.skew {
+            let chooser = KeyChooser::new(args.keys, skew)?;
+            for &threads in &args.threads {
+                let ops: Vec<Vec<Ops>> = (0..args.runs).map(|r| gen_ops(args, threads, &mix, &chooser, r)).collect();
+                grid.push((Combo { mix: mix_s.to_string(), threads, skew }, ops));
+            }
+        }
+    }
 
     let mut outcomes = Vec::new();
     for name in names {
+        let g = &grid;
         let o = match name {
-            "bwtree" => bench_one(name, bwtree(args, false, false)?, args, &keys, &ops),
-            "bwtree-opt" => bench_one(name, bwtree(args, true, true)?, args, &keys, &ops),
-            "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, &ops),
-            "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, &ops),
-            "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, &ops),
-            "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, &ops),
-            "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, &ops),
-            "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, &ops),
+            "bwtree" => bench_one(name, bwtree(args, false, false)?, args, &keys, g, args.json),
+            "bwtree-opt" => bench_one(name, bwtree(args, true, true)?, args, &keys, g, args.json),
+            "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, g, args.json),
+            "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, g, args.json),
+            "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, g, args.json),
+            "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, g, args.json),
+            "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, g, args.json),
+            "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, g, args.json),
             _ => unreachable!(),
         };
-        if args.json {
-            print_json(args, &o);
-        }
-        outcomes.push(o);
+        outcomes.extend(o);
     }
     if !args.json {
         print_table(args, &outcomes);
@@ -459,10 +503,10 @@ fn print_json(args: &IndexArgs, o: &Outcome) {
     let v = json!({
         "bench": "index",
         "index": o.name,
-        "threads": args.threads,
+        "threads": o.combo.threads,
         "key_size": args.key_size,
-        "skew": args.skew,
-        "mix": args.mix,
+        "skew": o.combo.skew,
+        "mix": o.combo.mix,
         "initial": args.initial,
         "keys": args.keys,
         "ops": args.ops,
@@ -479,17 +523,24 @@ fn print_json(args: &IndexArgs, o: &Outcome) {
 
 fn print_table(args: &IndexArgs, outcomes: &[Outcome]) {
     println!(
-        "index benchmark: {} threads, {}-byte keys, skew {}, mix {}, {} initial, {} keys, {} ops x {} runs",
-        args.threads, args.key_size, args.skew, args.mix, args.initial, args.keys, args.ops, args.runs
+        "index benchmark: {}-byte keys, {} initial, {} keys, {} ops x {} runs",
+        args.key_size, args.initial, args.keys, args.ops, args.runs
     );
-    let base = outcomes.iter().find(|o| o.name == "btree-rwlock").map(|o| report::mean_median(&o.throughputs).0);
+    let same = |a: &Combo, b: &Combo| a.mix == b.mix && a.threads == b.threads && a.skew == b.skew;
     let rows: Vec<Vec<String>> = outcomes
         .iter()
         .map(|o| {
             let (mean, median) = report::mean_median(&o.throughputs);
+            let base = outcomes
+                .iter()
+                .find(|b| b.name == "btree-rwlock" && same(&b.combo, &o.combo))
+                .map(|b| report::mean_median(&b.throughputs).0);
             let q = |p: f64| format!("{}", o.latency.value_at_quantile(p));
             vec![
                 o.name.clone(),
+                o.combo.mix.clone(),
+                o.combo.threads.to_string(),
+                o.combo.skew.to_string(),
                 format!("{:.3}", mean / 1e6),
                 format!("{:.3}", median / 1e6),
                 base.map_or("-".into(), |b| format!("{:.2}x", mean / b)),
@@ -499,5 +550,8 @@ fn print_table(args: &IndexArgs, outcomes: &[Outcome]) {
             ]
         })
         .collect();
-    report::table(&["index", "Mops/s mean", "median", "vs btree-rwlock", "p50 ns", "p99 ns", "p99.9 ns"], &rows);
+    report::table(
+        &["index", "mix", "threads", "skew", "Mops/s mean", "median", "vs btree-rwlock", "p50 ns", "p99 ns", "p99.9 ns"],
+        &rows,
+    );
 }
