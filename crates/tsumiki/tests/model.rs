@@ -134,7 +134,7 @@ fn grow_then_shrink_changes_root() {
             tree.delete(b"x").unwrap();
         }
         let s = tree.stats();
-        assert!(s.merges > 10, "{name}: {s:?}");
+        assert!(s.merges > if cfg!(miri) { 0 } else { 10 }, "{name}: {s:?}");
         assert!(s.root_collapses >= 1, "{name}: {s:?}\n{}", tree.dump_structure());
         // Merges are event-driven (they happen when a consolidation finds a node under the
         // threshold), so some small nodes may remain; the tree must still have shrunk.

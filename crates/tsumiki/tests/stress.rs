@@ -71,7 +71,8 @@ fn disjoint_keys_exact_final_contents() {
             assert_eq!(tree.get(k).unwrap(), Some(*v), "{name}");
         }
         let s = tree.stats();
-        assert!(s.splits > 0 && s.merges > 0 && s.consolidations > 0, "{name}: {s:?}");
+        assert!(s.splits > 0 && s.consolidations > 0, "{name}: {s:?}");
+        assert!(s.merges > 0 || cfg!(miri), "{name}: {s:?}");
     }
 }
 
@@ -154,44 +155,56 @@ fn shared_keys_scans_stay_consistent() {
 }
 
 /// Splits and merges racing on neighbouring nodes: threads grow and shrink adjacent key
-/// ranges in waves, so SMOs overlap and threads meet each other's unfinished ones.
+/// ranges in waves, so SMOs overlap and threads meet each other's unfinished ones. Helping
+/// depends on the schedule, so the race is repeated (a bounded number of times) until some
+/// thread has finished another's split or merge.
 #[test]
 fn racing_smos_are_helped() {
     let mut helped = 0;
-    for (name, cfg) in variants(BwTreeConfig::tiny()) {
-        let tree = BwTree::with_config(cfg).unwrap();
-        let barrier = Barrier::new(THREADS);
-        std::thread::scope(|s| {
-            for t in 0..THREADS as u64 {
-                let (tree, barrier) = (&tree, &barrier);
-                s.spawn(move || {
-                    barrier.wait();
-                    for wave in 0..scale(60) {
-                        for i in 0..40u64 {
-                            tree.upsert(&key(i * THREADS as u64 + t, 8), wave).unwrap();
-                        }
-                        for i in 0..40u64 {
-                            if (i + wave) % 4 != 0 {
-                                tree.delete(&key(i * THREADS as u64 + t, 8)).unwrap();
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        let s = tree.stats();
-        helped += s.helped_splits + s.helped_merges;
-        // Exact final contents: the last wave's survivors.
-        let last = scale(60) - 1;
-        let mut want: Vec<Vec<u8>> = (0..THREADS as u64)
-            .flat_map(|t| (0..40u64).filter(move |i| (i + last) % 4 == 0).map(move |i| key(i * THREADS as u64 + t, 8)))
-            .collect();
-        want.sort();
-        let got: Vec<Vec<u8>> = tree.scan(b"", None).map(|(k, _)| k).collect();
-        assert_eq!(got, want, "{name}: {s:?}");
-        assert!(s.splits > 50 && s.merges > 50, "{name}: {s:?}");
+    for attempt in 0..20 {
+        for (name, cfg) in variants(BwTreeConfig::tiny()) {
+            let s = race_waves(name, cfg);
+            helped += s.helped_splits + s.helped_merges;
+        }
+        if helped > 0 || cfg!(miri) || attempt >= 19 {
+            break;
+        }
     }
     if !cfg!(miri) {
         assert!(helped > 0, "no thread ever helped another's split or merge");
     }
+}
+
+fn race_waves(name: &str, cfg: BwTreeConfig) -> tsumiki::index::BwTreeStats {
+    let tree = BwTree::with_config(cfg).unwrap();
+    let barrier = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS as u64 {
+            let (tree, barrier) = (&tree, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                for wave in 0..scale(60) {
+                    for i in 0..40u64 {
+                        tree.upsert(&key(i * THREADS as u64 + t, 8), wave).unwrap();
+                    }
+                    for i in 0..40u64 {
+                        if (i + wave) % 4 != 0 {
+                            tree.delete(&key(i * THREADS as u64 + t, 8)).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let s = tree.stats();
+    // Exact final contents: the last wave's survivors.
+    let last = scale(60) - 1;
+    let mut want: Vec<Vec<u8>> = (0..THREADS as u64)
+        .flat_map(|t| (0..40u64).filter(move |i| (i + last) % 4 == 0).map(move |i| key(i * THREADS as u64 + t, 8)))
+        .collect();
+    want.sort();
+    let got: Vec<Vec<u8>> = tree.scan(b"", None).map(|(k, _)| k).collect();
+    assert_eq!(got, want, "{name}: {s:?}");
+    assert!(s.splits > 50 && s.merges > 50 || cfg!(miri), "{name}: {s:?}");
+    s
 }

@@ -363,7 +363,14 @@ fn run_combo<I: BenchIndex>(
     for (run, ops) in all_ops.iter().enumerate() {
         let bar = ProgressBar::new(total_ops);
         bar.set_style(ProgressStyle::with_template("{prefix:>40} [{bar:30}] {pos}/{len} ops {per_sec}").unwrap());
-        bar.set_prefix(format!("{name} {}t {} s={} run {}/{}", combo.threads, combo.mix, combo.skew, run + 1, args.runs));
+        bar.set_prefix(format!(
+            "{name} {}t {} s={} run {}/{}",
+            combo.threads,
+            combo.mix,
+            combo.skew,
+            run + 1,
+            args.runs
+        ));
         let done = AtomicU64::new(0);
         let barrier = Barrier::new(combo.threads + 1);
         let (elapsed, hists, oks) = std::thread::scope(|s| {
@@ -439,7 +446,12 @@ const ALL: &[&str] = &["bwtree", "bwtree-opt", "btree-rwlock", "skiplist", "scc"
 const KNOWN: &[&str] = &["bwtree", "bwtree-opt", "bwtree-a", "bwtree-b", "btree-rwlock", "skiplist", "scc", "art"];
 
 pub fn run(args: &IndexArgs) -> Result<(), String> {
-    if args.threads.is_empty() || args.threads.contains(&0) || args.runs == 0 || args.keys == 0 || args.keys > u32::MAX as u64 {
+    if args.threads.is_empty()
+        || args.threads.contains(&0)
+        || args.runs == 0
+        || args.keys == 0
+        || args.keys > u32::MAX as u64
+    {
         return Err("--threads, --runs and --keys must be positive (and --keys below 2^32)".into());
     }
     if args.initial > args.keys {
@@ -551,7 +563,18 @@ fn print_table(args: &IndexArgs, outcomes: &[Outcome]) {
         })
         .collect();
     report::table(
-        &["index", "mix", "threads", "skew", "Mops/s mean", "median", "vs btree-rwlock", "p50 ns", "p99 ns", "p99.9 ns"],
+        &[
+            "index",
+            "mix",
+            "threads",
+            "skew",
+            "Mops/s mean",
+            "median",
+            "vs btree-rwlock",
+            "p50 ns",
+            "p99 ns",
+            "p99.9 ns",
+        ],
         &rows,
     );
 }

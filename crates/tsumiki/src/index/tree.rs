@@ -84,11 +84,6 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-enum OpKind {
-    Store,
-    Delete,
-}
-
 pub(crate) enum WriteOp<V> {
     Upsert(V),
     Insert(V),
@@ -381,10 +376,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let guard = &epoch::pin();
         let mut path = Path::new();
         let (mut pid, mut head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
-        let op_kind = match op {
-            WriteOp::Delete => OpKind::Delete,
-            _ => OpKind::Store,
-        };
+        let stores = !matches!(op, WriteOp::Delete);
         let (val, need) = match op {
             WriteOp::Upsert(v) => (Some(v), None),
             WriteOp::Insert(v) => (Some(v), Some(false)),
@@ -412,20 +404,9 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                     if need.is_some_and(|n| n != exists) {
                         return Ok(false);
                     }
-                    match self.install(
-                        &ip,
-                        delta.take().expect("delta"),
-                        if need.is_none() && !exists {
-                            1
-                        } else if need == Some(true) && matches!(op_kind, OpKind::Delete) {
-                            -1
-                        } else if need == Some(false) {
-                            1
-                        } else {
-                            0
-                        },
-                        guard,
-                    ) {
+                    // The node's entry count changes by (present after) - (present before).
+                    let grow = stores as i32 - exists as i32;
+                    match self.install(&ip, delta.take().expect("delta"), grow, guard) {
                         Ok(d) => {
                             self.after_install(pid, d, &path, guard, 0);
                             return Ok(need.is_some() || !exists);
