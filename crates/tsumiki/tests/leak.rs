@@ -43,7 +43,7 @@ fn memory_returns_to_baseline_after_churn_and_drop() {
     let n: u64 = if cfg!(miri) { 12 } else { 3000 };
     // Warm up the epoch machinery (its own thread-local and global structures).
     for _ in 0..4 {
-        std::thread::spawn(|| collect_garbage()).join().unwrap();
+        std::thread::spawn(collect_garbage).join().unwrap();
     }
     collect_garbage();
     let baseline = LIVE.load(Ordering::SeqCst);

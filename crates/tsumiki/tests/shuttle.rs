@@ -5,6 +5,8 @@
 //!
 //! Run: `cargo test -p tsumiki --release --features shuttle --test shuttle`.
 #![cfg(feature = "shuttle")]
+// The planted-bug build runs only the test that expects a failure.
+#![cfg_attr(feature = "planted-bug", allow(dead_code, unused_imports))]
 
 mod common;
 

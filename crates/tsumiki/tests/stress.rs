@@ -83,7 +83,7 @@ fn shared_keys_scans_stay_consistent() {
     for (name, cfg) in variants(BwTreeConfig::tiny()) {
         let tree = BwTree::with_config(cfg).unwrap();
         // Keys divisible by 5 are permanent; the rest are churned.
-        let stable: Vec<Vec<u8>> = (0..scale(2000)).filter(|n| n % 5 == 0).map(|n| key(n, 16)).collect();
+        let stable: Vec<Vec<u8>> = (0..scale(2000)).filter(|n| n.is_multiple_of(5)).map(|n| key(n, 16)).collect();
         for k in &stable {
             tree.insert(k, 0u64).unwrap();
         }
@@ -96,7 +96,7 @@ fn shared_keys_scans_stay_consistent() {
                     let mut rng = rand::rngs::StdRng::seed_from_u64(100 + t);
                     for i in 0..scale(30_000) {
                         let mut n = rng.random_range(0..universe);
-                        if n % 5 == 0 {
+                        if n.is_multiple_of(5) {
                             n += 1;
                         }
                         let k = key(n, 16);
@@ -105,7 +105,7 @@ fn shared_keys_scans_stay_consistent() {
                         } else {
                             tree.delete(&k).unwrap();
                         }
-                        if i % 1000 == 0 {
+                        if i.is_multiple_of(1000) {
                             // Permanent keys get new values but never disappear.
                             let sk = key(rng.random_range(0..universe / 5) * 5, 16);
                             assert!(tree.update(&sk, i).unwrap());
@@ -188,7 +188,7 @@ fn race_waves(name: &str, cfg: BwTreeConfig) -> tsumiki::index::BwTreeStats {
                         tree.upsert(&key(i * THREADS as u64 + t, 8), wave).unwrap();
                     }
                     for i in 0..40u64 {
-                        if (i + wave) % 4 != 0 {
+                        if !(i + wave).is_multiple_of(4) {
                             tree.delete(&key(i * THREADS as u64 + t, 8)).unwrap();
                         }
                     }
@@ -200,7 +200,9 @@ fn race_waves(name: &str, cfg: BwTreeConfig) -> tsumiki::index::BwTreeStats {
     // Exact final contents: the last wave's survivors.
     let last = scale(60) - 1;
     let mut want: Vec<Vec<u8>> = (0..THREADS as u64)
-        .flat_map(|t| (0..40u64).filter(move |i| (i + last) % 4 == 0).map(move |i| key(i * THREADS as u64 + t, 8)))
+        .flat_map(|t| {
+            (0..40u64).filter(move |i| (i + last).is_multiple_of(4)).map(move |i| key(i * THREADS as u64 + t, 8))
+        })
         .collect();
     want.sort();
     let got: Vec<Vec<u8>> = tree.scan(b"", None).map(|(k, _)| k).collect();

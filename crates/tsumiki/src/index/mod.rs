@@ -269,7 +269,7 @@ impl<V: Clone + Send + Sync + 'static> Iterator for Scan<'_, V> {
                 return None;
             }
             self.leaves += 1;
-            if self.leaves % 64 == 0 {
+            if self.leaves.is_multiple_of(64) {
                 // Long scans must not hold back memory reclamation for their whole length.
                 self.guard.repin();
             }

@@ -223,11 +223,10 @@ pub(crate) enum Kind<V> {
         sep: Box<[u8]>,
         child: Pid,
     },
-    /// Parent half of a merge: the entry `sep` is gone, so its keys go to the entry below
-    /// (`left` when posted). Void unless `state` is MERGED.
+    /// Parent half of a merge: the entry `sep` is gone, so its keys go to the entry below.
+    /// Void unless `state` is MERGED.
     IndexDelete {
         sep: Box<[u8]>,
-        left: Pid,
         state: Arc<MergeState>,
     },
     /// Keys at or above `sep` moved to the new right sibling `right`; `range` is this node's
@@ -448,21 +447,26 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
     let mut cut = false;
     loop {
         match &node.kind {
-            Kind::IndexInsert { sep, child, .. } | Kind::IndexDelete { sep, left: child, .. } => {
-                let live = match &node.kind {
-                    Kind::IndexDelete { state, .. } => state.get() != MERGED,
-                    _ => true,
-                };
-                let is_deleted_entry = matches!(node.kind, Kind::IndexDelete { .. });
+            Kind::IndexInsert { sep, .. } | Kind::IndexDelete { sep, .. } => {
+                // The entry this delta decides: `Some(child)` if it exists, `None` if deleted.
                 // A void (not MERGED) index-delete decides nothing.
-                if !(is_deleted_entry && live) && !decided[..n_decided].contains(&&sep[..]) {
-                    if n_decided == MAX_DECIDED {
-                        return route_slow(head, key, guard);
-                    }
-                    decided[n_decided] = &sep[..];
-                    n_decided += 1;
-                    if !is_deleted_entry && &sep[..] <= key && best.is_none_or(|(b, _)| &sep[..] > b) {
-                        best = Some((&sep[..], *child));
+                let entry = match &node.kind {
+                    Kind::IndexInsert { child, .. } => Some(Some(*child)),
+                    Kind::IndexDelete { state, .. } if state.get() == MERGED => Some(None),
+                    _ => None,
+                };
+                if let Some(entry) = entry {
+                    if !decided[..n_decided].contains(&&sep[..]) {
+                        if n_decided == MAX_DECIDED {
+                            return route_slow(head, key, guard);
+                        }
+                        decided[n_decided] = &sep[..];
+                        n_decided += 1;
+                        if let Some(child) = entry {
+                            if &sep[..] <= key && best.is_none_or(|(b, _)| &sep[..] > b) {
+                                best = Some((&sep[..], child));
+                            }
+                        }
                     }
                 }
             }

@@ -218,10 +218,8 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                         }
                         return Err(Restart);
                     }
-                    Kind::Split { .. } => {
-                        if help < MAX_HELP {
-                            self.help_split(pid, s, path, guard, help + 1, false)?;
-                        }
+                    Kind::Split { .. } if help < MAX_HELP => {
+                        self.help_split(pid, s, path, guard, help + 1, false)?;
                     }
                     _ => {}
                 }
@@ -307,6 +305,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         delta.next.store(ip.expected, Ordering::Relaxed);
         sched::point();
         #[cfg(feature = "planted-bug")]
+        #[allow(clippy::needless_return)]
         {
             // Test-only planted bug: a check-then-store instead of a CAS, so concurrent
             // installs can overwrite each other. The shuttle tests must catch it.
@@ -442,10 +441,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 Kind::Remove { .. } => return false,
                 // A split is absorbed only once its parent knows the new sibling, so no
                 // split is ever lost from the index.
-                Kind::Split { .. } => {
-                    if help >= MAX_HELP || self.help_split(pid, s, path, guard, help + 1, false).is_err() {
-                        return false;
-                    }
+                Kind::Split { .. }
+                    if help >= MAX_HELP || self.help_split(pid, s, path, guard, help + 1, false).is_err() =>
+                {
+                    return false;
                 }
                 _ => {}
             }
@@ -854,11 +853,11 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                         state.decide(ABORTED);
                         continue;
                     }
-                    let (llow, lpid) = entries[i - 1];
+                    let (llow, _) = entries[i - 1];
                     state.set_left_low(llow);
                     let delta = Owned::new(Node::delta(
                         level + 1,
-                        Kind::IndexDelete { sep: sep.clone(), left: lpid, state: Arc::clone(state) },
+                        Kind::IndexDelete { sep: sep.clone(), state: Arc::clone(state) },
                     ));
                     if state.get() != PENDING {
                         continue;
