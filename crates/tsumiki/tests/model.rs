@@ -35,7 +35,7 @@ fn k(n: u16) -> Vec<u8> {
     if n == 0 {
         return Vec::new();
     }
-    format!("{}", n * 7919 % 10007).into_bytes()
+    format!("{}", u32::from(n) * 7919 % 10007).into_bytes()
 }
 
 fn run(cfg: BwTreeConfig, ops: &[Op]) {
