@@ -32,10 +32,19 @@ fn op(keys: u16) -> impl Strategy<Value = Op> {
 
 fn k(n: u16) -> Vec<u8> {
     // Variable-length keys whose byte order differs from numeric order, plus the empty key.
+    // The four shapes stress the 8-byte prefix comparisons: short keys, short keys that tie
+    // with them on the zero-padded prefix ("12" and "12\0"), and long keys that all share
+    // their first 8 bytes, with and without trailing zero bytes.
     if n == 0 {
         return Vec::new();
     }
-    format!("{}", u32::from(n) * 7919 % 10007).into_bytes()
+    let d = format!("{}", u32::from(n / 4) * 7919 % 10007).into_bytes();
+    match n % 4 {
+        0 => d,
+        1 => [&d[..], b"\0"].concat(),
+        2 => [&b"shared8_"[..], &d].concat(),
+        _ => [&b"shared8_"[..], &d, b"\0\0"].concat(),
+    }
 }
 
 fn run(cfg: BwTreeConfig, ops: &[Op]) {

@@ -90,34 +90,40 @@ fn shuttle_catches_planted_bug() {
     assert!(caught.is_err(), "shuttle did not catch the planted non-atomic delta install");
 }
 
+/// Explores `scenario` for every improvement combination, with the random scheduler or
+/// with PCT (depth 3).
+#[cfg(not(feature = "planted-bug"))]
+fn explore(scenario: fn(BwTreeConfig), pct: bool) {
+    for (_, cfg) in variants(BwTreeConfig::tiny()) {
+        let run = move || scenario(cfg.clone());
+        if pct {
+            shuttle::check_pct(run, ITERATIONS, 3);
+        } else {
+            shuttle::check_random(run, ITERATIONS);
+        }
+    }
+}
+
 #[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_insert_race_random() {
-    for (_, cfg) in variants(BwTreeConfig::tiny()) {
-        shuttle::check_random(move || insert_race(cfg.clone()), ITERATIONS);
-    }
+    explore(insert_race, false);
 }
 
 #[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_insert_race_pct() {
-    for (_, cfg) in variants(BwTreeConfig::tiny()) {
-        shuttle::check_pct(move || insert_race(cfg.clone()), ITERATIONS, 3);
-    }
+    explore(insert_race, true);
 }
 
 #[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_merge_split_race_random() {
-    for (_, cfg) in variants(BwTreeConfig::tiny()) {
-        shuttle::check_random(move || merge_split_race(cfg.clone()), ITERATIONS);
-    }
+    explore(merge_split_race, false);
 }
 
 #[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_merge_split_race_pct() {
-    for (_, cfg) in variants(BwTreeConfig::tiny()) {
-        shuttle::check_pct(move || merge_split_race(cfg.clone()), ITERATIONS, 3);
-    }
+    explore(merge_split_race, true);
 }

@@ -58,7 +58,7 @@ pub struct IndexArgs {
     #[arg(long, default_value_t = 128)]
     pub node_size: usize,
     /// Bw-tree delta-chain length that triggers consolidation.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 4)]
     pub delta_threshold: usize,
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]

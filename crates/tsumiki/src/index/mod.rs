@@ -119,7 +119,7 @@ impl Default for BwTreeConfig {
             leaf_max: 128,
             inner_max: 128,
             merge_threshold: 16,
-            delta_threshold: 8,
+            delta_threshold: 4,
             numbered_deltas: true,
             split_delta_at_head: true,
         }

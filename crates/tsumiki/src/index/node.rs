@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{Atomic, Guard, Shared};
+use smallvec::SmallVec;
 
 use super::mapping::{MappingTable, Pid};
 
@@ -44,24 +45,22 @@ impl Range {
     /// True when `key` lies at or above the high key, so it belongs to a node further right.
     #[inline]
     pub(crate) fn beyond(&self, key: &[u8]) -> bool {
+        self.beyond_prefixed(prefix(key), key)
+    }
+
+    /// `beyond` for a key whose prefix `kp` is known.
+    #[inline]
+    pub(crate) fn beyond_prefixed(&self, kp: u64, key: &[u8]) -> bool {
         match &self.high {
             None => false,
-            Some(h) => match prefix(key).cmp(&self.high_p) {
-                CmpOrdering::Less => false,
-                CmpOrdering::Greater => true,
-                CmpOrdering::Equal => key >= &h[..],
-            },
+            Some(h) => cmp_prefixed(kp, key, self.high_p, h) != CmpOrdering::Less,
         }
     }
 
     /// True when `key` lies below the low key.
     #[inline]
     pub(crate) fn below(&self, key: &[u8]) -> bool {
-        match prefix(key).cmp(&self.low_p) {
-            CmpOrdering::Less => true,
-            CmpOrdering::Greater => false,
-            CmpOrdering::Equal => key < &self.low[..],
-        }
+        cmp_prefixed(prefix(key), key, self.low_p, &self.low) == CmpOrdering::Less
     }
 }
 
@@ -124,10 +123,22 @@ impl MergeState {
 /// key bytes only on a tie.
 #[inline]
 pub(crate) fn prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
+    match key.first_chunk::<8>() {
+        Some(b) => u64::from_be_bytes(*b),
+        // A loop, not a variable-length copy, which would be a call to memcpy.
+        None => key.iter().enumerate().fold(0, |p, (i, &c)| p | (c as u64) << (56 - 8 * i)),
+    }
+}
+
+/// Compares two keys given with their prefixes, touching the bytes only on a prefix tie.
+#[inline]
+pub(crate) fn cmp_prefixed(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> CmpOrdering {
+    match ap.cmp(&bp) {
+        // Equal prefixes of keys no longer than the prefix: the shorter key is smaller.
+        CmpOrdering::Equal if a.len() <= 8 && b.len() <= 8 => a.len().cmp(&b.len()),
+        CmpOrdering::Equal => a.cmp(b),
+        o => o,
+    }
 }
 
 /// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
@@ -152,9 +163,13 @@ impl KeyVec {
         &self.data[start..self.ends[i] as usize]
     }
     #[inline]
-    fn key_len(&self, i: usize) -> usize {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        (self.ends[i] - start) as usize
+    pub(crate) fn prefix(&self, i: usize) -> u64 {
+        self.prefixes[i]
+    }
+    pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
+        self.prefixes.reserve(n);
+        self.data.reserve(bytes);
+        self.ends.reserve(n);
     }
     pub(crate) fn push(&mut self, key: &[u8]) {
         self.prefixes.push(prefix(key));
@@ -169,9 +184,7 @@ impl KeyVec {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let ord = match self.prefixes[mid].cmp(&kp) {
-                // Equal prefixes of keys no longer than the prefix: the shorter key is smaller.
-                CmpOrdering::Equal if key.len() <= 8 && self.key_len(mid) <= 8 => self.key_len(mid).cmp(&key.len()),
-                CmpOrdering::Equal => self.get(mid).cmp(key),
+                CmpOrdering::Equal => cmp_prefixed(kp, self.get(mid), kp, key),
                 o => o,
             };
             match ord {
@@ -262,7 +275,7 @@ pub(crate) struct Node<V> {
     pub depth: u16,
     /// Improvement (a): data deltas are numbered modulo the threshold; number 0 consolidates.
     pub num: u16,
-    /// `prefix` of a data delta's key (or separator), compared before the key itself.
+    /// `prefix` of a delta's key or separator, compared before the key itself.
     pub kp: u64,
     /// Entries of the logical node as of this delta (records of a leaf, children of an inner
     /// node); approximate under a merge. Lets numbered mode notice underflow and overflow.
@@ -302,8 +315,11 @@ impl<V> Node<V> {
     pub(crate) fn delta(level: u16, kind: Kind<V>) -> Self {
         let kp = match &kind {
             Kind::Upsert { key, .. } | Kind::Delete { key } => prefix(key),
-            Kind::IndexInsert { sep, .. } | Kind::IndexDelete { sep, .. } => prefix(sep),
-            _ => 0,
+            Kind::IndexInsert { sep, .. }
+            | Kind::IndexDelete { sep, .. }
+            | Kind::Split { sep, .. }
+            | Kind::Merge { sep, .. } => prefix(sep),
+            Kind::Base(_) | Kind::Remove { .. } => 0,
         };
         Node {
             next: Atomic::null(),
@@ -409,10 +425,12 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
     let kp = prefix(key);
     loop {
         match &node.kind {
-            Kind::Upsert { key: k, val } if node.kp == kp && &k[..] == key => return Some(val),
-            Kind::Delete { key: k } if node.kp == kp && &k[..] == key => return None,
-            Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
-            Kind::Merge { sep, right_base: rb, .. } if key >= &sep[..] && right_base.is_none() => {
+            Kind::Upsert { key: k, val } if node.kp == kp && cmp_prefixed(kp, k, kp, key).is_eq() => return Some(val),
+            Kind::Delete { key: k } if node.kp == kp && cmp_prefixed(kp, k, kp, key).is_eq() => return None,
+            Kind::Split { sep, .. } if cmp_prefixed(kp, key, node.kp, sep).is_ge() => cut = true,
+            Kind::Merge { sep, right_base: rb, .. }
+                if right_base.is_none() && cmp_prefixed(kp, key, node.kp, sep).is_ge() =>
+            {
                 // SAFETY: the merged base lives as long as this merge delta.
                 right_base = unsafe { &**rb }.as_base();
             }
@@ -439,9 +457,15 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
 /// may have been retired and reused.
 pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
     const MAX_DECIDED: usize = 32;
-    let mut decided: [&[u8]; MAX_DECIDED] = [&[]; MAX_DECIDED];
+    // Separators (with prefixes) decided by a delta already seen; newer deltas win.
+    let mut decided: [(u64, &[u8]); MAX_DECIDED] = [(0, &[]); MAX_DECIDED];
     let mut n_decided = 0;
-    let mut best: Option<(&'g [u8], Pid)> = None;
+    let is_decided = |decided: &[(u64, &[u8])], p: u64, k: &[u8]| {
+        decided.iter().any(|&(dp, dk)| dp == p && cmp_prefixed(p, dk, p, k).is_eq())
+    };
+    let kp = prefix(key);
+    // The greatest inserted separator <= key seen so far: (prefix, separator, child).
+    let mut best: Option<(u64, &'g [u8], Pid)> = None;
     let mut node = head;
     let mut right_base: Option<&'g Base<V>> = None;
     let mut cut = false;
@@ -456,29 +480,33 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                     _ => None,
                 };
                 if let Some(entry) = entry {
-                    if !decided[..n_decided].contains(&&sep[..]) {
+                    if !is_decided(&decided[..n_decided], node.kp, sep) {
                         if n_decided == MAX_DECIDED {
                             return route_slow(head, key, guard);
                         }
-                        decided[n_decided] = &sep[..];
+                        decided[n_decided] = (node.kp, &sep[..]);
                         n_decided += 1;
                         if let Some(child) = entry {
-                            if &sep[..] <= key && best.is_none_or(|(b, _)| &sep[..] > b) {
-                                best = Some((&sep[..], child));
+                            if cmp_prefixed(node.kp, sep, kp, key).is_le()
+                                && best.is_none_or(|(bp, b, _)| cmp_prefixed(node.kp, sep, bp, b).is_gt())
+                            {
+                                best = Some((node.kp, &sep[..], child));
                             }
                         }
                     }
                 }
             }
-            Kind::Split { sep, .. } if key >= &sep[..] => cut = true,
-            Kind::Merge { sep, right_base: rb, .. } if key >= &sep[..] && right_base.is_none() => {
+            Kind::Split { sep, .. } if cmp_prefixed(kp, key, node.kp, sep).is_ge() => cut = true,
+            Kind::Merge { sep, right_base: rb, .. }
+                if right_base.is_none() && cmp_prefixed(kp, key, node.kp, sep).is_ge() =>
+            {
                 // SAFETY: the merged base lives as long as this merge delta.
                 right_base = unsafe { &**rb }.as_base();
             }
             Kind::Base(b) => {
                 let base = match right_base {
                     Some(rb) => rb,
-                    None if cut => return best.map(|(_, c)| c).unwrap_or_else(|| b.child_for(key)),
+                    None if cut => return best.map(|(_, _, c)| c).unwrap_or_else(|| b.child_for(key)),
                     None => b,
                 };
                 // The base's greatest separator <= key that no delta decided.
@@ -488,15 +516,15 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                 };
                 while i > 0 {
                     i -= 1;
-                    let k = base.keys.get(i);
-                    if best.is_some_and(|(b, _)| k <= b) {
+                    let (p, k) = (base.keys.prefix(i), base.keys.get(i));
+                    if best.is_some_and(|(bp, b, _)| cmp_prefixed(p, k, bp, b).is_le()) {
                         break;
                     }
-                    if !decided[..n_decided].contains(&k) {
+                    if !is_decided(&decided[..n_decided], p, k) {
                         return base.children[i];
                     }
                 }
-                return best.map(|(_, c)| c).unwrap_or_else(|| base.children[0]);
+                return best.map(|(_, _, c)| c).unwrap_or_else(|| base.children[0]);
             }
             _ => {}
         }
@@ -516,19 +544,34 @@ fn route_slow<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
     entries[i].1
 }
 
+/// Deltas of a chain seldom exceed the consolidation threshold: keep them on the stack.
+type DeltaVec<T> = SmallVec<[T; 16]>;
+
 /// What a chain is made of, gathered newest-first.
 struct Gathered<'g, V> {
-    deltas: Vec<&'g Node<V>>,
+    deltas: DeltaVec<&'g Node<V>>,
     left: &'g Base<V>,
     /// Bases absorbed by merges, sorted by low key.
-    rights: Vec<&'g Base<V>>,
+    rights: SmallVec<[&'g Base<V>; 2]>,
     /// The lowest split separator in the chain: the left base's content at or above it is stale.
     cut: Option<&'g [u8]>,
 }
 
+impl<V> Gathered<'_, V> {
+    /// How many records of the left base are still current (those below `cut`).
+    fn left_len(&self) -> usize {
+        match self.cut {
+            Some(c) => match self.left.keys.search(c) {
+                Ok(i) | Err(i) => i,
+            },
+            None => self.left.len(),
+        }
+    }
+}
+
 fn gather<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Gathered<'g, V> {
-    let mut deltas = Vec::new();
-    let mut rights = Vec::new();
+    let mut deltas = DeltaVec::new();
+    let mut rights = SmallVec::new();
     let mut cut: Option<&'g [u8]> = None;
     let mut node = head;
     loop {
@@ -550,78 +593,111 @@ fn gather<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Gathered<'g, V> {
             Kind::Remove { .. } => {}
             _ => deltas.push(node),
         }
+        // SAFETY: every delta has a non-null next protected by the same guard.
         node = unsafe { node_ref(node.next(guard)) };
     }
 }
 
-/// Every record of a leaf chain, sorted, restricted to `range`.
-pub(crate) fn leaf_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g Guard) -> Vec<(&'g [u8], &'g V)> {
+/// Calls `emit` on every record of a leaf chain within `range`, in key order: the base
+/// records (below any split) and those of absorbed siblings, overridden by the newest delta
+/// naming each key.
+fn merge_leaf<'g, V>(
+    head: &'g Node<V>,
+    range: &Range,
+    guard: &'g Guard,
+    mut emit: impl FnMut(&'g [u8], &'g V),
+) -> usize {
     let g = gather(head, guard);
-    let mut ds: Vec<(&[u8], Option<&V>)> = g
+    // (prefix, key, value or None for a delete), newest first before the sort.
+    let mut ds: DeltaVec<(u64, &'g [u8], Option<&'g V>)> = g
         .deltas
         .iter()
         .filter_map(|d| match &d.kind {
-            Kind::Upsert { key, val } => Some((&key[..], Some(val))),
-            Kind::Delete { key } => Some((&key[..], None)),
+            Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
+            Kind::Delete { key } => Some((d.kp, &key[..], None)),
             _ => None,
         })
         .collect();
     // Stable sort keeps the newest delta first among equal keys.
-    ds.sort_by(|a, b| a.0.cmp(b.0));
-    ds.dedup_by(|later, first| later.0 == first.0);
+    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
+    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
 
-    let left_len = match g.cut {
-        Some(c) => match g.left.keys.search(c) {
-            Ok(i) | Err(i) => i,
-        },
-        None => g.left.len(),
+    let left = g.left;
+    let base_iter = (0..g.left_len())
+        .map(|i| (left.keys.prefix(i), left.keys.get(i), &left.vals[i]))
+        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.prefix(i), b.keys.get(i), &b.vals[i]))));
+
+    let mut emitted = 0;
+    let mut out = |p: u64, k: &'g [u8], v: &'g V| {
+        // Records a split moved right, or a merged sibling's beyond a later split, are not ours.
+        if cmp_prefixed(p, k, range.low_p, &range.low).is_ge() && !range.beyond_prefixed(p, k) {
+            emit(k, v);
+            emitted += 1;
+        }
     };
-    let base_iter = (0..left_len)
-        .map(|i| (g.left.keys.get(i), &g.left.vals[i]))
-        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), &b.vals[i]))));
-
-    let mut out = Vec::with_capacity(left_len + ds.len());
     let mut di = ds.into_iter().peekable();
-    for (k, v) in base_iter {
-        while let Some(&(dk, dv)) = di.peek() {
-            if dk < k {
-                if let Some(dv) = dv {
-                    out.push((dk, dv));
+    for (p, k, v) in base_iter {
+        let mut take_base = true;
+        while let Some(&(dp, dk, dv)) = di.peek() {
+            match cmp_prefixed(dp, dk, p, k) {
+                CmpOrdering::Greater => break,
+                ord => {
+                    if let Some(dv) = dv {
+                        out(dp, dk, dv);
+                    }
+                    di.next();
+                    if ord.is_eq() {
+                        take_base = false;
+                        break;
+                    }
                 }
-                di.next();
-            } else {
-                break;
             }
         }
-        match di.peek() {
-            Some(&(dk, dv)) if dk == k => {
-                if let Some(dv) = dv {
-                    out.push((dk, dv));
-                }
-                di.next();
-            }
-            _ => out.push((k, v)),
+        if take_base {
+            out(p, k, v);
         }
     }
-    for (dk, dv) in di {
+    for (dp, dk, dv) in di {
         if let Some(dv) = dv {
-            out.push((dk, dv));
+            out(dp, dk, dv);
         }
     }
-    out.retain(|(k, _)| *k >= &range.low[..] && !range.beyond(k));
+    emitted
+}
+
+/// Every record of a leaf chain, sorted, restricted to `range`.
+pub(crate) fn leaf_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g Guard) -> Vec<(&'g [u8], &'g V)> {
+    let mut out = Vec::new();
+    merge_leaf(head, range, guard, |k, v| out.push((k, v)));
     out
+}
+
+/// A consolidated leaf base holding the records of `head`'s chain within `range`, with the
+/// new base's range `new_range`.
+pub(crate) fn consolidate_leaf<'g, V: Clone>(
+    head: &'g Node<V>,
+    range: &Range,
+    guard: &'g Guard,
+    new_range: Arc<Range>,
+) -> Base<V> {
+    let mut keys = KeyVec::default();
+    let mut vals = Vec::new();
+    // Sized for the base under the chain plus one record per delta: usually exact.
+    let base = chain_base(head, guard).as_base().expect("base");
+    keys.reserve(base.len() + head.depth as usize, base.keys.data.len() + head.depth as usize * 16);
+    vals.reserve(base.len() + head.depth as usize);
+    merge_leaf(head, range, guard, |k, v| {
+        keys.push(k);
+        vals.push(v.clone());
+    });
+    Base { range: new_range, keys, vals, children: Vec::new() }
 }
 
 /// Every (separator, child) of an inner chain, sorted, restricted to `range`. Index-delete
 /// deltas count only once MERGED.
 pub(crate) fn inner_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g Guard) -> Vec<(&'g [u8], Pid)> {
     let g = gather(head, guard);
-    let left_len = match g.cut {
-        Some(c) => match g.left.keys.search(c) {
-            Ok(i) | Err(i) => i,
-        },
-        None => g.left.len(),
-    };
+    let left_len = g.left_len();
     let mut map: std::collections::BTreeMap<&[u8], Pid> = (0..left_len)
         .map(|i| (g.left.keys.get(i), g.left.children[i]))
         .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), b.children[i]))))
@@ -637,7 +713,7 @@ pub(crate) fn inner_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g 
             _ => {}
         }
     }
-    map.into_iter().filter(|(k, _)| *k >= &range.low[..] && !range.beyond(k)).collect()
+    map.into_iter().filter(|(k, _)| !range.below(k) && !range.beyond(k)).collect()
 }
 
 /// Builds a leaf base from sorted records.

@@ -485,7 +485,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         };
         mark_merges_posted(h, guard);
         let base = if h.level == 0 {
-            leaf_base(&leaf_entries(h, range, guard), new_range)
+            consolidate_leaf(h, range, guard, new_range)
         } else {
             self.resolve_index_deletes(h, guard);
             inner_base(&inner_entries(h, range, guard), new_range)
@@ -562,7 +562,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let base_node = chain_base(b, guard).as_base().expect("base");
         let range = Arc::clone(&base_node.range);
         let nb = if d.level == 0 {
-            leaf_base(&leaf_entries(b, &range, guard), range)
+            consolidate_leaf(b, &range, guard, Arc::clone(&range))
         } else {
             inner_base(&inner_entries(b, &range, guard), range)
         };
