@@ -57,6 +57,12 @@ impl Range {
         }
     }
 
+    /// `(prefix(low), prefix(high))`, with `u64::MAX` for no high key.
+    #[inline]
+    pub(crate) fn prefix_bounds(&self) -> (u64, u64) {
+        (self.low_p, self.high_p)
+    }
+
     /// True when `key` lies below the low key.
     #[inline]
     pub(crate) fn below(&self, key: &[u8]) -> bool {
@@ -141,17 +147,28 @@ pub(crate) fn cmp_prefixed(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> CmpOrdering 
     }
 }
 
+/// Every `FENCE_STRIDE`-th prefix is copied into `KeyVec::fence`.
+const FENCE_STRIDE: usize = 8;
+
 /// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
+///
+/// A search first narrows down with `fence`, every 8th prefix (for a 128-key node, 16
+/// prefixes in two cache lines), then binary-searches one run of 8 prefixes: about three
+/// cache misses instead of the five of a plain binary search over the whole array, and the
+/// descent is bound by cache misses.
 #[derive(Default)]
 pub(crate) struct KeyVec {
     prefixes: Vec<u64>,
+    fence: Vec<u64>,
     data: Vec<u8>,
     ends: Vec<u32>,
 }
 
 impl KeyVec {
     pub(crate) fn with_capacity(n: usize, bytes: usize) -> Self {
-        KeyVec { prefixes: Vec::with_capacity(n), data: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+        let mut kv = KeyVec::default();
+        kv.reserve(n, bytes);
+        kv
     }
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -168,11 +185,16 @@ impl KeyVec {
     }
     pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
         self.prefixes.reserve(n);
+        self.fence.reserve(n.div_ceil(FENCE_STRIDE));
         self.data.reserve(bytes);
         self.ends.reserve(n);
     }
     pub(crate) fn push(&mut self, key: &[u8]) {
-        self.prefixes.push(prefix(key));
+        let p = prefix(key);
+        if self.prefixes.len().is_multiple_of(FENCE_STRIDE) {
+            self.fence.push(p);
+        }
+        self.prefixes.push(p);
         self.data.extend_from_slice(key);
         self.ends.push(self.data.len() as u32);
     }
@@ -180,7 +202,13 @@ impl KeyVec {
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
         let kp = prefix(key);
-        let (mut lo, mut hi) = (0usize, self.len());
+        // fence[j] = prefixes[8j] and prefixes are sorted, so: every index up to 8(j-1)
+        // with fence[j-1] < kp holds a smaller key, and every index from 8j with
+        // fence[j] > kp a greater one. The answer lies between.
+        let below = self.fence.partition_point(|&f| f < kp);
+        let upto = below + self.fence[below..].partition_point(|&f| f == kp);
+        let mut lo = if below == 0 { 0 } else { (below - 1) * FENCE_STRIDE + 1 };
+        let mut hi = (upto * FENCE_STRIDE).min(self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
             let ord = match self.prefixes[mid].cmp(&kp) {
@@ -287,8 +315,16 @@ pub(crate) struct Node<V> {
     /// successor base sharing the same `Arc<Range>`), so improvement (b) can validate a key
     /// against the head alone.
     pub base_range: *const Range,
+    /// The prefixes of the low and high keys of the range this node reports (a base's or
+    /// SMO delta's own; a data delta's base's), or `NO_BOUNDS`. A key whose prefix lies
+    /// strictly between them is in range without loading the `Range`: a cache miss saved
+    /// on every level of every descent.
+    pub bounds: (u64, u64),
     pub kind: Kind<V>,
 }
+
+/// `Node::bounds` of a node that reports no range: no prefix lies strictly inside.
+pub(crate) const NO_BOUNDS: (u64, u64) = (0, 0);
 
 // SAFETY: the raw pointers in a node (`base_range`, a merge delta's `right_base`) point at
 // immutable data kept alive by the epoch scheme exactly as long as the node itself; sharing
@@ -308,6 +344,7 @@ impl<V> Node<V> {
             size: base.len() as u32,
             pending: AtomicBool::new(false),
             base_range: std::ptr::null(),
+            bounds: base.range.prefix_bounds(),
             kind: Kind::Base(base),
         }
     }
@@ -321,6 +358,10 @@ impl<V> Node<V> {
             | Kind::Merge { sep, .. } => prefix(sep),
             Kind::Base(_) | Kind::Remove { .. } => 0,
         };
+        let bounds = match &kind {
+            Kind::Split { range, .. } | Kind::Merge { range, .. } => range.prefix_bounds(),
+            _ => NO_BOUNDS,
+        };
         Node {
             next: Atomic::null(),
             level,
@@ -330,6 +371,7 @@ impl<V> Node<V> {
             size: 0,
             pending: AtomicBool::new(false),
             base_range: std::ptr::null(),
+            bounds,
             kind,
         }
     }
@@ -379,17 +421,36 @@ pub(crate) fn chain_base<'g, V>(mut node: &'g Node<V>, guard: &'g Guard) -> &'g 
     node
 }
 
+/// What validation learns about a chain: its topmost SMO delta (if any), its current range,
+/// and the node whose `bounds` are that range's prefixes.
+pub(crate) struct Inspected<'g, V> {
+    pub smo: Option<&'g Node<V>>,
+    pub range: &'g Range,
+    pub holder: &'g Node<V>,
+}
+
+impl<V> Inspected<'_, V> {
+    /// True when `key` (with prefix `kp`) is surely in range, decided from prefixes alone.
+    #[inline]
+    pub(crate) fn surely_inside(&self, kp: u64) -> bool {
+        let (lo, hi) = self.holder.bounds;
+        lo < kp && kp < hi
+    }
+}
+
 /// The topmost SMO delta of a chain (if any) and the node's current range, found by
 /// walking the chain (the paper's ValidateNode).
-pub(crate) fn inspect_walk<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+pub(crate) fn inspect_walk<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Inspected<'g, V> {
     let mut node = head;
     loop {
         match &node.kind {
-            Kind::Base(b) => return (None, &b.range),
-            Kind::Split { range, .. } | Kind::Merge { range, .. } => return (Some(node), range),
+            Kind::Base(b) => return Inspected { smo: None, range: &b.range, holder: node },
+            Kind::Split { range, .. } | Kind::Merge { range, .. } => {
+                return Inspected { smo: Some(node), range, holder: node }
+            }
             Kind::Remove { .. } => {
                 let base = chain_base(node, guard);
-                return (Some(node), &base.as_base().expect("base").range);
+                return Inspected { smo: Some(node), range: &base.as_base().expect("base").range, holder: base };
             }
             _ => {}
         }
@@ -399,16 +460,16 @@ pub(crate) fn inspect_walk<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> (Optio
 }
 
 /// Improvement (b): SMO deltas are always at the head, so the head alone tells the range.
-pub(crate) fn inspect_head<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+pub(crate) fn inspect_head<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Inspected<'g, V> {
     match &head.kind {
-        Kind::Base(b) => (None, &b.range),
-        Kind::Split { range, .. } | Kind::Merge { range, .. } => (Some(head), range),
+        Kind::Base(b) => Inspected { smo: None, range: &b.range, holder: head },
+        Kind::Split { range, .. } | Kind::Merge { range, .. } => Inspected { smo: Some(head), range, holder: head },
         Kind::Remove { .. } => {
             let base = chain_base(head, guard);
-            (Some(head), &base.as_base().expect("base").range)
+            Inspected { smo: Some(head), range: &base.as_base().expect("base").range, holder: base }
         }
         // SAFETY: a data delta's `base_range` is kept alive by its chain's base (module doc).
-        _ => (None, unsafe { &*head.base_range }),
+        _ => Inspected { smo: None, range: unsafe { &*head.base_range }, holder: head },
     }
 }
 
@@ -535,7 +596,7 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
 
 /// `inner_route` for chains with very many index deltas: materialise the entries.
 fn route_slow<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
-    let (_, range) = inspect_walk(head, guard);
+    let range = inspect_walk(head, guard).range;
     let entries = inner_entries(head, range, guard);
     let i = match entries.binary_search_by(|(k, _)| (*k).cmp(key)) {
         Ok(i) => i,
@@ -810,6 +871,45 @@ pub(crate) unsafe fn destroy_chain_now<V>(slot: &Atomic<Node<V>>) {
         drop(owned);
         if is_base {
             break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Short keys, keys tying on the zero-padded prefix, and long keys sharing one prefix.
+    fn any_key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(255u8), any::<u8>()], 0..10),
+            proptest::collection::vec(any::<u8>(), 0..3).prop_map(|t| [&b"samepref"[..], &t].concat()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 512 }, ..ProptestConfig::default() })]
+
+        /// The fence-narrowed search agrees with a plain binary search, and prefix
+        /// comparison agrees with byte-string order.
+        #[test]
+        fn keyvec_search_matches_sorted_vec(
+            mut keys in proptest::collection::vec(any_key(), 0..300),
+            probes in proptest::collection::vec(any_key(), 1..50),
+        ) {
+            keys.sort();
+            keys.dedup();
+            let mut kv = KeyVec::default();
+            for k in &keys {
+                kv.push(k);
+            }
+            for probe in probes.iter().chain(keys.iter()) {
+                prop_assert_eq!(kv.search(probe), keys.binary_search(probe), "probe {:?}", probe);
+            }
+            for w in keys.windows(2) {
+                prop_assert_eq!(cmp_prefixed(prefix(&w[0]), &w[0], prefix(&w[1]), &w[1]), CmpOrdering::Less);
+            }
         }
     }
 }

@@ -123,7 +123,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 
     /// The topmost SMO delta and the current range of a chain.
     #[inline]
-    fn inspect<'g>(&self, head: &'g Node<V>, guard: &'g Guard) -> (Option<&'g Node<V>>, &'g Range) {
+    fn inspect<'g>(&self, head: &'g Node<V>, guard: &'g Guard) -> Inspected<'g, V> {
         if self.cfg.split_delta_at_head {
             inspect_head(head, guard)
         } else {
@@ -206,8 +206,8 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             if h.level != level {
                 return Err(Restart);
             }
-            let (smo, range) = self.inspect(h, guard);
-            if let Some(s) = smo {
+            let seen = self.inspect(h, guard);
+            if let Some(s) = seen.smo {
                 match &s.kind {
                     Kind::Remove { state, .. } => {
                         if help < MAX_HELP {
@@ -224,10 +224,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                     _ => {}
                 }
             }
-            if range.below(key) {
+            let range = seen.range;
+            if seen.surely_inside(prefix(key)) {
+                // In range: no need to load the `Range` itself.
+            } else if range.below(key) {
                 return Err(Restart);
-            }
-            if range.beyond(key) {
+            } else if range.beyond(key) {
                 if range.right == NO_PID {
                     return Err(Restart);
                 }
@@ -293,9 +295,11 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let below = unsafe { node_ref(ip.expected) };
         delta.depth = below.depth.saturating_add(1);
         delta.size = below.size.saturating_add_signed(grow);
-        delta.base_range = match &below.kind {
-            Kind::Base(b) => Arc::as_ptr(&b.range),
-            _ => below.base_range,
+        (delta.base_range, delta.bounds) = match &below.kind {
+            Kind::Base(b) => (Arc::as_ptr(&b.range), b.range.prefix_bounds()),
+            // Only without (b), where a data delta's range is found by walking anyway.
+            _ if below.is_smo() => (below.base_range, NO_BOUNDS),
+            _ => (below.base_range, below.bounds),
         };
         if self.cfg.numbered_deltas {
             let n = (below.num as usize + 1) % self.cfg.delta_threshold;
@@ -435,7 +439,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         if h.is_base() {
             return false;
         }
-        let (smo, range) = self.inspect(h, guard);
+        let Inspected { smo, range, .. } = self.inspect(h, guard);
         if let Some(s) = smo {
             match &s.kind {
                 Kind::Remove { .. } => return false,
@@ -743,7 +747,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         };
         // SAFETY: non-null head from `settle`.
         let ph = unsafe { node_ref(phead) };
-        let (_, prange) = self.inspect(ph, guard);
+        let prange = self.inspect(ph, guard).range;
         // Only a node the parent already routes to can be merged.
         if inner_route(ph, &b.range.low, guard) != pid {
             return;
@@ -842,7 +846,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                         state.decide(MERGED);
                         continue;
                     }
-                    let (_, prange) = self.inspect(ph, guard);
+                    let prange = self.inspect(ph, guard).range;
                     let entries = inner_entries(ph, prange, guard);
                     let Ok(i) = entries.binary_search_by(|(k, _)| (*k).cmp(&sep[..])) else { return };
                     if entries[i].1 != pid {
@@ -916,7 +920,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             if lh.level != rn.level {
                 return false;
             }
-            let (smo, lrange) = self.inspect(lh, guard);
+            let Inspected { smo, range: lrange, .. } = self.inspect(lh, guard);
             if let Some(s) = smo {
                 match &s.kind {
                     Kind::Remove { .. } => {
@@ -975,7 +979,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let (_, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
         // SAFETY: non-null head from `descend`.
         let h = unsafe { node_ref(head) };
-        let (_, range) = self.inspect(h, guard);
+        let range = self.inspect(h, guard).range;
         for (k, v) in leaf_entries(h, range, guard) {
             // The leaf may have absorbed its left part since the previous step: skip what
             // was already returned.
@@ -1001,7 +1005,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             while pid != NO_PID {
                 // SAFETY: loaded under `guard`.
                 let Some(h) = (unsafe { self.load(pid, guard).as_ref() }) else { break };
-                let (smo, range) = self.inspect(h, guard);
+                let Inspected { smo, range, .. } = self.inspect(h, guard);
                 let kinds: Vec<&str> = {
                     let mut v = Vec::new();
                     let mut n = h;
