@@ -156,12 +156,18 @@ const FENCE_STRIDE: usize = 8;
 /// prefixes in two cache lines), then binary-searches one run of 8 prefixes: about three
 /// cache misses instead of the five of a plain binary search over the whole array, and the
 /// descent is bound by cache misses.
+///
+/// Prefix truncation: once built (`finish`), if all keys share their first `skip` bytes, the
+/// stored prefixes are those of the bytes after them, so keys with a long common start
+/// (64-byte keys that differ in their last 8 bytes) still compare as integers; a search
+/// compares the shared bytes once.
 #[derive(Default)]
 pub(crate) struct KeyVec {
     prefixes: Vec<u64>,
     fence: Vec<u64>,
     data: Vec<u8>,
     ends: Vec<u32>,
+    skip: usize,
 }
 
 impl KeyVec {
@@ -179,9 +185,14 @@ impl KeyVec {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.data[start..self.ends[i] as usize]
     }
+    /// `prefix` of key `i` (of the whole key, whatever the truncation).
     #[inline]
     pub(crate) fn prefix(&self, i: usize) -> u64 {
-        self.prefixes[i]
+        if self.skip == 0 {
+            self.prefixes[i]
+        } else {
+            prefix(self.get(i))
+        }
     }
     pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
         self.prefixes.reserve(n);
@@ -189,7 +200,9 @@ impl KeyVec {
         self.data.reserve(bytes);
         self.ends.reserve(n);
     }
+    /// Appends a key greater than every key so far. Call `finish` after the last one.
     pub(crate) fn push(&mut self, key: &[u8]) {
+        debug_assert_eq!(self.skip, 0, "push after finish");
         let p = prefix(key);
         if self.prefixes.len().is_multiple_of(FENCE_STRIDE) {
             self.fence.push(p);
@@ -198,10 +211,43 @@ impl KeyVec {
         self.data.extend_from_slice(key);
         self.ends.push(self.data.len() as u32);
     }
+    /// Truncates the common start of all keys out of the prefixes (see the type's doc).
+    pub(crate) fn finish(&mut self) {
+        let n = self.len();
+        if n < 2 {
+            return;
+        }
+        let (first, last) = (self.get(0), self.get(n - 1));
+        // Sorted keys: what the first and last share, every key shares.
+        let skip = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        if skip == 0 {
+            return;
+        }
+        for i in 0..n {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+            let p = prefix(&self.data[start + skip..self.ends[i] as usize]);
+            self.prefixes[i] = p;
+            if i.is_multiple_of(FENCE_STRIDE) {
+                self.fence[i / FENCE_STRIDE] = p;
+            }
+        }
+        self.skip = skip;
+    }
     /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        let kp = prefix(key);
+        let rest = if self.skip == 0 {
+            key
+        } else {
+            // Every key starts with `common`: a key that does not is below or above them all.
+            let common = &self.data[..self.skip];
+            match key[..key.len().min(self.skip)].cmp(common) {
+                CmpOrdering::Less => return Err(0),
+                CmpOrdering::Greater => return Err(self.len()),
+                CmpOrdering::Equal => key.get(self.skip..).ok_or(0usize)?,
+            }
+        };
+        let kp = prefix(rest);
         // fence[j] = prefixes[8j] and prefixes are sorted, so: every index up to 8(j-1)
         // with fence[j-1] < kp holds a smaller key, and every index from 8j with
         // fence[j] > kp a greater one. The answer lies between.
@@ -212,7 +258,7 @@ impl KeyVec {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let ord = match self.prefixes[mid].cmp(&kp) {
-                CmpOrdering::Equal => cmp_prefixed(kp, self.get(mid), kp, key),
+                CmpOrdering::Equal => cmp_prefixed(kp, &self.get(mid)[self.skip..], kp, rest),
                 o => o,
             };
             match ord {
@@ -751,6 +797,7 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
         keys.push(k);
         vals.push(v.clone());
     });
+    keys.finish();
     Base { range: new_range, keys, vals, children: Vec::new() }
 }
 
@@ -786,6 +833,7 @@ pub(crate) fn leaf_base<V: Clone>(entries: &[(&[u8], &V)], range: Arc<Range>) ->
         keys.push(k);
         vals.push((*v).clone());
     }
+    keys.finish();
     Base { range, keys, vals, children: Vec::new() }
 }
 
@@ -798,6 +846,7 @@ pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base
         keys.push(k);
         children.push(*c);
     }
+    keys.finish();
     Base { range, keys, vals: Vec::new(), children }
 }
 
@@ -895,17 +944,32 @@ mod tests {
         /// comparison agrees with byte-string order.
         #[test]
         fn keyvec_search_matches_sorted_vec(
-            mut keys in proptest::collection::vec(any_key(), 0..300),
+            common in proptest::collection::vec(prop_oneof![Just(0u8), Just(7u8), any::<u8>()], 0..20),
+            keys in proptest::collection::vec(any_key(), 0..300),
             probes in proptest::collection::vec(any_key(), 1..50),
         ) {
+            // Keys with a shared start (truncated prefixes), probes with and without it.
+            let mut keys: Vec<Vec<u8>> = keys.into_iter().map(|k| [&common[..], &k].concat()).collect();
             keys.sort();
             keys.dedup();
+            let probes: Vec<Vec<u8>> = probes
+                .iter()
+                .flat_map(|p| [p.clone(), [&common[..], p].concat(), common[..common.len() / 2].to_vec()])
+                .collect();
             let mut kv = KeyVec::default();
             for k in &keys {
                 kv.push(k);
             }
-            for probe in probes.iter().chain(keys.iter()) {
-                prop_assert_eq!(kv.search(probe), keys.binary_search(probe), "probe {:?}", probe);
+            for finished in [false, true] {
+                if finished {
+                    kv.finish();
+                }
+                for probe in probes.iter().chain(keys.iter()) {
+                    prop_assert_eq!(kv.search(probe), keys.binary_search(probe), "probe {:?}", probe);
+                }
+                for (i, k) in keys.iter().enumerate() {
+                    prop_assert_eq!(kv.prefix(i), prefix(k));
+                }
             }
             for w in keys.windows(2) {
                 prop_assert_eq!(cmp_prefixed(prefix(&w[0]), &w[0], prefix(&w[1]), &w[1]), CmpOrdering::Less);
