@@ -789,10 +789,13 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
 ) -> Base<V> {
     let mut keys = KeyVec::default();
     let mut vals = Vec::new();
-    // Sized for the base under the chain plus one record per delta: usually exact.
+    // Sized by the chain's entry count (exact for a whole node, an upper bound for a half),
+    // with the base's mean key length.
     let base = chain_base(head, guard).as_base().expect("base");
-    keys.reserve(base.len() + head.depth as usize, base.keys.data.len() + head.depth as usize * 16);
-    vals.reserve(base.len() + head.depth as usize);
+    let n = head.size as usize;
+    let mean_key = base.keys.data.len().div_ceil(base.len().max(1)).max(8);
+    keys.reserve(n, n * mean_key);
+    vals.reserve(n);
     merge_leaf(head, range, guard, |k, v| {
         keys.push(k);
         vals.push(v.clone());

@@ -293,7 +293,17 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     ) -> Result<Shared<'g, Node<V>>, Owned<Node<V>>> {
         // SAFETY: `expected` is the non-null current value at the insert point, under `guard`.
         let below = unsafe { node_ref(ip.expected) };
-        delta.depth = below.depth.saturating_add(1);
+        // With (a), a number-0 delta's chain is consolidated below it after it was built,
+        // leaving its `depth` stale; counting from its base again keeps depths bounded.
+        let below_depth = if self.cfg.numbered_deltas && below.num == 0 && !below.is_base()
+            // SAFETY: a delta's next is non-null, under `guard`.
+            && unsafe { node_ref(below.next(guard)) }.is_base()
+        {
+            1
+        } else {
+            below.depth
+        };
+        delta.depth = below_depth.saturating_add(1);
         delta.size = below.size.saturating_add_signed(grow);
         (delta.base_range, delta.bounds) = match &below.kind {
             Kind::Base(b) => (Arc::as_ptr(&b.range), b.range.prefix_bounds()),
@@ -1107,4 +1117,39 @@ fn check_key(key: &[u8]) -> Result<(), IndexError> {
         return Err(IndexError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `depth` of the head of `key`'s leaf chain.
+    fn head_depth(tree: &Tree<u64>, key: &[u8]) -> u16 {
+        let guard = epoch::pin();
+        let mut path = Path::new();
+        let (_, head) = tree.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
+        // SAFETY: non-null head from `descend`, protected by `guard`.
+        unsafe { node_ref(head) }.depth
+    }
+
+    /// Rewriting the same keys over and over must not let chain depths drift upwards, with
+    /// either consolidation rule: consolidations size their buffers by them.
+    #[test]
+    fn chain_depth_stays_bounded() {
+        for numbered_deltas in [false, true] {
+            let cfg = BwTreeConfig { numbered_deltas, ..BwTreeConfig::default() };
+            let tree = Tree::new(cfg.clone());
+            // Enough keys that the leaf neither merges nor splits: routine consolidations only.
+            let keys = cfg.merge_threshold as u64 * 2;
+            for i in 0..keys {
+                tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+            }
+            for i in 0..2000u64 {
+                let key = (i % keys).to_be_bytes();
+                tree.write(&key, WriteOp::Upsert(i)).unwrap();
+                let depth = head_depth(&tree, &key) as usize;
+                assert!(depth <= 2 * cfg.delta_threshold, "numbered_deltas {numbered_deltas}: depth {depth} after {i} writes");
+            }
+        }
+    }
 }
