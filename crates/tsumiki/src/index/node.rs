@@ -157,7 +157,8 @@ const FENCE_STRIDE: usize = 8;
 /// cache misses instead of the five of a plain binary search over the whole array, and the
 /// descent is bound by cache misses.
 ///
-/// Prefix truncation: once built (`finish`), if all keys share their first `skip` bytes, the
+/// Prefix truncation: once built (`finish`), if some key is longer than a prefix (8 bytes)
+/// and all keys share their first `skip` bytes, the
 /// stored prefixes are those of the bytes after them, so keys with a long common start
 /// (64-byte keys that differ in their last 8 bytes) still compare as integers; a search
 /// compares the shared bytes once.
@@ -214,7 +215,9 @@ impl KeyVec {
     /// Truncates the common start of all keys out of the prefixes (see the type's doc).
     pub(crate) fn finish(&mut self) {
         let n = self.len();
-        if n < 2 {
+        // Keys that fit in a prefix never tie on it: truncation would only add a compare of
+        // the common start (a memcmp call) to every search.
+        if n < 2 || self.longest_key() <= 8 {
             return;
         }
         let (first, last) = (self.get(0), self.get(n - 1));
@@ -232,6 +235,15 @@ impl KeyVec {
             }
         }
         self.skip = skip;
+    }
+    fn longest_key(&self) -> usize {
+        let mut start = 0;
+        let mut longest = 0;
+        for &end in &self.ends {
+            longest = longest.max(end as usize - start);
+            start = end as usize;
+        }
+        longest
     }
     /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
     #[inline]

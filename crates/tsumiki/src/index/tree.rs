@@ -1148,7 +1148,10 @@ mod tests {
                 let key = (i % keys).to_be_bytes();
                 tree.write(&key, WriteOp::Upsert(i)).unwrap();
                 let depth = head_depth(&tree, &key) as usize;
-                assert!(depth <= 2 * cfg.delta_threshold, "numbered_deltas {numbered_deltas}: depth {depth} after {i} writes");
+                assert!(
+                    depth <= 2 * cfg.delta_threshold,
+                    "numbered_deltas {numbered_deltas}: depth {depth} after {i} writes"
+                );
             }
         }
     }
