@@ -2,7 +2,13 @@
 //! and flash storage.
 //!
 //! The engine is built from five research papers (see `docs/design.md`). This crate holds:
-//! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map.
+//! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map;
+//! - [`cc`]: the concurrency-control protocols (TicToc, Silo, 2PL) behind one trait;
+//! - [`db`]: the public API, [`Db`], [`Txn`], [`Options`].
 #![warn(missing_docs)]
 
+pub mod cc;
+pub mod db;
 pub mod index;
+
+pub use db::{Cc, Db, Error, LockWait, Options, Scan, Txn};

@@ -230,6 +230,13 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         }
     }
 
+    /// The first record with a key at or after `key` (strictly after when `exclusive` is
+    /// set): one descent, without the copy of a whole leaf that a [`scan`](Self::scan) makes.
+    pub fn first_from(&self, key: &[u8], exclusive: bool) -> Option<(Vec<u8>, V)> {
+        let guard = &epoch::pin();
+        self.tree.first_from(key, exclusive, guard).map(|(k, v)| (k.into_vec(), v))
+    }
+
     /// A human-readable listing of every node, level by level. For debugging and tests; call
     /// it only while no other thread modifies the tree.
     #[doc(hidden)]

@@ -1004,6 +1004,27 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         range.high.clone()
     }
 
+    /// The first record whose key is at or after `key` (strictly after when `exclusive`),
+    /// walking right across leaves that hold nothing in range.
+    pub(crate) fn first_from(&self, key: &[u8], exclusive: bool, guard: &Guard) -> Option<(Box<[u8]>, V)> {
+        let mut start: Option<Box<[u8]>> = None;
+        loop {
+            let at = start.as_deref().unwrap_or(key);
+            let mut path = Path::new();
+            let (_, head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
+            // SAFETY: non-null head from `descend`.
+            let h = unsafe { node_ref(head) };
+            let range = self.inspect(h, guard).range;
+            for (k, v) in leaf_entries(h, range, guard) {
+                if k < key || (exclusive && k == key) {
+                    continue;
+                }
+                return Some((k.into(), v.clone()));
+            }
+            start = Some(range.high.clone()?);
+        }
+    }
+
     /// A line per node, level by level from the root (quiescent trees only; for tests).
     pub(crate) fn dump(&self) -> String {
         let guard = &epoch::pin();

@@ -1,0 +1,284 @@
+//! Concurrency control: one trait, [`Protocol`], and one module per protocol.
+//!
+//! The engine ([`crate::db`]) owns the index, the write set and the key-level logic (own
+//! writes, inserts, deletes, scans, gap protection); a protocol owns what a record is and
+//! how reading, writing, committing and aborting touch it. Every protocol is monomorphized
+//! into the engine: the choice is made once per database, never per operation.
+//!
+//! # Phantoms: next-key gap protection
+//! Under the single-version protocols (TicToc, Silo, 2PL) every record also guards the gap
+//! of missing keys just before it; a sentinel record guards the gap after the last key.
+//! - a read of a missing key reads the record that follows it (its value is ignored);
+//! - a scan reads every record it passes, present or not, and the first one at or past its
+//!   end;
+//! - an insert of a new key writes the record that followed it (a "gap write"), and puts its
+//!   placeholder into the index only while that follower is latched ([`Protocol::latch_gap`]),
+//!   so the follower cannot change or gain a closer neighbour meanwhile;
+//! - a deleted record leaves the index latched together with its follower, whose timestamp
+//!   is then raised past the removed one's ([`Protocol::unlink`]).
+//!
+//! A conflict on a gap is therefore an ordinary conflict on a record, handled by each
+//! protocol's own rules (TicToc timestamps, Silo TIDs, 2PL next-key locks), and membership
+//! is checked once more after the reads ([`crate::db`]): an insert that the reads missed must
+//! then write a record they read.
+
+pub mod silo;
+pub mod tictoc;
+pub mod twopl;
+
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+
+/// Why an operation of a transaction could not go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// A record the transaction read changed before it could commit.
+    ReadValidation,
+    /// A lock (or latch) was held by another transaction, and the protocol does not wait.
+    LockBusy,
+    /// Wait-die: a younger transaction met an older holder and died.
+    Died,
+    /// Snapshot isolation: another transaction wrote the record first.
+    WriteWrite,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conflict::ReadValidation => "a record read by the transaction changed",
+            Conflict::LockBusy => "a record was locked by another transaction",
+            Conflict::Died => "wait-die: an older transaction holds the lock",
+            Conflict::WriteWrite => "another transaction wrote the record first",
+        })
+    }
+}
+
+/// Result of touching a record: it may have left the index meanwhile (the engine then looks
+/// the key up again), or the transaction must abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The record was unlinked from the index; look the key up again.
+    Removed,
+    /// The transaction conflicts and must abort.
+    Conflict(Conflict),
+}
+
+impl From<Conflict> for Access {
+    fn from(c: Conflict) -> Self {
+        Access::Conflict(c)
+    }
+}
+
+/// One entry of a transaction's write set, as the engine hands it to [`Protocol::commit`].
+pub struct WriteEntry<R> {
+    /// The record; it stays valid while the transaction's epoch guard is held.
+    pub rec: *const R,
+    /// The key (for logging and unlinking).
+    pub key: Box<[u8]>,
+    /// What the transaction writes.
+    pub kind: WriteKind,
+}
+
+/// What a write-set entry does to its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Set the value (`None` deletes the key).
+    Value(Option<Vec<u8>>),
+    /// Only the gap before the record changes (an insert just before it): the value stays,
+    /// but the record counts as written, so that readers of the gap conflict.
+    Gap,
+}
+
+impl<R> WriteEntry<R> {
+    /// The record.
+    ///
+    /// # Safety
+    /// The caller holds the epoch guard the transaction was pinned with.
+    #[inline]
+    pub unsafe fn record<'g>(&self) -> &'g R {
+        // SAFETY: records are freed only through the epoch after they left the index, and
+        // the transaction is pinned for its whole life (caller's contract).
+        unsafe { &*self.rec }
+    }
+}
+
+/// A concurrency-control protocol: the one contract every protocol implements.
+///
+/// Records are created by the engine through [`Protocol::new_record`], stored in the index
+/// by pointer, and freed only through epoch reclamation after [`Protocol::unlink`].
+/// Every method that receives `&Self::Record` may assume the caller is pinned.
+pub trait Protocol: Send + Sync + Sized + 'static {
+    /// The per-key record.
+    type Record: Send + Sync + 'static;
+    /// Per-transaction state (read set, locks held, timestamps); reused across transactions.
+    type TxnState: Send;
+    /// Per-worker (per-thread) state: a Silo worker's last TID, a published timestamp...
+    type Worker: Send + Sync;
+
+    /// Short name (`tictoc`, `silo`, `2pl-nowait`...).
+    fn name(&self) -> &'static str;
+    /// Whether the engine must protect gaps (single-version serializable protocols).
+    fn gap_protection(&self) -> bool;
+
+    /// A new worker slot.
+    fn new_worker(&self) -> Self::Worker;
+    /// A new, empty transaction state.
+    fn new_txn_state(&self) -> Self::TxnState;
+    /// Starts a transaction on `st` (cleared by the engine's last commit or abort).
+    fn begin(&self, worker: &Self::Worker, st: &mut Self::TxnState);
+
+    /// A record for a key that is being inserted: absent, and already owned by `st` where
+    /// the protocol locks at write time.
+    fn new_record(&self, st: &mut Self::TxnState) -> Self::Record;
+    /// A record for the gap after the last key (never in the index, never unlinked).
+    fn new_sentinel(&self) -> Self::Record;
+    /// `rec`, made by [`new_record`](Self::new_record) for `st`, is now in the index.
+    fn created(&self, st: &mut Self::TxnState, rec: &Self::Record);
+
+    /// Reads the committed value of `rec` into `out` (when given). Returns whether the key
+    /// is present. Records the read in `st` as the protocol needs.
+    fn read(
+        &self,
+        st: &mut Self::TxnState,
+        rec: &Self::Record,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access>;
+    /// Called once per record, at the transaction's first write of it (2PL takes its
+    /// exclusive lock here; the optimistic protocols do nothing until commit).
+    fn write(&self, st: &mut Self::TxnState, rec: &Self::Record) -> Result<(), Access>;
+
+    /// Before a new key's placeholder enters the index: makes sure no one else inserts next
+    /// to, or unlinks, `next` (the record after the new key) until
+    /// [`unlatch_gap`](Self::unlatch_gap). 2PL takes the exclusive lock it needs anyway.
+    fn latch_gap(&self, st: &mut Self::TxnState, next: &Self::Record) -> Result<(), Access>;
+    /// Ends [`latch_gap`](Self::latch_gap).
+    fn unlatch_gap(&self, st: &mut Self::TxnState, next: &Self::Record);
+
+    /// Validates and applies `writes`, which the engine sorted by record address. On error
+    /// the protocol has already released what commit took; the engine then calls
+    /// [`abort`](Self::abort) for what the transaction held before.
+    fn commit(
+        &self,
+        worker: &Self::Worker,
+        st: &mut Self::TxnState,
+        writes: &mut [WriteEntry<Self::Record>],
+        guard: &Guard,
+    ) -> Result<(), Conflict>;
+    /// Releases whatever the transaction holds.
+    fn abort(&self, st: &mut Self::TxnState, writes: &[WriteEntry<Self::Record>]);
+
+    /// Tries to latch an absent, unlatched record so that it can leave the index. `false`
+    /// when it is present, latched, or already gone.
+    fn try_latch_absent(&self, rec: &Self::Record) -> bool;
+    /// Latches `next`, the follower of a record being unlinked (waits briefly for a holder).
+    fn latch_next(&self, next: &Self::Record) -> Result<(), Access>;
+    /// Marks `rec` removed, moves its gap into `next` (raising `next`'s timestamp past
+    /// `rec`'s so that gap readers of either conflict with later inserts), and releases
+    /// `next`. `rec` stays latched for good: whoever still holds it looks the key up again.
+    fn unlink(&self, worker: &Self::Worker, rec: &Self::Record, next: &Self::Record, guard: &Guard);
+    /// Releases `next` when an unlink is abandoned.
+    fn unlatch_next(&self, next: &Self::Record);
+    /// Releases `rec` when an unlink is abandoned.
+    fn unlatch_absent(&self, rec: &Self::Record);
+}
+
+/// The value of a single-version record: a pointer to an immutable buffer, swapped whole by
+/// a writer and freed through the epoch, so optimistic readers never see a torn value.
+/// Null means absent; the tag marks a record unlinked from the index.
+pub(crate) struct ValueCell(Atomic<Vec<u8>>);
+
+const REMOVED_TAG: usize = 1;
+
+impl ValueCell {
+    pub(crate) fn absent() -> Self {
+        ValueCell(Atomic::null())
+    }
+
+    /// Copies the value into `out`; returns whether it is present.
+    #[inline]
+    pub(crate) fn load_into(&self, out: Option<&mut Vec<u8>>, guard: &Guard) -> bool {
+        let p = self.0.load(Ordering::Acquire, guard);
+        // SAFETY: buffers are freed only through `guard.defer_destroy` after being replaced.
+        match unsafe { p.as_ref() } {
+            Some(v) => {
+                if let Some(out) = out {
+                    out.clear();
+                    out.extend_from_slice(v);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_present(&self, guard: &Guard) -> bool {
+        !self.0.load(Ordering::Acquire, guard).is_null()
+    }
+
+    #[inline]
+    pub(crate) fn is_removed(&self, guard: &Guard) -> bool {
+        self.0.load(Ordering::Acquire, guard).tag() == REMOVED_TAG
+    }
+
+    /// Replaces the value; only the holder of the record's exclusive lock calls this.
+    pub(crate) fn store(&self, value: Option<&[u8]>, guard: &Guard) {
+        let new = match value {
+            Some(v) => Owned::new(v.to_vec()).into_shared(guard),
+            None => Shared::null(),
+        };
+        let old = self.0.swap(new, Ordering::AcqRel, guard);
+        if !old.is_null() {
+            // SAFETY: `old` is unreachable from now on; readers that loaded it are pinned.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
+    /// Marks the (absent) record removed.
+    pub(crate) fn mark_removed(&self, guard: &Guard) {
+        self.0.store(Shared::null().with_tag(REMOVED_TAG), Ordering::Release);
+        let _ = guard;
+    }
+}
+
+impl Drop for ValueCell {
+    fn drop(&mut self) {
+        // SAFETY: `drop` has exclusive access; no reader can reach the record any more.
+        unsafe {
+            let g = crossbeam_epoch::unprotected();
+            let p = self.0.load(Ordering::Relaxed, g);
+            if !p.is_null() {
+                drop(p.into_owned());
+            }
+        }
+    }
+}
+
+/// Spins briefly, then yields: lock holders are short, but on two cores the holder may be
+/// descheduled, and spinning would only keep it off the CPU.
+pub(crate) struct Backoff(u32);
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff(0)
+    }
+
+    pub(crate) fn snooze(&mut self) {
+        if self.0 < 6 {
+            for _ in 0..(1 << self.0) {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::yield_now();
+        }
+        self.0 = self.0.saturating_add(1);
+    }
+}
+
+/// Whether `rec` is in `writes` (sorted by address).
+#[inline]
+pub(crate) fn in_sorted_writes<R>(writes: &[WriteEntry<R>], rec: *const R) -> bool {
+    writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize).is_ok()
+}

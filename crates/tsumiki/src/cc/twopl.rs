@@ -1,0 +1,311 @@
+//! Strict two-phase locking with a reader/writer lock per record, in two deadlock-free
+//! flavours: NoWait (any conflict aborts) and WaitDie (an older transaction waits for a
+//! younger holder; a younger one dies).
+//!
+//! The lock is one 64-bit word: writer (1 bit) | reader count (15 bits) | a timestamp (48
+//! bits): the writer's, or, while readers hold it, a lower bound of the oldest reader's
+//! (it only falls while readers come, and resets when the last leaves). Wait-die needs the
+//! oldest holder; a bound that may be too old only makes a requester die more often, never
+//! wait for a younger one, so no cycle of waits can form.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::Guard;
+
+use super::{Access, Backoff, Conflict, Protocol, ValueCell, WriteEntry, WriteKind};
+
+const WRITER: u64 = 1 << 63;
+const READER_SHIFT: u32 = 48;
+const READER_MAX: u64 = (1 << 15) - 1;
+const TS_MASK: u64 = (1 << READER_SHIFT) - 1;
+/// Timestamp of maintenance latches: older than no one, so transactions wait for them.
+const MAINT_TS: u64 = TS_MASK;
+
+#[inline]
+fn readers(w: u64) -> u64 {
+    (w >> READER_SHIFT) & READER_MAX
+}
+
+#[inline]
+fn ts_of(w: u64) -> u64 {
+    w & TS_MASK
+}
+
+/// A 2PL record.
+pub struct TwoPlRecord {
+    lock: AtomicU64,
+    value: ValueCell,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Shared,
+    Exclusive,
+}
+
+/// Per-transaction state of 2PL: its timestamp and the locks it holds.
+pub struct TwoPlState {
+    ts: u64,
+    held: Vec<(*const TwoPlRecord, Mode)>,
+    /// Index into `held` by record, once `held` is long enough for a scan to be slow.
+    by_rec: HashMap<usize, usize>,
+}
+
+// SAFETY: the raw pointers name records kept alive by the transaction's epoch guard; the
+// state moves between threads only between transactions.
+unsafe impl Send for TwoPlState {}
+
+impl TwoPlState {
+    const SCAN_MAX: usize = 16;
+
+    fn mode(&self, rec: *const TwoPlRecord) -> Option<(usize, Mode)> {
+        if self.held.len() <= Self::SCAN_MAX {
+            self.held.iter().position(|&(r, _)| r == rec).map(|i| (i, self.held[i].1))
+        } else {
+            self.by_rec.get(&(rec as usize)).map(|&i| (i, self.held[i].1))
+        }
+    }
+
+    fn push(&mut self, rec: *const TwoPlRecord, mode: Mode) {
+        self.held.push((rec, mode));
+        if self.held.len() == Self::SCAN_MAX + 1 {
+            for (i, &(r, _)) in self.held.iter().enumerate() {
+                self.by_rec.insert(r as usize, i);
+            }
+        } else if self.held.len() > Self::SCAN_MAX + 1 {
+            self.by_rec.insert(rec as usize, self.held.len() - 1);
+        }
+    }
+}
+
+/// Strict 2PL; `wait_die` picks WaitDie over NoWait.
+pub struct TwoPl {
+    wait_die: bool,
+    clock: AtomicU64,
+}
+
+impl TwoPl {
+    /// NoWait: a lock conflict aborts at once.
+    pub fn no_wait() -> Self {
+        TwoPl { wait_die: false, clock: AtomicU64::new(1) }
+    }
+
+    /// WaitDie: older transactions wait, younger ones abort.
+    pub fn wait_die() -> Self {
+        TwoPl { wait_die: true, clock: AtomicU64::new(1) }
+    }
+
+    /// What a requester does when `cur` is held against it.
+    fn on_busy(&self, st: &TwoPlState, rec: &TwoPlRecord, cur: u64, backoff: &mut Backoff) -> Result<(), Access> {
+        if cur & WRITER != 0 {
+            let guard = &crossbeam_epoch::pin();
+            if rec.value.is_removed(guard) {
+                return Err(Access::Removed);
+            }
+        }
+        if !self.wait_die {
+            return Err(Conflict::LockBusy.into());
+        }
+        if st.ts < ts_of(cur) {
+            backoff.snooze();
+            Ok(())
+        } else {
+            Err(Conflict::Died.into())
+        }
+    }
+
+    fn lock_shared(&self, st: &mut TwoPlState, rec: &TwoPlRecord) -> Result<(), Access> {
+        let mut backoff = Backoff::new();
+        loop {
+            let cur = rec.lock.load(Ordering::Acquire);
+            if cur & WRITER != 0 {
+                self.on_busy(st, rec, cur, &mut backoff)?;
+                continue;
+            }
+            let n = readers(cur);
+            if n == READER_MAX {
+                backoff.snooze();
+                continue;
+            }
+            let ts = if n == 0 { st.ts } else { ts_of(cur).min(st.ts) };
+            let new = ((n + 1) << READER_SHIFT) | ts;
+            if rec.lock.compare_exchange_weak(cur, new, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                st.push(rec, Mode::Shared);
+                return Ok(());
+            }
+        }
+    }
+
+    fn lock_exclusive(&self, st: &mut TwoPlState, rec: &TwoPlRecord) -> Result<(), Access> {
+        let held = st.mode(rec);
+        if let Some((_, Mode::Exclusive)) = held {
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        let mine = WRITER | st.ts;
+        loop {
+            let cur = rec.lock.load(Ordering::Acquire);
+            let can = cur == 0 || (held.is_some() && cur & WRITER == 0 && readers(cur) == 1);
+            if can {
+                if rec.lock.compare_exchange_weak(cur, mine, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                    match held {
+                        Some((i, _)) => st.held[i].1 = Mode::Exclusive,
+                        None => st.push(rec, Mode::Exclusive),
+                    }
+                    return Ok(());
+                }
+                continue;
+            }
+            self.on_busy(st, rec, cur, &mut backoff)?;
+        }
+    }
+
+    fn release_all(&self, st: &mut TwoPlState) {
+        for &(rec, mode) in &st.held {
+            // SAFETY: records we hold locks on cannot be unlinked (that needs the lock),
+            // and the transaction is still pinned.
+            let rec = unsafe { &*rec };
+            match mode {
+                Mode::Exclusive => rec.lock.store(0, Ordering::Release),
+                Mode::Shared => {
+                    let mut cur = rec.lock.load(Ordering::Relaxed);
+                    loop {
+                        let n = readers(cur);
+                        let new = if n <= 1 { 0 } else { ((n - 1) << READER_SHIFT) | ts_of(cur) };
+                        match rec.lock.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
+                            Ok(_) => break,
+                            Err(c) => cur = c,
+                        }
+                    }
+                }
+            }
+        }
+        st.held.clear();
+        st.by_rec.clear();
+    }
+}
+
+impl Protocol for TwoPl {
+    type Record = TwoPlRecord;
+    type TxnState = TwoPlState;
+    type Worker = ();
+
+    fn name(&self) -> &'static str {
+        if self.wait_die {
+            "2pl-waitdie"
+        } else {
+            "2pl-nowait"
+        }
+    }
+
+    fn gap_protection(&self) -> bool {
+        true
+    }
+
+    fn new_worker(&self) {}
+
+    fn new_txn_state(&self) -> TwoPlState {
+        TwoPlState { ts: 0, held: Vec::new(), by_rec: HashMap::new() }
+    }
+
+    fn begin(&self, _worker: &(), st: &mut TwoPlState) {
+        st.ts = self.clock.fetch_add(1, Ordering::Relaxed) & TS_MASK;
+        debug_assert!(st.held.is_empty());
+    }
+
+    fn new_record(&self, st: &mut TwoPlState) -> TwoPlRecord {
+        TwoPlRecord { lock: AtomicU64::new(WRITER | st.ts), value: ValueCell::absent() }
+    }
+
+    fn new_sentinel(&self) -> TwoPlRecord {
+        TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() }
+    }
+
+    fn created(&self, st: &mut TwoPlState, rec: &TwoPlRecord) {
+        st.push(rec, Mode::Exclusive);
+    }
+
+    fn read(
+        &self,
+        st: &mut TwoPlState,
+        rec: &TwoPlRecord,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        if st.mode(rec).is_none() {
+            self.lock_shared(st, rec)?;
+        }
+        Ok(rec.value.load_into(out, guard))
+    }
+
+    fn write(&self, st: &mut TwoPlState, rec: &TwoPlRecord) -> Result<(), Access> {
+        self.lock_exclusive(st, rec)
+    }
+
+    fn latch_gap(&self, st: &mut TwoPlState, next: &TwoPlRecord) -> Result<(), Access> {
+        // The next-key lock, held to the end of the transaction.
+        self.lock_exclusive(st, next)
+    }
+
+    fn unlatch_gap(&self, _st: &mut TwoPlState, _next: &TwoPlRecord) {}
+
+    fn commit(
+        &self,
+        _worker: &(),
+        st: &mut TwoPlState,
+        writes: &mut [WriteEntry<TwoPlRecord>],
+        guard: &Guard,
+    ) -> Result<(), Conflict> {
+        for w in writes.iter() {
+            if let WriteKind::Value(v) = &w.kind {
+                // SAFETY: pinned by the transaction's guard; we hold its exclusive lock.
+                unsafe { w.record() }.value.store(v.as_deref(), guard);
+            }
+        }
+        self.release_all(st);
+        Ok(())
+    }
+
+    fn abort(&self, st: &mut TwoPlState, _writes: &[WriteEntry<TwoPlRecord>]) {
+        self.release_all(st);
+    }
+
+    fn try_latch_absent(&self, rec: &TwoPlRecord) -> bool {
+        let guard = &crossbeam_epoch::pin();
+        if rec.value.is_present(guard)
+            || rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return false;
+        }
+        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
+            rec.lock.store(0, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    fn latch_next(&self, next: &TwoPlRecord) -> Result<(), Access> {
+        // Its holder may be a long transaction: do not wait, the unlink is retried later.
+        match next.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let guard = &crossbeam_epoch::pin();
+                Err(if next.value.is_removed(guard) { Access::Removed } else { Conflict::LockBusy.into() })
+            }
+        }
+    }
+
+    fn unlink(&self, _worker: &(), rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
+        rec.value.mark_removed(guard);
+        next.lock.store(0, Ordering::Release);
+    }
+
+    fn unlatch_next(&self, next: &TwoPlRecord) {
+        next.lock.store(0, Ordering::Release);
+    }
+
+    fn unlatch_absent(&self, rec: &TwoPlRecord) {
+        rec.lock.store(0, Ordering::Release);
+    }
+}

@@ -1,0 +1,651 @@
+//! The generic engine: one index of records, any [`Protocol`], monomorphized.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::{self as epoch, Guard};
+use parking_lot::Mutex;
+
+use crate::cc::{Access, Conflict, Protocol, WriteEntry, WriteKind};
+use crate::index::{BwTree, BwTreeConfig, MAX_KEY_LEN};
+
+use super::{Error, MAX_VALUE_LEN};
+
+/// A record pointer as the index stores it. Records are freed only through the epoch after
+/// they leave the index, so a pinned thread may dereference any pointer it loaded.
+pub(crate) struct RecPtr<R>(*const R);
+
+impl<R> Clone for RecPtr<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for RecPtr<R> {}
+// SAFETY: records are `Send + Sync` (a `Protocol` bound); the pointer is only a name.
+unsafe impl<R: Send + Sync> Send for RecPtr<R> {}
+// SAFETY: as above.
+unsafe impl<R: Send + Sync> Sync for RecPtr<R> {}
+
+/// A worker slot: the protocol's per-worker state.
+pub(crate) struct Slot<P: Protocol> {
+    pub(crate) worker: P::Worker,
+}
+
+/// Reusable buffers of one transaction at a time.
+pub(crate) struct TxnBufs<P: Protocol> {
+    st: P::TxnState,
+    writes: Vec<WriteEntry<P::Record>>,
+    /// Position in `writes` by record address, kept once `writes` outgrows a linear scan.
+    write_pos: HashMap<usize, usize>,
+    /// Placeholders this transaction put into the index (unlinked if they end absent).
+    created: Vec<(Box<[u8]>, *const P::Record)>,
+}
+
+// SAFETY: the raw pointers name records kept alive by the epoch while a transaction runs;
+// between transactions the buffers hold none that are dereferenced.
+unsafe impl<P: Protocol> Send for TxnBufs<P> {}
+
+const WRITE_SCAN_MAX: usize = 8;
+
+impl<P: Protocol> TxnBufs<P> {
+    pub(crate) fn new(proto: &P) -> Self {
+        TxnBufs { st: proto.new_txn_state(), writes: Vec::new(), write_pos: HashMap::new(), created: Vec::new() }
+    }
+
+    fn clear(&mut self) {
+        self.writes.clear();
+        self.write_pos.clear();
+        self.created.clear();
+    }
+
+    fn own(&self, rec: *const P::Record) -> Option<usize> {
+        if self.writes.len() <= WRITE_SCAN_MAX {
+            self.writes.iter().position(|w| w.rec == rec)
+        } else {
+            self.write_pos.get(&(rec as usize)).copied()
+        }
+    }
+}
+
+/// Counters of one engine.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) commits: AtomicU64,
+    pub(crate) aborts: AtomicU64,
+    pub(crate) unlinked: AtomicU64,
+}
+
+/// The engine for one protocol.
+pub struct Engine<P: Protocol> {
+    index: BwTree<RecPtr<P::Record>>,
+    sentinel: Box<P::Record>,
+    pub(crate) proto: P,
+    free_slots: Mutex<Vec<Arc<Slot<P>>>>,
+    /// Keys of deleted records whose unlink could not latch what it needed; retried later.
+    pending_unlinks: Mutex<Vec<Box<[u8]>>>,
+    pub(crate) counters: Counters,
+}
+
+/// Records per chunk of a scan: each chunk is read, then its membership re-checked.
+const SCAN_CHUNK: usize = 64;
+
+impl<P: Protocol> Engine<P> {
+    pub(crate) fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
+        let sentinel = Box::new(proto.new_sentinel());
+        Ok(Engine {
+            index: BwTree::with_config(index).map_err(Error::Index)?,
+            sentinel,
+            proto,
+            free_slots: Mutex::new(Vec::new()),
+            pending_unlinks: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        })
+    }
+
+    pub(crate) fn take_slot(&self) -> Arc<Slot<P>> {
+        self.free_slots.lock().pop().unwrap_or_else(|| Arc::new(Slot { worker: self.proto.new_worker() }))
+    }
+
+    pub(crate) fn return_slot(&self, slot: Arc<Slot<P>>) {
+        self.free_slots.lock().push(slot);
+    }
+
+    /// The record stored under `key`.
+    #[inline]
+    fn lookup<'g>(&self, key: &[u8], _guard: &'g Guard) -> Option<&'g P::Record> {
+        // SAFETY: the caller is pinned for 'g; records leave memory only through the epoch.
+        self.index.get(key).ok().flatten().map(|p| unsafe { &*p.0 })
+    }
+
+    /// The first record at or after `key` (after, when `exclusive`), or the sentinel.
+    #[inline]
+    fn next_record<'g>(&'g self, key: &[u8], exclusive: bool, _guard: &'g Guard) -> (Option<Vec<u8>>, &'g P::Record) {
+        match self.index.first_from(key, exclusive) {
+            // SAFETY: as in `lookup`.
+            Some((k, p)) => (Some(k), unsafe { &*p.0 }),
+            None => (None, &self.sentinel),
+        }
+    }
+
+    /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
+    pub(crate) fn index_len(&self) -> usize {
+        self.index.scan(b"", None).count()
+    }
+
+    /// Unlinks a deleted (absent) record, if it can latch it and its follower now.
+    fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
+        // SAFETY: pinned by `guard`.
+        let r = unsafe { &*rec };
+        if !self.proto.try_latch_absent(r) {
+            return false;
+        }
+        loop {
+            let (_, next) = self.next_record(key, true, guard);
+            match self.proto.latch_next(next) {
+                Ok(()) => {}
+                Err(Access::Removed) => continue,
+                Err(Access::Conflict(_)) => {
+                    self.proto.unlatch_absent(r);
+                    self.pending_unlinks.lock().push(key.into());
+                    return false;
+                }
+            }
+            if !std::ptr::eq(self.next_record(key, true, guard).1, next) {
+                self.proto.unlatch_next(next);
+                continue;
+            }
+            self.proto.unlink(worker, r, next, guard);
+            let removed = self.index.delete(key).unwrap_or(false);
+            debug_assert!(removed, "a latched record stays in the index until its unlink");
+            let p = rec as usize;
+            // SAFETY: `rec` is out of the index; whoever still holds the pointer is pinned.
+            unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p as *mut P::Record))) };
+            self.counters.unlinked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+
+    /// Retries a few unlinks that were put off.
+    fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
+        let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
+            Some(mut p) if !p.is_empty() => {
+                let n = p.len().min(8);
+                let at = p.len() - n;
+                p.split_off(at)
+            }
+            _ => return,
+        };
+        for key in batch {
+            if let Some(rec) = self.lookup(&key, guard) {
+                self.try_unlink(worker, &key, rec, guard);
+            }
+        }
+    }
+}
+
+impl<P: Protocol> Drop for Engine<P> {
+    fn drop(&mut self) {
+        for (_, p) in self.index.scan(b"", None) {
+            // SAFETY: `drop` has exclusive access; each record is owned by its index entry.
+            drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+        }
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<(), Error> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}
+
+/// Where a transaction's buffers go back when it ends.
+pub(crate) enum Home<'a, P: Protocol> {
+    /// A [`super::Worker`]'s: its buffers and slot are reused.
+    Worker(&'a mut Option<Box<TxnBufs<P>>>),
+    /// [`super::TypedDb::begin`]: the slot returns to the pool.
+    Pool(Arc<Slot<P>>),
+}
+
+/// A transaction of the generic engine. See [`super::Txn`] for the documented API.
+pub struct TypedTxn<'a, P: Protocol> {
+    eng: &'a Engine<P>,
+    slot: *const Slot<P>,
+    bufs: Option<Box<TxnBufs<P>>>,
+    home: Option<Home<'a, P>>,
+    guard: Guard,
+    active: bool,
+    value_buf: Vec<u8>,
+}
+
+impl<'a, P: Protocol> TypedTxn<'a, P> {
+    pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, mut bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {
+        let guard = epoch::pin();
+        bufs.clear();
+        eng.proto.begin(&slot.worker, &mut bufs.st);
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), guard, active: true, value_buf: Vec::new() }
+    }
+
+    fn worker(&self) -> &P::Worker {
+        // SAFETY: the slot is kept alive by `home` (a worker's Arc or the pool Arc).
+        unsafe { &(*self.slot).worker }
+    }
+
+    fn b(&mut self) -> &mut TxnBufs<P> {
+        self.bufs.as_mut().expect("buffers present while the transaction lives")
+    }
+
+    fn check_active(&self) -> Result<(), Error> {
+        if self.active {
+            Ok(())
+        } else {
+            Err(Error::TxnFinished)
+        }
+    }
+
+    /// Ends the transaction after a conflict met during an operation.
+    fn fail<T>(&mut self, c: Conflict) -> Result<T, Error> {
+        self.rollback();
+        Err(Error::Conflict(c))
+    }
+
+    /// Reads `rec` (own write first). `Ok(None)`: absent.
+    fn read_rec(&mut self, rec: &P::Record, want: bool) -> Result<Option<Vec<u8>>, Access> {
+        let p = rec as *const P::Record;
+        let eng = self.eng;
+        let b = self.bufs.as_mut().expect("buffers");
+        if let Some(i) = b.own(p) {
+            if let WriteKind::Value(v) = &b.writes[i].kind {
+                return Ok(v.clone());
+            }
+        }
+        let out = if want { Some(&mut self.value_buf) } else { None };
+        let present = eng.proto.read(&mut b.st, rec, out, &self.guard)?;
+        Ok(if present && want {
+            Some(self.value_buf.clone())
+        } else if present {
+            Some(Vec::new())
+        } else {
+            None
+        })
+    }
+
+    /// Reads the gap where `key` would be. `Ok(Some(rec))`: the key exists after all.
+    fn read_missing(&mut self, key: &[u8]) -> Result<Option<&'a P::Record>, Access> {
+        let eng = self.eng;
+        if !eng.proto.gap_protection() {
+            return Ok(None);
+        }
+        let guard: &'a Guard = self.guard_ref();
+        loop {
+            let (k, next) = eng.next_record(key, false, guard);
+            if k.as_deref() == Some(key) {
+                return Ok(Some(next));
+            }
+            match self.read_rec(next, false) {
+                Ok(_) => {}
+                Err(Access::Removed) => continue,
+                Err(e) => return Err(e),
+            }
+            // Membership re-check: an insert that entered the index before this point has
+            // to write `next` at its commit, which the read above then conflicts with.
+            if std::ptr::eq(eng.next_record(key, false, guard).1, next) {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn guard_ref(&self) -> &'a Guard {
+        // SAFETY: the guard lives as long as the transaction, and every record reference
+        // derived from it is used only while the transaction lives (`'a` outlives it only
+        // nominally: references never escape the transaction's methods).
+        unsafe { &*(&self.guard as *const Guard) }
+    }
+
+    /// Adds (or upgrades) a write-set entry.
+    fn add_write(&mut self, key: &[u8], rec: &P::Record, kind: WriteKind) -> Result<(), Access> {
+        let p = rec as *const P::Record;
+        let eng = self.eng;
+        let b = self.b();
+        if let Some(i) = b.own(p) {
+            if matches!(kind, WriteKind::Value(_)) {
+                b.writes[i].kind = kind;
+            }
+            return Ok(());
+        }
+        eng.proto.write(&mut b.st, rec)?;
+        b.writes.push(WriteEntry { rec: p, key: key.into(), kind });
+        let n = b.writes.len();
+        if n == WRITE_SCAN_MAX + 1 {
+            for (i, w) in b.writes.iter().enumerate() {
+                b.write_pos.insert(w.rec as usize, i);
+            }
+        } else if n > WRITE_SCAN_MAX + 1 {
+            b.write_pos.insert(p as usize, n - 1);
+        }
+        Ok(())
+    }
+
+    /// Puts a placeholder for `key` into the index. `Ok(None)`: another transaction's
+    /// record appeared first (look it up again).
+    fn create(&mut self, key: &[u8]) -> Result<Option<&'a P::Record>, Access> {
+        let eng = self.eng;
+        let guard: &'a Guard = self.guard_ref();
+        loop {
+            if eng.lookup(key, guard).is_some() {
+                return Ok(None);
+            }
+            let (nk, next) = eng.next_record(key, false, guard);
+            if nk.as_deref() == Some(key) {
+                return Ok(None);
+            }
+            match eng.proto.latch_gap(&mut self.b().st, next) {
+                Ok(()) => {}
+                Err(Access::Removed) => continue,
+                Err(e) => return Err(e),
+            }
+            let (nk2, next2) = eng.next_record(key, false, guard);
+            if !std::ptr::eq(next, next2) {
+                eng.proto.unlatch_gap(&mut self.b().st, next);
+                if nk2.as_deref() == Some(key) {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let rec = Box::into_raw(Box::new(eng.proto.new_record(&mut self.b().st)));
+            let inserted = eng.index.insert(key, RecPtr(rec)).unwrap_or(false);
+            eng.proto.unlatch_gap(&mut self.b().st, next);
+            if !inserted {
+                // SAFETY: never published.
+                drop(unsafe { Box::from_raw(rec) });
+                return Ok(None);
+            }
+            // SAFETY: published in the index; freed only through the epoch.
+            let r: &'a P::Record = unsafe { &*rec };
+            eng.proto.created(&mut self.b().st, r);
+            self.b().created.push((key.into(), rec));
+            self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
+            return Ok(Some(r));
+        }
+    }
+
+    /// The value of `key`.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.check_active()?;
+        check_key(key)?;
+        let guard = self.guard_ref();
+        loop {
+            let rec = match self.eng.lookup(key, guard) {
+                Some(r) => r,
+                None => match self.read_missing(key) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some(r)) => r,
+                    Err(Access::Removed) => continue,
+                    Err(Access::Conflict(c)) => return self.fail(c),
+                },
+            };
+            match self.read_rec(rec, true) {
+                Ok(v) => return Ok(v),
+                Err(Access::Removed) => continue,
+                Err(Access::Conflict(c)) => return self.fail(c),
+            }
+        }
+    }
+
+    /// Stores `value` under `key` (a blind write: nothing is read).
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.check_active()?;
+        check_key(key)?;
+        check_value(value)?;
+        let guard = self.guard_ref();
+        loop {
+            let rec = match self.eng.lookup(key, guard) {
+                Some(r) => r,
+                None => match self.create(key) {
+                    Ok(Some(r)) => r,
+                    Ok(None) | Err(Access::Removed) => continue,
+                    Err(Access::Conflict(c)) => return self.fail(c),
+                },
+            };
+            match self.add_write(key, rec, WriteKind::Value(Some(value.to_vec()))) {
+                Ok(()) => return Ok(()),
+                Err(Access::Removed) => continue,
+                Err(Access::Conflict(c)) => return self.fail(c),
+            }
+        }
+    }
+
+    /// Conditional write: `value` is `Some` for insert/update, `None` for delete; the write
+    /// happens only if the key's presence is `want_present`. Returns whether it happened.
+    fn write_if(&mut self, key: &[u8], value: Option<&[u8]>, want_present: bool) -> Result<bool, Error> {
+        self.check_active()?;
+        check_key(key)?;
+        if let Some(v) = value {
+            check_value(v)?;
+        }
+        let guard = self.guard_ref();
+        loop {
+            let step = match self.eng.lookup(key, guard) {
+                Some(rec) => match self.read_rec(rec, false) {
+                    Ok(cur) if cur.is_some() == want_present => {
+                        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
+                    }
+                    Ok(_) => Ok(false),
+                    Err(e) => Err(e),
+                },
+                None if want_present => match self.read_missing(key) {
+                    Ok(None) => Ok(false),
+                    Ok(Some(_)) => Err(Access::Removed), // appeared: look again
+                    Err(e) => Err(e),
+                },
+                None => match self.create(key) {
+                    Ok(Some(rec)) => {
+                        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
+                    }
+                    Ok(None) => Err(Access::Removed),
+                    Err(e) => Err(e),
+                },
+            };
+            match step {
+                Ok(done) => return Ok(done),
+                Err(Access::Removed) => continue,
+                Err(Access::Conflict(c)) => return self.fail(c),
+            }
+        }
+    }
+
+    /// Inserts `key` only if it is absent; returns whether it did.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+        self.write_if(key, Some(value), false)
+    }
+
+    /// Replaces the value of `key` only if it is present; returns whether it did.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+        self.write_if(key, Some(value), true)
+    }
+
+    /// Deletes `key` if present; returns whether it was.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
+        self.write_if(key, None, true)
+    }
+
+    /// Reads one chunk of a scan: up to [`SCAN_CHUNK`] present records from `from`
+    /// (inclusive) to `end` (exclusive). Returns the records and the next chunk's start.
+    fn scan_chunk(
+        &mut self,
+        from: &[u8],
+        end: Option<&[u8]>,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let eng = self.eng;
+        let guard = self.guard_ref();
+        'retry: loop {
+            out.clear();
+            let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, end).take(SCAN_CHUNK).collect();
+            let last = recs.len() < SCAN_CHUNK;
+            for (k, p) in &recs {
+                // SAFETY: pinned by the transaction's guard.
+                let rec = unsafe { &*p.0 };
+                match self.read_rec(rec, true) {
+                    Ok(Some(v)) => out.push((k.clone(), v)),
+                    Ok(None) => {}
+                    Err(Access::Removed) => continue 'retry,
+                    Err(Access::Conflict(c)) => return self.fail(c),
+                }
+            }
+            if !eng.proto.gap_protection() {
+                return Ok(if last { None } else { Some(successor_key(&recs[recs.len() - 1].0)) });
+            }
+            // The gap after the range belongs to the first record at or past its end.
+            let terminal = if last {
+                let t = match end {
+                    Some(e) => eng.next_record(e, false, guard).1,
+                    None => &*eng.sentinel,
+                };
+                match self.read_rec(t, false) {
+                    Ok(_) => {}
+                    Err(Access::Removed) => continue 'retry,
+                    Err(Access::Conflict(c)) => return self.fail(c),
+                }
+                Some(t as *const P::Record)
+            } else {
+                None
+            };
+            // Membership re-check, as for a missing key: the index must still hold exactly
+            // the records read.
+            let again = eng.index.scan(from, end).take(SCAN_CHUNK).map(|(_, p)| p.0);
+            if !again.eq(recs.iter().map(|(_, p)| p.0)) {
+                continue 'retry;
+            }
+            if let Some(t) = terminal {
+                let t2 = match end {
+                    Some(e) => eng.next_record(e, false, guard).1 as *const P::Record,
+                    None => &*eng.sentinel as *const P::Record,
+                };
+                if t != t2 {
+                    continue 'retry;
+                }
+                return Ok(None);
+            }
+            return Ok(Some(successor_key(&recs[recs.len() - 1].0)));
+        }
+    }
+
+    /// A forward scan of `start <= key < end` (no upper bound when `end` is `None`).
+    pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>) -> TypedScan<'_, 'a, P> {
+        TypedScan { txn: self, next: Some(start.to_vec()), end: end.map(<[u8]>::to_vec), buf: Vec::new(), pos: 0 }
+    }
+
+    /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
+    pub fn commit(mut self) -> Result<(), Error> {
+        self.check_active()?;
+        let eng = self.eng;
+        let worker = self.worker() as *const P::Worker;
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        let worker = unsafe { &*worker };
+        let guard = self.guard_ref();
+        let b = self.bufs.as_mut().expect("buffers");
+        b.writes.sort_unstable_by_key(|w| w.rec as usize);
+        if let Err(c) = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard) {
+            return self.fail(c);
+        }
+        self.active = false;
+        eng.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let b = self.bufs.as_mut().expect("buffers");
+        // Deleted keys leave the index now (or soon, if a neighbour is busy).
+        for w in &b.writes {
+            if let WriteKind::Value(None) = w.kind {
+                eng.try_unlink(worker, &w.key, w.rec, guard);
+            }
+        }
+        for (key, rec) in &b.created {
+            if b.writes.binary_search_by_key(&(*rec as usize), |w| w.rec as usize).is_err() {
+                eng.try_unlink(worker, key, *rec, guard);
+            }
+        }
+        eng.drain_pending_unlinks(worker, guard);
+        Ok(())
+    }
+
+    /// Rolls back: nothing the transaction wrote becomes visible.
+    pub fn abort(mut self) {
+        if self.active {
+            self.rollback();
+        }
+    }
+
+    fn rollback(&mut self) {
+        self.active = false;
+        let eng = self.eng;
+        let worker = self.worker() as *const P::Worker;
+        // SAFETY: as in `commit`.
+        let worker = unsafe { &*worker };
+        let guard = self.guard_ref();
+        let b = self.bufs.as_mut().expect("buffers");
+        eng.proto.abort(&mut b.st, &b.writes);
+        eng.counters.aborts.fetch_add(1, Ordering::Relaxed);
+        for (key, rec) in &b.created {
+            eng.try_unlink(worker, key, *rec, guard);
+        }
+    }
+}
+
+impl<P: Protocol> Drop for TypedTxn<'_, P> {
+    fn drop(&mut self) {
+        if self.active {
+            self.rollback();
+        }
+        let bufs = self.bufs.take();
+        match self.home.take() {
+            Some(Home::Worker(slot)) => *slot = bufs,
+            Some(Home::Pool(s)) => self.eng.return_slot(s),
+            None => {}
+        }
+    }
+}
+
+fn successor_key(k: &[u8]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(k.len() + 1);
+    s.extend_from_slice(k);
+    s.push(0);
+    s
+}
+
+/// The iterator of [`TypedTxn::scan`].
+pub struct TypedScan<'t, 'a, P: Protocol> {
+    txn: &'t mut TypedTxn<'a, P>,
+    next: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    buf: Vec<(Vec<u8>, Vec<u8>)>,
+    pos: usize,
+}
+
+impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
+    type Item = Result<(Vec<u8>, Vec<u8>), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.pos < self.buf.len() {
+                self.pos += 1;
+                return Some(Ok(std::mem::take(&mut self.buf[self.pos - 1])));
+            }
+            let from = self.next.take()?;
+            if let Err(e) = self.txn.check_active() {
+                return Some(Err(e));
+            }
+            self.pos = 0;
+            match self.txn.scan_chunk(&from, self.end.as_deref(), &mut self.buf) {
+                Ok(n) => self.next = n,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The public database API: [`Db`], [`Options`], [`Txn`], [`Worker`].
+//!
+//! [`Db`] picks its concurrency-control protocol at run time from [`Options`], then every
+//! call goes to an engine monomorphized for that protocol ([`TypedDb`]), which benchmarks
+//! and embedders that know their protocol at compile time can also use directly.
+//!
+//! ```
+//! use tsumiki::{Db, Options};
+//!
+//! let db = Db::open_in_memory(Options::default()).unwrap();
+//! db.run(|txn| {
+//!     txn.put(b"apple", b"red")?;
+//!     txn.put(b"banana", b"yellow")
+//! })
+//! .unwrap();
+//! let mut txn = db.begin();
+//! assert_eq!(txn.get(b"apple").unwrap().as_deref(), Some(&b"red"[..]));
+//! let keys: Vec<_> = txn.scan(b"a", None).map(|r| r.unwrap().0).collect();
+//! assert_eq!(keys, vec![b"apple".to_vec(), b"banana".to_vec()]);
+//! txn.commit().unwrap();
+//! ```
+
+mod engine;
+
+use std::sync::Arc;
+
+pub use engine::{Engine, TypedScan, TypedTxn};
+use engine::{Home, Slot, TxnBufs};
+
+use crate::cc::silo::Silo;
+use crate::cc::tictoc::TicToc;
+use crate::cc::twopl::TwoPl;
+use crate::cc::{Conflict, Protocol};
+use crate::index::{BwTreeConfig, IndexError};
+
+/// The longest value accepted.
+pub const MAX_VALUE_LEN: usize = 16 << 20;
+
+/// Everything that can go wrong in a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The transaction conflicted with another and was rolled back: run it again
+    /// ([`Error::is_retryable`]; [`Db::run`] does so).
+    Conflict(Conflict),
+    /// A key longer than [`crate::index::MAX_KEY_LEN`].
+    KeyTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value longer than [`MAX_VALUE_LEN`].
+    ValueTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The transaction already ended (it conflicted earlier, or was committed or aborted).
+    TxnFinished,
+    /// A bad index configuration in [`Options`].
+    Index(IndexError),
+}
+
+impl Error {
+    /// Whether running the transaction again may succeed (a conflict with another one).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict(_))
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Conflict(c) => write!(f, "transaction conflict, retry: {c}"),
+            Error::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than the limit of {max}"),
+            Error::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than the limit of {max}"),
+            Error::TxnFinished => f.write_str("the transaction has already ended"),
+            Error::Index(e) => write!(f, "index: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// How 2PL handles a lock held by another transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWait {
+    /// Abort at once.
+    NoWait,
+    /// Wait if older than the holder, abort if younger.
+    WaitDie,
+}
+
+/// The concurrency-control protocol of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cc {
+    /// TicToc: optimistic, data-driven timestamps (the default: serializable and fast).
+    #[default]
+    TicToc,
+    /// Silo: optimistic, epoch-based TIDs.
+    Silo,
+    /// Strict two-phase locking.
+    TwoPl(LockWait),
+}
+
+impl Cc {
+    /// Every protocol, for side-by-side runs.
+    pub const ALL: [Cc; 4] = [Cc::TicToc, Cc::Silo, Cc::TwoPl(LockWait::NoWait), Cc::TwoPl(LockWait::WaitDie)];
+
+    /// The protocol's short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cc::TicToc => "tictoc",
+            Cc::Silo => "silo",
+            Cc::TwoPl(LockWait::NoWait) => "2pl-nowait",
+            Cc::TwoPl(LockWait::WaitDie) => "2pl-waitdie",
+        }
+    }
+
+    /// Parses a short name (`tictoc`, `silo`, `2pl` = `2pl-nowait`, `2pl-waitdie`).
+    pub fn parse(name: &str) -> Option<Cc> {
+        Some(match name {
+            "tictoc" => Cc::TicToc,
+            "silo" => Cc::Silo,
+            "2pl" | "2pl-nowait" => Cc::TwoPl(LockWait::NoWait),
+            "2pl-waitdie" => Cc::TwoPl(LockWait::WaitDie),
+            _ => return None,
+        })
+    }
+}
+
+/// Settings of a database.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The concurrency-control protocol.
+    pub cc: Cc,
+    /// The Bw-tree under the records.
+    pub index: BwTreeConfig,
+    /// Test only: the optimistic protocols skip read validation (a planted bug that the
+    /// isolation tests must catch). Never set it otherwise.
+    #[doc(hidden)]
+    pub skip_validation_for_tests: bool,
+}
+
+impl Options {
+    /// The defaults with protocol `cc`.
+    pub fn with_cc(cc: Cc) -> Self {
+        Options { cc, ..Options::default() }
+    }
+}
+
+/// A database whose protocol is fixed at compile time.
+pub struct TypedDb<P: Protocol> {
+    eng: Engine<P>,
+}
+
+impl<P: Protocol> TypedDb<P> {
+    /// An in-memory database run by `proto`.
+    pub fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
+        Ok(TypedDb { eng: Engine::new(proto, index)? })
+    }
+
+    /// Starts a transaction on a worker slot from the pool.
+    pub fn begin(&self) -> TypedTxn<'_, P> {
+        let slot = self.eng.take_slot();
+        let bufs = Box::new(TxnBufs::new(&self.eng.proto));
+        let s: *const Slot<P> = &*slot;
+        // SAFETY: `slot` moves into the transaction's `Home` and lives as long as it.
+        TypedTxn::start(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
+    }
+
+    /// A worker: a slot and transaction buffers owned by one thread, reused by each of its
+    /// transactions (for benchmarks and long-lived threads).
+    pub fn worker(&self) -> TypedWorker<'_, P> {
+        TypedWorker { db: self, slot: self.eng.take_slot(), bufs: Some(Box::new(TxnBufs::new(&self.eng.proto))) }
+    }
+
+    /// The protocol.
+    pub fn protocol(&self) -> &P {
+        &self.eng.proto
+    }
+
+    /// Committed and aborted transactions, and records unlinked after deletes, so far.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.eng.counters;
+        (c.commits.load(Relaxed), c.aborts.load(Relaxed), c.unlinked.load(Relaxed))
+    }
+
+    /// Keys in the index, counting deleted ones not yet unlinked (a full scan; for tests).
+    #[doc(hidden)]
+    pub fn index_len(&self) -> usize {
+        self.eng.index_len()
+    }
+}
+
+/// A per-thread worker of a [`TypedDb`]; see [`TypedDb::worker`].
+pub struct TypedWorker<'db, P: Protocol> {
+    db: &'db TypedDb<P>,
+    slot: Arc<Slot<P>>,
+    bufs: Option<Box<TxnBufs<P>>>,
+}
+
+impl<P: Protocol> TypedWorker<'_, P> {
+    /// Starts a transaction; the worker is busy until it ends.
+    pub fn begin(&mut self) -> TypedTxn<'_, P> {
+        let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
+        TypedTxn::start(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
+    }
+}
+
+impl<P: Protocol> Drop for TypedWorker<'_, P> {
+    fn drop(&mut self) {
+        self.db.eng.return_slot(Arc::clone(&self.slot));
+    }
+}
+
+enum AnyDb {
+    TicToc(TypedDb<TicToc>),
+    Silo(TypedDb<Silo>),
+    TwoPl(TypedDb<TwoPl>),
+}
+
+/// An embedded transactional key-value database. Cheap to share between threads by
+/// reference (it is `Sync`); open transactions with [`Db::begin`] or [`Db::run`].
+pub struct Db {
+    inner: AnyDb,
+}
+
+macro_rules! dispatch {
+    ($inner:expr, $v:ident => $e:expr) => {
+        match $inner {
+            AnyDb::TicToc($v) => $e,
+            AnyDb::Silo($v) => $e,
+            AnyDb::TwoPl($v) => $e,
+        }
+    };
+}
+
+macro_rules! dispatch_txn {
+    ($inner:expr, $v:ident => $e:expr) => {
+        match $inner {
+            AnyTxn::TicToc($v) => $e,
+            AnyTxn::Silo($v) => $e,
+            AnyTxn::TwoPl($v) => $e,
+        }
+    };
+}
+
+impl Db {
+    /// An in-memory database (nothing is written to disk).
+    pub fn open_in_memory(opts: Options) -> Result<Db, Error> {
+        let inner = match opts.cc {
+            Cc::TicToc => {
+                let p = TicToc { skip_validation: opts.skip_validation_for_tests };
+                AnyDb::TicToc(TypedDb::new(p, opts.index)?)
+            }
+            Cc::Silo => {
+                let mut p = Silo::new();
+                p.skip_validation = opts.skip_validation_for_tests;
+                AnyDb::Silo(TypedDb::new(p, opts.index)?)
+            }
+            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(TypedDb::new(TwoPl::no_wait(), opts.index)?),
+            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(TypedDb::new(TwoPl::wait_die(), opts.index)?),
+        };
+        Ok(Db { inner })
+    }
+
+    /// Starts a transaction. It may be used from this thread only, and ends when
+    /// committed, aborted or dropped (dropping rolls back).
+    pub fn begin(&self) -> Txn<'_> {
+        Txn { inner: dispatch!(&self.inner, db => db.begin().into()) }
+    }
+
+    /// Runs `f` in a transaction and commits it, running it again (after a short backoff)
+    /// as long as it fails with a retryable conflict. Any other error is returned.
+    pub fn run<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        let mut attempt = 0u32;
+        loop {
+            let mut txn = self.begin();
+            let r = f(&mut txn).and_then(|v| txn.commit().map(|()| v));
+            match r {
+                Err(e) if e.is_retryable() => {
+                    attempt = attempt.saturating_add(1);
+                    if attempt > 4 {
+                        std::thread::sleep(std::time::Duration::from_micros(1 << attempt.min(10)));
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The protocol's short name.
+    pub fn cc_name(&self) -> &'static str {
+        dispatch!(&self.inner, db => db.protocol().name())
+    }
+
+    /// Keys in the index, counting deleted ones not yet unlinked (a full scan; for tests).
+    #[doc(hidden)]
+    pub fn index_len(&self) -> usize {
+        dispatch!(&self.inner, db => db.index_len())
+    }
+}
+
+enum AnyTxn<'a> {
+    TicToc(TypedTxn<'a, TicToc>),
+    Silo(TypedTxn<'a, Silo>),
+    TwoPl(TypedTxn<'a, TwoPl>),
+}
+
+impl<'a> From<TypedTxn<'a, TicToc>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, TicToc>) -> Self {
+        AnyTxn::TicToc(t)
+    }
+}
+impl<'a> From<TypedTxn<'a, Silo>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, Silo>) -> Self {
+        AnyTxn::Silo(t)
+    }
+}
+impl<'a> From<TypedTxn<'a, TwoPl>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, TwoPl>) -> Self {
+        AnyTxn::TwoPl(t)
+    }
+}
+
+/// A transaction. Reads see the transaction's own writes. Under TicToc, Silo and 2PL every
+/// transaction is serializable, scans included (no phantoms).
+///
+/// A conflict ([`Error::Conflict`]) rolls the transaction back at once; later calls return
+/// [`Error::TxnFinished`].
+pub struct Txn<'a> {
+    inner: AnyTxn<'a>,
+}
+
+impl<'a> Txn<'a> {
+    /// The value of `key`, if present.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        dispatch_txn!(&mut self.inner, t => t.get(key))
+    }
+
+    /// Stores `value` under `key`, whether or not it exists.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        dispatch_txn!(&mut self.inner, t => t.put(key, value))
+    }
+
+    /// Inserts only if `key` is absent; returns whether it did.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+        dispatch_txn!(&mut self.inner, t => t.insert(key, value))
+    }
+
+    /// Replaces the value only if `key` is present; returns whether it did.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+        dispatch_txn!(&mut self.inner, t => t.update(key, value))
+    }
+
+    /// Deletes `key`; returns whether it was present.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
+        dispatch_txn!(&mut self.inner, t => t.delete(key))
+    }
+
+    /// The records with `start <= key < end` (no upper bound when `end` is `None`), in key
+    /// order, as `(key, value)`.
+    pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>) -> Scan<'_, 'a> {
+        let inner = match &mut self.inner {
+            AnyTxn::TicToc(t) => AnyScan::TicToc(t.scan(start, end)),
+            AnyTxn::Silo(t) => AnyScan::Silo(t.scan(start, end)),
+            AnyTxn::TwoPl(t) => AnyScan::TwoPl(t.scan(start, end)),
+        };
+        Scan { inner }
+    }
+
+    /// Makes the transaction's writes visible, or fails with a conflict (rolled back).
+    pub fn commit(self) -> Result<(), Error> {
+        dispatch_txn!(self.inner, t => t.commit())
+    }
+
+    /// Rolls the transaction back.
+    pub fn abort(self) {
+        dispatch_txn!(self.inner, t => t.abort())
+    }
+}
+
+enum AnyScan<'t, 'a> {
+    TicToc(TypedScan<'t, 'a, TicToc>),
+    Silo(TypedScan<'t, 'a, Silo>),
+    TwoPl(TypedScan<'t, 'a, TwoPl>),
+}
+
+/// The iterator of [`Txn::scan`]: `(key, value)` pairs, or the error that ended the scan.
+pub struct Scan<'t, 'a> {
+    inner: AnyScan<'t, 'a>,
+}
+
+impl Iterator for Scan<'_, '_> {
+    type Item = Result<(Vec<u8>, Vec<u8>), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            AnyScan::TicToc(s) => s.next(),
+            AnyScan::Silo(s) => s.next(),
+            AnyScan::TwoPl(s) => s.next(),
+        }
+    }
+}
