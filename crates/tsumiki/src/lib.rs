@@ -3,12 +3,15 @@
 //!
 //! The engine is built from five research papers (see `docs/design.md`). This crate holds:
 //! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map;
-//! - [`cc`]: the concurrency-control protocols (TicToc, Silo, 2PL) behind one trait;
+//! - [`cc`]: the concurrency-control protocols (TicToc, Silo, 2PL, MVCC-SI) behind one trait;
+//! - [`mvcc`]: MVCC-SI's version garbage collectors (AOT, EPO, EPO-R; paper 000);
 //! - [`db`]: the public API, [`Db`], [`Txn`], [`Options`].
 #![warn(missing_docs)]
 
 pub mod cc;
 pub mod db;
 pub mod index;
+pub mod mvcc;
 
 pub use db::{Cc, Db, Error, LockWait, Options, Scan, Txn};
+pub use mvcc::Gc;

@@ -14,6 +14,10 @@
 //! - an insert of a new key writes the record that followed it (a "gap write"), and puts its
 //!   placeholder into the index only while that follower is latched ([`Protocol::latch_gap`]),
 //!   so the follower cannot change or gain a closer neighbour meanwhile;
+//! - when that follower is itself an uncommitted placeholder ([`Protocol::is_fresh`]), the
+//!   insert writes the records beyond it too, up to one that has been committed: a reader
+//!   that saw the gap before the placeholder existed read that one (found by the
+//!   isolation checker: without it, write skew through an insert committed under TicToc);
 //! - a deleted record leaves the index latched together with its follower, whose timestamp
 //!   is then raised past the removed one's ([`Protocol::unlink`]).
 //!
@@ -22,6 +26,7 @@
 //! is checked once more after the reads ([`crate::db`]): an insert that the reads missed must
 //! then write a record they read.
 
+pub mod si;
 pub mod silo;
 pub mod tictoc;
 pub mod twopl;
@@ -68,6 +73,17 @@ impl From<Conflict> for Access {
     fn from(c: Conflict) -> Self {
         Access::Conflict(c)
     }
+}
+
+/// Outcome of [`Protocol::try_latch_absent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlinkLatch {
+    /// Latched: the record is absent for every transaction and may leave the index.
+    Latched,
+    /// Present (or already gone): nothing to do.
+    NotAbsent,
+    /// Not now (held by someone, or still visible to a running transaction): try later.
+    Busy,
 }
 
 /// One entry of a transaction's write set, as the engine hands it to [`Protocol::commit`].
@@ -133,7 +149,9 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_record(&self, st: &mut Self::TxnState) -> Self::Record;
     /// A record for the gap after the last key (never in the index, never unlinked).
     fn new_sentinel(&self) -> Self::Record;
-    /// `rec`, made by [`new_record`](Self::new_record) for `st`, is now in the index.
+    /// `rec`, made by [`new_record`](Self::new_record) for `st`, is now in the index. The
+    /// transaction read the key absent, so this records a read of the placeholder's initial
+    /// state: another transaction that writes the placeholder first makes it conflict.
     fn created(&self, st: &mut Self::TxnState, rec: &Self::Record);
 
     /// Reads the committed value of `rec` into `out` (when given). Returns whether the key
@@ -153,6 +171,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// to, or unlinks, `next` (the record after the new key) until
     /// [`unlatch_gap`](Self::unlatch_gap). 2PL takes the exclusive lock it needs anyway.
     fn latch_gap(&self, st: &mut Self::TxnState, next: &Self::Record) -> Result<(), Access>;
+    /// Whether `rec` was never written by a committed transaction: a placeholder whose
+    /// creator has not committed (or aborted). An insert next to one must also write the
+    /// gap owner beyond it, which readers before the placeholder existed relied on.
+    /// Protocols whose gap locks exclude such readers return `false`.
+    fn is_fresh(&self, rec: &Self::Record) -> bool;
     /// Ends [`latch_gap`](Self::latch_gap).
     fn unlatch_gap(&self, st: &mut Self::TxnState, next: &Self::Record);
 
@@ -169,9 +192,8 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// Releases whatever the transaction holds.
     fn abort(&self, st: &mut Self::TxnState, writes: &[WriteEntry<Self::Record>]);
 
-    /// Tries to latch an absent, unlatched record so that it can leave the index. `false`
-    /// when it is present, latched, or already gone.
-    fn try_latch_absent(&self, rec: &Self::Record) -> bool;
+    /// Tries to latch an absent record so that it can leave the index.
+    fn try_latch_absent(&self, rec: &Self::Record) -> UnlinkLatch;
     /// Latches `next`, the follower of a record being unlinked (waits briefly for a holder).
     fn latch_next(&self, next: &Self::Record) -> Result<(), Access>;
     /// Marks `rec` removed, moves its gap into `next` (raising `next`'s timestamp past

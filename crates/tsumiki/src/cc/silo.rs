@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crossbeam_epoch::Guard;
 
-use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, ValueCell, WriteEntry, WriteKind};
+use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
 
 const LOCK: u64 = 1 << 63;
 const EPOCH_SHIFT: u32 = 32;
@@ -163,7 +163,10 @@ impl Protocol for Silo {
         SiloRecord { tid: AtomicU64::new(0), value: ValueCell::absent() }
     }
 
-    fn created(&self, _st: &mut SiloState, _rec: &SiloRecord) {}
+    fn created(&self, st: &mut SiloState, rec: &SiloRecord) {
+        // The creator read the key absent: the placeholder's initial TID.
+        st.reads.push(ReadEntry { rec, tid: 0 });
+    }
 
     fn read(
         &self,
@@ -198,6 +201,11 @@ impl Protocol for Silo {
 
     fn latch_gap(&self, _st: &mut SiloState, next: &SiloRecord) -> Result<(), Access> {
         self.lock_spin(next).map(|_| ())
+    }
+
+    fn is_fresh(&self, rec: &SiloRecord) -> bool {
+        // Commit TIDs are at least 1 << 32; placeholders start at 0.
+        rec.tid.load(Ordering::Acquire) & !LOCK == 0
     }
 
     fn unlatch_gap(&self, _st: &mut SiloState, next: &SiloRecord) {
@@ -255,20 +263,20 @@ impl Protocol for Silo {
 
     fn abort(&self, _st: &mut SiloState, _writes: &[WriteEntry<SiloRecord>]) {}
 
-    fn try_latch_absent(&self, rec: &SiloRecord) -> bool {
+    fn try_latch_absent(&self, rec: &SiloRecord) -> UnlinkLatch {
         let guard = &crossbeam_epoch::pin();
         let cur = rec.tid.load(Ordering::Acquire);
-        if cur & LOCK != 0 || rec.value.is_present(guard) {
-            return false;
+        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
+            return UnlinkLatch::NotAbsent;
         }
-        if rec.tid.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return false;
+        if cur & LOCK != 0 || rec.tid.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return UnlinkLatch::Busy;
         }
         if rec.value.is_present(guard) || rec.value.is_removed(guard) {
             rec.tid.store(cur, Ordering::Release);
-            return false;
+            return UnlinkLatch::NotAbsent;
         }
-        true
+        UnlinkLatch::Latched
     }
 
     fn latch_next(&self, next: &SiloRecord) -> Result<(), Access> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
-use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, ValueCell, WriteEntry, WriteKind};
+use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
 
 const LOCK: u64 = 1 << 63;
 const DELTA_SHIFT: u32 = 48;
@@ -124,7 +124,10 @@ impl Protocol for TicToc {
         TicTocRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
     }
 
-    fn created(&self, _st: &mut TicTocState, _rec: &TicTocRecord) {}
+    fn created(&self, st: &mut TicTocState, rec: &TicTocRecord) {
+        // The creator read the key absent: at the placeholder's initial [0, 0].
+        st.reads.push(ReadEntry { rec, wts: 0, rts: 0 });
+    }
 
     fn read(
         &self,
@@ -162,6 +165,11 @@ impl Protocol for TicToc {
     fn latch_gap(&self, _st: &mut TicTocState, next: &TicTocRecord) -> Result<(), Access> {
         let guard = &crossbeam_epoch::pin();
         self.lock_spin(next, guard).map(|_| ())
+    }
+
+    fn is_fresh(&self, rec: &TicTocRecord) -> bool {
+        // Commits give wts >= 1; placeholders start at 0.
+        wts(rec.word.load(Ordering::Acquire)) == 0
     }
 
     fn unlatch_gap(&self, _st: &mut TicTocState, next: &TicTocRecord) {
@@ -245,20 +253,21 @@ impl Protocol for TicToc {
         // Locks are taken only inside `commit`, which releases them itself on failure.
     }
 
-    fn try_latch_absent(&self, rec: &TicTocRecord) -> bool {
+    fn try_latch_absent(&self, rec: &TicTocRecord) -> UnlinkLatch {
         let guard = &crossbeam_epoch::pin();
         let cur = rec.word.load(Ordering::Acquire);
-        if cur & LOCK != 0 || rec.value.is_present(guard) {
-            return false;
+        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
+            return UnlinkLatch::NotAbsent;
         }
-        if rec.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return false;
+        if cur & LOCK != 0 || rec.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return UnlinkLatch::Busy;
         }
         if rec.value.is_present(guard) || rec.value.is_removed(guard) {
             rec.word.store(cur, Ordering::Release);
-            return false;
+            return UnlinkLatch::NotAbsent;
         }
-        true
+        UnlinkLatch::Latched
     }
 
     fn latch_next(&self, next: &TicTocRecord) -> Result<(), Access> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
-use super::{Access, Backoff, Conflict, Protocol, ValueCell, WriteEntry, WriteKind};
+use super::{Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
 
 const WRITER: u64 = 1 << 63;
 const READER_SHIFT: u32 = 48;
@@ -248,6 +248,12 @@ impl Protocol for TwoPl {
         self.lock_exclusive(st, next)
     }
 
+    fn is_fresh(&self, _rec: &TwoPlRecord) -> bool {
+        // A placeholder is created under the next-key lock, which excludes every reader of
+        // the gap until its creator ends.
+        false
+    }
+
     fn unlatch_gap(&self, _st: &mut TwoPlState, _next: &TwoPlRecord) {}
 
     fn commit(
@@ -271,18 +277,19 @@ impl Protocol for TwoPl {
         self.release_all(st);
     }
 
-    fn try_latch_absent(&self, rec: &TwoPlRecord) -> bool {
+    fn try_latch_absent(&self, rec: &TwoPlRecord) -> UnlinkLatch {
         let guard = &crossbeam_epoch::pin();
-        if rec.value.is_present(guard)
-            || rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
-            return false;
+        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
+            return UnlinkLatch::NotAbsent;
+        }
+        if rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return UnlinkLatch::Busy;
         }
         if rec.value.is_present(guard) || rec.value.is_removed(guard) {
             rec.lock.store(0, Ordering::Release);
-            return false;
+            return UnlinkLatch::NotAbsent;
         }
-        true
+        UnlinkLatch::Latched
     }
 
     fn latch_next(&self, next: &TwoPlRecord) -> Result<(), Access> {

@@ -1,13 +1,13 @@
 //! The generic engine: one index of records, any [`Protocol`], monomorphized.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 
-use crate::cc::{Access, Conflict, Protocol, WriteEntry, WriteKind};
+use crate::cc::{Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 use crate::index::{BwTree, BwTreeConfig, MAX_KEY_LEN};
 
 use super::{Error, MAX_VALUE_LEN};
@@ -83,7 +83,7 @@ pub struct Engine<P: Protocol> {
     pub(crate) proto: P,
     free_slots: Mutex<Vec<Arc<Slot<P>>>>,
     /// Keys of deleted records whose unlink could not latch what it needed; retried later.
-    pending_unlinks: Mutex<Vec<Box<[u8]>>>,
+    pending_unlinks: Mutex<VecDeque<Box<[u8]>>>,
     pub(crate) counters: Counters,
 }
 
@@ -98,7 +98,7 @@ impl<P: Protocol> Engine<P> {
             sentinel,
             proto,
             free_slots: Mutex::new(Vec::new()),
-            pending_unlinks: Mutex::new(Vec::new()),
+            pending_unlinks: Mutex::new(VecDeque::new()),
             counters: Counters::default(),
         })
     }
@@ -128,6 +128,11 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
+    /// The protocol.
+    pub fn protocol(&self) -> &P {
+        &self.proto
+    }
+
     /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
     pub(crate) fn index_len(&self) -> usize {
         self.index.scan(b"", None).count()
@@ -137,21 +142,26 @@ impl<P: Protocol> Engine<P> {
     fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
         // SAFETY: pinned by `guard`.
         let r = unsafe { &*rec };
-        if !self.proto.try_latch_absent(r) {
-            return false;
+        match self.proto.try_latch_absent(r) {
+            UnlinkLatch::Latched => {}
+            UnlinkLatch::NotAbsent => return false,
+            UnlinkLatch::Busy => {
+                self.pending_unlinks.lock().push_back(key.into());
+                return false;
+            }
         }
         loop {
-            let (_, next) = self.next_record(key, true, guard);
+            let next = if self.proto.gap_protection() { self.next_record(key, true, guard).1 } else { &*self.sentinel };
             match self.proto.latch_next(next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(_)) => {
                     self.proto.unlatch_absent(r);
-                    self.pending_unlinks.lock().push(key.into());
+                    self.pending_unlinks.lock().push_back(key.into());
                     return false;
                 }
             }
-            if !std::ptr::eq(self.next_record(key, true, guard).1, next) {
+            if self.proto.gap_protection() && !std::ptr::eq(self.next_record(key, true, guard).1, next) {
                 self.proto.unlatch_next(next);
                 continue;
             }
@@ -169,10 +179,10 @@ impl<P: Protocol> Engine<P> {
     /// Retries a few unlinks that were put off.
     fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
         let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
+            // Oldest first: those are the likeliest to be unlinkable by now.
             Some(mut p) if !p.is_empty() => {
                 let n = p.len().min(8);
-                let at = p.len() - n;
-                p.split_off(at)
+                p.drain(..n).collect()
             }
             _ => return,
         };
@@ -372,7 +382,20 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let r: &'a P::Record = unsafe { &*rec };
             eng.proto.created(&mut self.b().st, r);
             self.b().created.push((key.into(), rec));
+            if !eng.proto.gap_protection() {
+                return Ok(Some(r));
+            }
             self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
+            // Past uncommitted placeholders, to the gap owner earlier readers saw.
+            let (mut at_key, mut at) = (nk, next);
+            while let Some(k) = at_key.take() {
+                if !eng.proto.is_fresh(at) {
+                    break;
+                }
+                let (k2, n2) = eng.next_record(&k, true, guard);
+                self.add_write(k2.as_deref().unwrap_or(&[]), n2, WriteKind::Gap)?;
+                (at_key, at) = (k2, n2);
+            }
             return Ok(Some(r));
         }
     }
