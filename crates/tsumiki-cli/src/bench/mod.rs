@@ -3,6 +3,7 @@
 
 pub mod index;
 mod report;
+pub mod txn;
 mod workload;
 
 use clap::Subcommand;
@@ -12,10 +13,14 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// The index benchmark of paper 002: the Bw-tree against other concurrent ordered maps.
     Index(index::IndexArgs),
+    /// The transaction benchmark (papers 000 and 001, YCSB): every concurrency-control
+    /// protocol on the same workload.
+    Txn(txn::TxnArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Index(args) => index::run(&args),
+        BenchCommand::Txn(args) => txn::run(&args),
     }
 }

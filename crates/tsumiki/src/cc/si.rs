@@ -100,6 +100,7 @@ struct WorkerStats {
     reclaimed: AtomicU64,
     empty: AtomicU64,
     traversals: AtomicU64,
+    unreclaimed: AtomicU64,
     chain_max: AtomicU64,
     chain_sum: AtomicU64,
     chain_count: AtomicU64,
@@ -167,6 +168,7 @@ impl Si {
             s.reclaimed += w.reclaimed.load(Ordering::Relaxed);
             s.empty_traversals += w.empty.load(Ordering::Relaxed);
             s.traversals += w.traversals.load(Ordering::Relaxed);
+            s.unreclaimed += w.unreclaimed.load(Ordering::Relaxed);
             s.chain_max = s.chain_max.max(w.chain_max.load(Ordering::Relaxed));
             sum += w.chain_sum.load(Ordering::Relaxed);
             count += w.chain_count.load(Ordering::Relaxed);
@@ -247,6 +249,9 @@ impl Si {
             }
         }
         link.store(std::ptr::null_mut(), Ordering::Release);
+        let kept = st.keep.iter().filter(|&&k| k).count() as u64;
+        stats.unreclaimed.fetch_add(kept.saturating_sub(1), Ordering::Relaxed);
+        self.note_chain_len(stats, st.chain.len() as u64);
         if reclaimed == 0 {
             stats.empty.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -257,7 +262,10 @@ impl Si {
     }
 
     fn note_chain(&self, st: &SiState, len: u64) {
-        let s = self.stats(st);
+        self.note_chain_len(self.stats(st), len);
+    }
+
+    fn note_chain_len(&self, s: &WorkerStats, len: u64) {
         s.chain_sum.fetch_add(len, Ordering::Relaxed);
         s.chain_count.fetch_add(1, Ordering::Relaxed);
         if len > s.chain_max.load(Ordering::Relaxed) {

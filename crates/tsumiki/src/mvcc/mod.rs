@@ -80,6 +80,9 @@ pub struct GcStats {
     pub empty_traversals: u64,
     /// Pruning traversals in all.
     pub traversals: u64,
+    /// Versions that pruning traversals met and could not reclaim, the newest of each
+    /// chain aside (paper 000's measure of wasted traversal work), summed.
+    pub unreclaimed: u64,
     /// Longest chain a traversal met.
     pub chain_max: u64,
     /// Mean chain length over traversals (reads and writes that walked a chain).

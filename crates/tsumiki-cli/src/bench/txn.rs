@@ -1,0 +1,597 @@
+//! `tsumiki bench txn`: one runner for every concurrency-control protocol and workload
+//! (YCSB A-F with CCBench's knobs; paper 001's R-10, U-1, U-10, U-5/R-5; paper 000's batch
+//! of short and long transactions). Each protocol is monomorphised into the runner.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::RngExt;
+use serde_json::{json, Value};
+use tsumiki::cc::si::Si;
+use tsumiki::cc::silo::Silo;
+use tsumiki::cc::tictoc::TicToc;
+use tsumiki::cc::twopl::TwoPl;
+use tsumiki::cc::Protocol;
+use tsumiki::db::{TypedDb, TypedTxn};
+use tsumiki::index::BwTreeConfig;
+use tsumiki::{Cc, Error, Gc, LockWait};
+
+use super::report;
+use super::workload::{rng, KeyChooser};
+
+#[derive(Args, Debug, Clone)]
+pub struct TxnArgs {
+    /// ycsb-a (50% read, 50% update), ycsb-b (95/5), ycsb-c (read only), ycsb-d (read
+    /// latest, 5% insert), ycsb-e (short scans, 5% insert), ycsb-f (read-modify-write),
+    /// r10, u1, u10, u5r5 (paper 001), batch (paper 000: short and long transactions).
+    #[arg(long, default_value = "ycsb-a")]
+    pub workload: String,
+    /// Protocols, comma-separated, or `all`: tictoc, silo, 2pl-nowait, 2pl-waitdie, mvcc-si.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub cc: Vec<String>,
+    /// MVCC-SI garbage collectors, comma-separated: none, aot, epo, epo-r (each runs once).
+    #[arg(long, default_value = "epo-r", value_delimiter = ',')]
+    pub gc: Vec<String>,
+    /// Active-list refresh interval of EPO and EPO-R (and of AOT's oldest timestamp).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub gc_refresh: Duration,
+    /// Records loaded before the timed part (default: 1,000,000; batch: 10,000).
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Operations per transaction (YCSB).
+    #[arg(long, default_value_t = 10)]
+    pub ops_per_txn: usize,
+    /// Fraction of reads among YCSB operations (overrides the workload's).
+    #[arg(long)]
+    pub read_ratio: Option<f64>,
+    /// YCSB writes read the record first (read-modify-write) instead of writing blindly.
+    #[arg(long)]
+    pub rmw: bool,
+    /// Zipf skew of key choice (default: 0; batch: 0.8).
+    #[arg(long)]
+    pub skew: Option<f64>,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    /// batch: operations of a long transaction (short ones have 6).
+    #[arg(long, default_value_t = 100)]
+    pub long_ops: usize,
+    /// batch: sleep inside each long transaction.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub long_sleep: Duration,
+    /// Worker threads; a comma-separated list runs each count.
+    #[arg(long, default_value = "2", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Seconds per run (ignored when --txns-per-thread is given).
+    #[arg(long, default_value = "3", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Committed transactions per thread per run, instead of a duration.
+    #[arg(long)]
+    pub txns_per_thread: Option<u64>,
+    /// Timed runs per protocol; throughput is their mean (the median is reported too).
+    #[arg(long, default_value_t = 3)]
+    pub runs: u64,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print one JSON object per protocol instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("bad duration {s:?}: use e.g. 3, 3s, 100ms"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        _ => return Err(format!("bad duration unit in {s:?}: use s, ms, us or m")),
+    };
+    if !(secs >= 0.0 && secs.is_finite()) {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Workload {
+    Ycsb(char),
+    R10,
+    U1,
+    U10,
+    U5R5,
+    Batch,
+}
+
+impl Workload {
+    fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "ycsb-a" | "ycsb-b" | "ycsb-c" | "ycsb-d" | "ycsb-e" | "ycsb-f" => {
+                Workload::Ycsb(s.chars().last().unwrap())
+            }
+            "r10" => Workload::R10,
+            "u1" => Workload::U1,
+            "u10" => Workload::U10,
+            "u5r5" => Workload::U5R5,
+            "batch" => Workload::Batch,
+            _ => return Err(format!("unknown workload {s:?}; known: ycsb-a..ycsb-f, r10, u1, u10, u5r5, batch")),
+        })
+    }
+}
+
+/// One operation of a pre-generated transaction.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Read(u64),
+    Write(u64),
+    /// Read, then write the same key.
+    Rmw(u64),
+    /// Insert a fresh key (numbered at run time).
+    Insert,
+    /// Read one of the most recently inserted keys: this many back from the newest.
+    ReadLatest(u64),
+    Scan(u64, u32),
+}
+
+#[derive(Clone, Debug)]
+struct TxnSpec {
+    ops: Vec<Op>,
+    /// Sleep after this many operations (batch's long transactions).
+    sleep_at: Option<usize>,
+}
+
+/// Everything a run needs, resolved from the arguments.
+struct Plan {
+    workload: Workload,
+    name: String,
+    records: u64,
+    skew: f64,
+    value_size: usize,
+    ops_per_txn: usize,
+    read_ratio: f64,
+    rmw: bool,
+    long_ops: usize,
+    long_sleep: Duration,
+}
+
+/// Pre-generated transactions per thread (cycled in duration mode).
+const SPECS_PER_THREAD: usize = 1 << 14;
+
+impl Plan {
+    fn new(args: &TxnArgs) -> Result<Self, String> {
+        let workload = Workload::parse(&args.workload)?;
+        let batch = workload == Workload::Batch;
+        let default_read = match workload {
+            Workload::Ycsb('a') | Workload::Ycsb('f') | Workload::Batch => 0.5,
+            Workload::Ycsb('b') | Workload::Ycsb('d') | Workload::Ycsb('e') => 0.95,
+            Workload::Ycsb(_) => 1.0,
+            _ => 0.0,
+        };
+        let read_ratio = args.read_ratio.unwrap_or(default_read);
+        if !(0.0..=1.0).contains(&read_ratio) {
+            return Err(format!("--read-ratio {read_ratio} is not in [0, 1]"));
+        }
+        let records = args.records.unwrap_or(if batch { 10_000 } else { 1_000_000 });
+        if records == 0 {
+            return Err("--records must be at least 1".into());
+        }
+        if args.ops_per_txn == 0 || args.long_ops == 0 {
+            return Err("--ops-per-txn and --long-ops must be at least 1".into());
+        }
+        if args.value_size > tsumiki::db::MAX_VALUE_LEN {
+            return Err(format!("--value-size is above the limit of {} bytes", tsumiki::db::MAX_VALUE_LEN));
+        }
+        Ok(Plan {
+            workload,
+            name: args.workload.clone(),
+            records,
+            skew: args.skew.unwrap_or(if batch { 0.8 } else { 0.0 }),
+            value_size: args.value_size,
+            ops_per_txn: args.ops_per_txn,
+            read_ratio,
+            rmw: args.rmw || workload == Workload::Ycsb('f'),
+            long_ops: args.long_ops,
+            long_sleep: args.long_sleep,
+        })
+    }
+
+    /// Thread `t` of `threads`: is it one of batch's short-transaction threads?
+    fn short_thread(&self, t: usize, threads: usize) -> bool {
+        t < threads.div_ceil(3)
+    }
+
+    fn specs(&self, seed: u64, run: u64, t: usize, threads: usize, n: usize) -> Result<Vec<TxnSpec>, String> {
+        let mut r = rng(seed, run, t as u64);
+        let keys = KeyChooser::new(self.records, self.skew)?;
+        let latest = KeyChooser::new(self.records.min(1000), 0.99)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut ops = Vec::new();
+            let mut sleep_at = None;
+            let distinct = |r: &mut rand::rngs::StdRng, ops: &[Op], k: &KeyChooser| loop {
+                let key = k.pick(r) as u64;
+                if !ops.iter().any(|o| matches!(o, Op::Read(x) | Op::Write(x) | Op::Rmw(x) if *x == key)) {
+                    return key;
+                }
+            };
+            match self.workload {
+                Workload::R10 => (0..10).for_each(|_| ops.push(Op::Read(distinct(&mut r, &ops, &keys)))),
+                Workload::U1 => ops.push(Op::Write(distinct(&mut r, &ops, &keys))),
+                Workload::U10 => (0..10).for_each(|_| ops.push(Op::Write(distinct(&mut r, &ops, &keys)))),
+                Workload::U5R5 => (0..5).for_each(|_| ops.push(Op::Rmw(distinct(&mut r, &ops, &keys)))),
+                Workload::Batch => {
+                    let long = !self.short_thread(t, threads);
+                    let n = if long { self.long_ops.min(self.records as usize) } else { 6.min(self.records as usize) };
+                    for _ in 0..n {
+                        let k = distinct(&mut r, &ops, &keys);
+                        ops.push(if r.random_bool(self.read_ratio) { Op::Read(k) } else { Op::Write(k) });
+                    }
+                    if long && !self.long_sleep.is_zero() {
+                        sleep_at = Some(n / 2);
+                    }
+                }
+                Workload::Ycsb(w) => {
+                    let n = self.ops_per_txn.min(self.records as usize);
+                    for _ in 0..n {
+                        let read = r.random_bool(self.read_ratio);
+                        ops.push(match (w, read) {
+                            ('d', true) => Op::ReadLatest(latest.pick(&mut r) as u64),
+                            ('d', false) | ('e', false) => Op::Insert,
+                            ('e', true) => Op::Scan(keys.pick(&mut r) as u64, r.random_range(1..=100)),
+                            (_, true) => Op::Read(distinct(&mut r, &ops, &keys)),
+                            (_, false) if self.rmw => Op::Rmw(distinct(&mut r, &ops, &keys)),
+                            (_, false) => Op::Write(distinct(&mut r, &ops, &keys)),
+                        });
+                    }
+                }
+            }
+            out.push(TxnSpec { ops, sleep_at });
+        }
+        Ok(out)
+    }
+}
+
+fn kb(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+/// Runs one transaction's operations.
+fn execute<P: Protocol>(
+    txn: &mut TypedTxn<'_, P>,
+    spec: &TxnSpec,
+    value: &[u8],
+    next_key: &AtomicU64,
+    sleep: Duration,
+) -> Result<(), Error> {
+    for (i, op) in spec.ops.iter().enumerate() {
+        if spec.sleep_at == Some(i) {
+            std::thread::sleep(sleep);
+        }
+        match *op {
+            Op::Read(k) => {
+                std::hint::black_box(txn.get(&kb(k))?);
+            }
+            Op::Write(k) => txn.put(&kb(k), value)?,
+            Op::Rmw(k) => {
+                std::hint::black_box(txn.get(&kb(k))?);
+                txn.put(&kb(k), value)?;
+            }
+            Op::Insert => {
+                let k = next_key.fetch_add(1, Ordering::Relaxed);
+                txn.insert(&kb(k), value)?;
+            }
+            Op::ReadLatest(back) => {
+                let newest = next_key.load(Ordering::Relaxed).saturating_sub(1);
+                std::hint::black_box(txn.get(&kb(newest.saturating_sub(back)))?);
+            }
+            Op::Scan(k, n) => {
+                for r in txn.scan(&kb(k), None).take(n as usize) {
+                    std::hint::black_box(r?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+struct RunResult {
+    commits: u64,
+    aborts: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+fn load<P: Protocol>(db: &TypedDb<P>, records: u64, value: &[u8]) -> Result<(), String> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8) as u64;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<(), Error> {
+                    let mut w = db.worker();
+                    let mut k = t * 1000;
+                    while k < records {
+                        loop {
+                            let mut txn = w.begin();
+                            let r = (k..(k + 1000).min(records)).try_for_each(|i| txn.put(&kb(i), value));
+                            match r.and_then(|()| txn.commit()) {
+                                Ok(()) => break,
+                                Err(e) if e.is_retryable() => continue,
+                                Err(e) => return Err(e),
+                            }
+                        }
+                        k += threads * 1000;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().expect("loader thread").map_err(|e| e.to_string()))
+    })
+}
+
+fn run_once<P: Protocol>(
+    db: &TypedDb<P>,
+    plan: &Plan,
+    args: &TxnArgs,
+    threads: usize,
+    run: u64,
+    label: &str,
+    next_key: &AtomicU64,
+) -> Result<RunResult, String> {
+    let n_specs = args.txns_per_thread.map_or(SPECS_PER_THREAD, |n| (n as usize).min(SPECS_PER_THREAD));
+    let specs: Vec<Vec<TxnSpec>> =
+        (0..threads).map(|t| plan.specs(args.seed, run, t, threads, n_specs)).collect::<Result<_, _>>()?;
+    let value = vec![b'v'; plan.value_size];
+    let stop = AtomicBool::new(false);
+    let committed = AtomicU64::new(0);
+    let barrier = Barrier::new(threads + 1);
+    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    bar.set_style(ProgressStyle::with_template("{prefix:>36} {spinner} {pos} txns {per_sec}").unwrap());
+    bar.set_prefix(format!("{label} {threads}t run {}/{}", run + 1, args.runs));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = specs
+            .iter()
+            .map(|my| {
+                let (stop, committed, barrier, value, next_key) = (&stop, &committed, &barrier, &value, next_key);
+                s.spawn(move || {
+                    let mut w = db.worker();
+                    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).unwrap();
+                    let (mut commits, mut aborts) = (0u64, 0u64);
+                    barrier.wait();
+                    let mut i = 0usize;
+                    loop {
+                        if args.txns_per_thread.is_some_and(|n| commits >= n) || stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let spec = &my[i % my.len()];
+                        i += 1;
+                        let start = Instant::now();
+                        let mut attempt = 0u32;
+                        let committed_now = loop {
+                            let mut txn = w.begin();
+                            match execute(&mut txn, spec, value, next_key, plan.long_sleep).and_then(|()| txn.commit())
+                            {
+                                Ok(()) => break true,
+                                Err(e) if e.is_retryable() => {
+                                    aborts += 1;
+                                    attempt += 1;
+                                    if stop.load(Ordering::Relaxed) {
+                                        break false;
+                                    }
+                                    if attempt > 3 {
+                                        std::thread::yield_now();
+                                    }
+                                }
+                                Err(e) => panic!("transaction failed: {e}"),
+                            }
+                        };
+                        if !committed_now {
+                            break;
+                        }
+                        commits += 1;
+                        hist.saturating_record(start.elapsed().as_nanos() as u64);
+                        if commits % 256 == 0 {
+                            committed.fetch_add(256, Ordering::Relaxed);
+                        }
+                    }
+                    (commits, aborts, hist)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        if args.txns_per_thread.is_none() {
+            while t0.elapsed() < args.duration {
+                std::thread::sleep(Duration::from_millis(100).min(args.duration.saturating_sub(t0.elapsed())));
+                bar.set_position(committed.load(Ordering::Relaxed));
+            }
+            stop.store(true, Ordering::Relaxed);
+        }
+        let mut out = RunResult {
+            commits: 0,
+            aborts: 0,
+            elapsed: Duration::ZERO,
+            latency: Histogram::new_with_bounds(1, 600_000_000_000, 3).unwrap(),
+        };
+        for h in handles {
+            let (c, a, hist) = h.join().map_err(|_| "a worker thread panicked".to_string())?;
+            out.commits += c;
+            out.aborts += a;
+            out.latency.add(hist).map_err(|e| e.to_string())?;
+        }
+        out.elapsed = t0.elapsed();
+        bar.finish_and_clear();
+        Ok(out)
+    })
+}
+
+/// Runs every thread count of one protocol; returns one JSON object per thread count.
+fn run_cc<P: Protocol>(
+    db: TypedDb<P>,
+    plan: &Plan,
+    args: &TxnArgs,
+    gc_name: Option<&str>,
+    gc_stats: impl Fn(&TypedDb<P>) -> Value,
+) -> Result<Vec<Value>, String> {
+    let value = vec![b'v'; plan.value_size];
+    load(&db, plan.records, &value)?;
+    let next_key = AtomicU64::new(plan.records);
+    let name = db.protocol().name();
+    let label = gc_name.map_or(name.to_string(), |g| format!("{name}/{g}"));
+    let mut out = Vec::new();
+    for &threads in &args.threads {
+        let mut tps = Vec::new();
+        let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).unwrap();
+        let (mut commits, mut aborts) = (0u64, 0u64);
+        for run in 0..args.runs {
+            let r = run_once(&db, plan, args, threads, run, &label, &next_key)?;
+            tps.push(r.commits as f64 / r.elapsed.as_secs_f64());
+            commits += r.commits;
+            aborts += r.aborts;
+            latency.add(&r.latency).map_err(|e| e.to_string())?;
+        }
+        let (mean, median) = report::mean_median(&tps);
+        let mut v = json!({
+            "cc": name,
+            "gc": gc_name,
+            "workload": plan.name,
+            "threads": threads,
+            "tps": mean,
+            "tps_median": median,
+            "tps_runs": tps,
+            "abort_rate": if commits + aborts == 0 { 0.0 } else { aborts as f64 / (commits + aborts) as f64 },
+            "commits": commits,
+            "aborts": aborts,
+            "records": plan.records,
+            "skew": plan.skew,
+            "value_size": plan.value_size,
+            "ops_per_txn": plan.ops_per_txn,
+            "read_ratio": plan.read_ratio,
+            "rmw": plan.rmw,
+            "latency_ns": report::latency_json(&latency),
+        });
+        if plan.workload == Workload::Batch {
+            v["long_ops"] = json!(plan.long_ops);
+            v["long_sleep_s"] = json!(plan.long_sleep.as_secs_f64());
+        }
+        v["gc_stats"] = gc_stats(&db);
+        out.push(v);
+    }
+    Ok(out)
+}
+
+fn no_stats<P: Protocol>(_: &TypedDb<P>) -> Value {
+    Value::Null
+}
+
+fn si_stats(db: &TypedDb<Si>) -> Value {
+    let s = db.protocol().gc_stats();
+    json!({
+        "reclaimed": s.reclaimed,
+        "traversals": s.traversals,
+        "empty_traversals": s.empty_traversals,
+        "unreclaimed": s.unreclaimed,
+        "chain_max": s.chain_max,
+        "chain_mean": s.chain_mean,
+        "versions": s.versions,
+        "bytes": s.bytes,
+    })
+}
+
+pub fn run(args: &TxnArgs) -> Result<(), String> {
+    let plan = Plan::new(args)?;
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        return Err("--threads must be at least 1".into());
+    }
+    let mut ccs = Vec::new();
+    for name in &args.cc {
+        if name == "all" {
+            ccs.extend(Cc::ALL);
+        } else {
+            ccs.push(Cc::parse(name).ok_or_else(|| {
+                format!("unknown protocol {name:?}; known: tictoc, silo, 2pl-nowait, 2pl-waitdie, mvcc-si, all")
+            })?);
+        }
+    }
+    let gcs: Vec<Gc> = args
+        .gc
+        .iter()
+        .map(|g| Gc::parse(g).ok_or_else(|| format!("unknown gc {g:?}; known: none, aot, epo, epo-r")))
+        .collect::<Result<_, _>>()?;
+    let index = BwTreeConfig::default();
+    let mut results = Vec::new();
+    for cc in ccs {
+        let mut emit = |rows: Vec<Value>| {
+            for r in rows {
+                if args.json {
+                    println!("{r}");
+                }
+                results.push(r);
+            }
+        };
+        let e = |e: Error| e.to_string();
+        match cc {
+            Cc::TicToc => {
+                emit(run_cc(TypedDb::new(TicToc::default(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
+            }
+            Cc::Silo => {
+                emit(run_cc(TypedDb::new(Silo::new(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
+            }
+            Cc::TwoPl(LockWait::NoWait) => {
+                emit(run_cc(TypedDb::new(TwoPl::no_wait(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
+            }
+            Cc::TwoPl(LockWait::WaitDie) => {
+                emit(run_cc(TypedDb::new(TwoPl::wait_die(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
+            }
+            Cc::MvccSi(_) => {
+                for &gc in &gcs {
+                    let db = TypedDb::new(Si::new(gc, args.gc_refresh), index.clone()).map_err(e)?;
+                    emit(run_cc(db, &plan, args, Some(gc.name()), si_stats)?);
+                }
+            }
+        }
+    }
+    if !args.json {
+        let header = [
+            "cc",
+            "gc",
+            "workload",
+            "threads",
+            "tps",
+            "median",
+            "abort %",
+            "p50 µs",
+            "p99 µs",
+            "versions",
+            "unreclaimed",
+        ];
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|r| {
+                let g = &r["gc_stats"];
+                vec![
+                    r["cc"].as_str().unwrap_or("").to_string(),
+                    r["gc"].as_str().unwrap_or("-").to_string(),
+                    r["workload"].as_str().unwrap_or("").to_string(),
+                    r["threads"].to_string(),
+                    format!("{:.0}", r["tps"].as_f64().unwrap_or(0.0)),
+                    format!("{:.0}", r["tps_median"].as_f64().unwrap_or(0.0)),
+                    format!("{:.2}", 100.0 * r["abort_rate"].as_f64().unwrap_or(0.0)),
+                    format!("{:.1}", r["latency_ns"]["50"].as_f64().unwrap_or(0.0) / 1e3),
+                    format!("{:.1}", r["latency_ns"]["99"].as_f64().unwrap_or(0.0) / 1e3),
+                    if g.is_null() { "-".into() } else { g["versions"].to_string() },
+                    if g.is_null() { "-".into() } else { g["unreclaimed"].to_string() },
+                ]
+            })
+            .collect();
+        report::table(&header, &rows);
+    }
+    Ok(())
+}
