@@ -385,7 +385,11 @@ fn run_once<P: Protocol>(
                                     if stop.load(Ordering::Relaxed) {
                                         break false;
                                     }
-                                    if attempt > 3 {
+                                    // The same backoff for every protocol: retrying at once into the
+                                    // same hot records only burns the CPU the holder needs.
+                                    if attempt > 8 {
+                                        std::thread::sleep(Duration::from_micros(1 << (attempt - 8).min(10)));
+                                    } else if attempt > 2 {
                                         std::thread::yield_now();
                                     }
                                 }

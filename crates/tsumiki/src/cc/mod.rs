@@ -194,7 +194,8 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 
     /// Tries to latch an absent record so that it can leave the index.
     fn try_latch_absent(&self, rec: &Self::Record) -> UnlinkLatch;
-    /// Latches `next`, the follower of a record being unlinked (waits briefly for a holder).
+    /// Latches `next`, the follower of a record being unlinked, without waiting (the caller
+    /// holds the record, and waiting could close a cycle with a committer).
     fn latch_next(&self, next: &Self::Record) -> Result<(), Access>;
     /// Marks `rec` removed, moves its gap into `next` (raising `next`'s timestamp past
     /// `rec`'s so that gap readers of either conflict with later inserts), and releases

@@ -280,7 +280,14 @@ impl Protocol for Silo {
     }
 
     fn latch_next(&self, next: &SiloRecord) -> Result<(), Access> {
-        self.lock_spin(next).map(|_| ())
+        // No waiting: the unlinker already holds the record being unlinked, and a committer
+        // that holds `next` may be waiting for that record.
+        let cur = next.tid.load(Ordering::Acquire);
+        if cur & LOCK == 0 && next.tid.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return Ok(());
+        }
+        let guard = &crossbeam_epoch::pin();
+        Err(if next.value.is_removed(guard) { Access::Removed } else { Conflict::LockBusy.into() })
     }
 
     fn unlink(&self, worker: &SiloWorker, rec: &SiloRecord, next: &SiloRecord, guard: &Guard) {

@@ -271,8 +271,15 @@ impl Protocol for TicToc {
     }
 
     fn latch_next(&self, next: &TicTocRecord) -> Result<(), Access> {
+        // No waiting: the unlinker already holds the record being unlinked, and a committer
+        // that holds `next` may be waiting for that record.
+        let cur = next.word.load(Ordering::Acquire);
+        if cur & LOCK == 0 && next.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            return Ok(());
+        }
         let guard = &crossbeam_epoch::pin();
-        self.lock_spin(next, guard).map(|_| ())
+        Err(if next.value.is_removed(guard) { Access::Removed } else { Conflict::LockBusy.into() })
     }
 
     fn unlink(&self, _worker: &(), rec: &TicTocRecord, next: &TicTocRecord, guard: &Guard) {
