@@ -281,6 +281,14 @@ macro_rules! dispatch_txn {
 
 impl Db {
     /// An in-memory database (nothing is written to disk).
+    ///
+    /// ```
+    /// # use tsumiki::{Cc, Db, Gc, LockWait, Options};
+    /// let tictoc = Db::open_in_memory(Options::default()).unwrap();
+    /// let wait_die = Db::open_in_memory(Options::with_cc(Cc::TwoPl(LockWait::WaitDie))).unwrap();
+    /// let si = Db::open_in_memory(Options::with_cc(Cc::MvccSi(Gc::EpoR))).unwrap();
+    /// assert_eq!((tictoc.cc_name(), wait_die.cc_name(), si.cc_name()), ("tictoc", "2pl-waitdie", "mvcc-si"));
+    /// ```
     pub fn open_in_memory(opts: Options) -> Result<Db, Error> {
         let inner = match opts.cc {
             Cc::TicToc => {
@@ -305,12 +313,30 @@ impl Db {
 
     /// Starts a transaction. It may be used from this thread only, and ends when
     /// committed, aborted or dropped (dropping rolls back).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// txn.commit().unwrap();
+    /// ```
     pub fn begin(&self) -> Txn<'_> {
         Txn { inner: dispatch!(&self.inner, db => db.begin().into()) }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)
     /// as long as it fails with a retryable conflict. Any other error is returned.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let moved = db.run(|txn| {
+    ///     txn.put(b"a", b"1")?;
+    ///     txn.delete(b"b")
+    /// });
+    /// assert_eq!(moved, Ok(false)); // "b" was not there
+    /// ```
     pub fn run<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Error> {
         let mut attempt = 0u32;
         loop {
@@ -390,32 +416,88 @@ pub struct Txn<'a> {
 
 impl<'a> Txn<'a> {
     /// The value of `key`, if present.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert_eq!(txn.get(b"k").unwrap(), None);
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec())); // its own write
+    /// ```
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         dispatch_txn!(&mut self.inner, t => t.get(key))
     }
 
     /// Stores `value` under `key`, whether or not it exists.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options, Error};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v1").unwrap();
+    /// txn.put(b"k", b"v2").unwrap();
+    /// assert!(matches!(txn.put(&[0; 5000], b"v"), Err(Error::KeyTooLong { .. })));
+    /// ```
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         dispatch_txn!(&mut self.inner, t => t.put(key, value))
     }
 
     /// Inserts only if `key` is absent; returns whether it did.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert!(txn.insert(b"k", b"first").unwrap());
+    /// assert!(!txn.insert(b"k", b"second").unwrap());
+    /// assert_eq!(txn.get(b"k").unwrap(), Some(b"first".to_vec()));
+    /// ```
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
         dispatch_txn!(&mut self.inner, t => t.insert(key, value))
     }
 
     /// Replaces the value only if `key` is present; returns whether it did.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert!(!txn.update(b"k", b"v").unwrap());
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert!(txn.update(b"k", b"w").unwrap());
+    /// ```
     pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
         dispatch_txn!(&mut self.inner, t => t.update(key, value))
     }
 
     /// Deletes `key`; returns whether it was present.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert!(txn.delete(b"k").unwrap());
+    /// assert!(!txn.delete(b"k").unwrap());
+    /// ```
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
         dispatch_txn!(&mut self.inner, t => t.delete(key))
     }
 
     /// The records with `start <= key < end` (no upper bound when `end` is `None`), in key
     /// order, as `(key, value)`.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for k in [b"a", b"b", b"c"] {
+    ///     txn.put(k, b"v").unwrap();
+    /// }
+    /// let keys: Vec<Vec<u8>> = txn.scan(b"b", None).map(|r| r.unwrap().0).collect();
+    /// assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
+    /// ```
     pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>) -> Scan<'_, 'a> {
         let inner = match &mut self.inner {
             AnyTxn::TicToc(t) => AnyScan::TicToc(t.scan(start, end)),
@@ -427,11 +509,33 @@ impl<'a> Txn<'a> {
     }
 
     /// Makes the transaction's writes visible, or fails with a conflict (rolled back).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut t1 = db.begin();
+    /// let mut t2 = db.begin();
+    /// t1.get(b"x").unwrap();
+    /// t2.put(b"x", b"2").unwrap();
+    /// t2.commit().unwrap();
+    /// t1.put(b"x", b"1").unwrap();
+    /// // t1 read "x" before t2 wrote it and writes it after: not serializable.
+    /// assert!(t1.commit().unwrap_err().is_retryable());
+    /// ```
     pub fn commit(self) -> Result<(), Error> {
         dispatch_txn!(self.inner, t => t.commit())
     }
 
     /// Rolls the transaction back.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// txn.abort();
+    /// assert_eq!(db.begin().get(b"k").unwrap(), None);
+    /// ```
     pub fn abort(self) {
         dispatch_txn!(self.inner, t => t.abort())
     }
