@@ -16,8 +16,9 @@
 //!   so the follower cannot change or gain a closer neighbour meanwhile;
 //! - when that follower is itself an uncommitted placeholder ([`Protocol::is_fresh`]), the
 //!   insert writes the records beyond it too, up to one that has been committed: a reader
-//!   that saw the gap before the placeholder existed read that one (found by the
-//!   isolation checker: without it, write skew through an insert committed under TicToc);
+//!   that saw the gap before the placeholder existed read that one; likewise a write that
+//!   makes someone else's uncommitted (or aborted) placeholder present (both found by the
+//!   isolation checker: without them, write skew through an insert committed under TicToc);
 //! - a deleted record leaves the index latched together with its follower, whose timestamp
 //!   is then raised past the removed one's ([`Protocol::unlink`]).
 //!
@@ -94,6 +95,17 @@ pub struct WriteEntry<R> {
     pub key: Box<[u8]>,
     /// What the transaction writes.
     pub kind: WriteKind,
+}
+
+impl WriteKind {
+    /// The value to install, moved out (a written value is left empty, a delete stays a
+    /// delete, so the engine can still tell which entries deleted).
+    pub(crate) fn take_value(&mut self) -> Option<Vec<u8>> {
+        match self {
+            WriteKind::Value(Some(v)) => Some(std::mem::take(v)),
+            _ => None,
+        }
+    }
 }
 
 /// What a write-set entry does to its record.
@@ -247,9 +259,9 @@ impl ValueCell {
     }
 
     /// Replaces the value; only the holder of the record's exclusive lock calls this.
-    pub(crate) fn store(&self, value: Option<&[u8]>, guard: &Guard) {
+    pub(crate) fn store(&self, value: Option<Vec<u8>>, guard: &Guard) {
         let new = match value {
-            Some(v) => Owned::new(v.to_vec()).into_shared(guard),
+            Some(v) => Owned::new(v).into_shared(guard),
             None => Shared::null(),
         };
         let old = self.0.swap(new, Ordering::AcqRel, guard);

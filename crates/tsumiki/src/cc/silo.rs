@@ -250,11 +250,11 @@ impl Protocol for Silo {
             floor = floor.max(t);
         }
         let tid = self.next_tid(worker, floor);
-        for w in writes.iter() {
+        for w in writes.iter_mut() {
             // SAFETY: pinned by the transaction's guard.
             let rec = unsafe { w.record() };
-            if let WriteKind::Value(v) = &w.kind {
-                rec.value.store(v.as_deref(), guard);
+            if let WriteKind::Value(_) = w.kind {
+                rec.value.store(w.kind.take_value(), guard);
             }
             rec.tid.store(tid, Ordering::Release);
         }

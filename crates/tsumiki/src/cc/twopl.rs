@@ -263,10 +263,10 @@ impl Protocol for TwoPl {
         writes: &mut [WriteEntry<TwoPlRecord>],
         guard: &Guard,
     ) -> Result<(), Conflict> {
-        for w in writes.iter() {
-            if let WriteKind::Value(v) = &w.kind {
+        for w in writes.iter_mut() {
+            if let WriteKind::Value(_) = w.kind {
                 // SAFETY: pinned by the transaction's guard; we hold its exclusive lock.
-                unsafe { w.record() }.value.store(v.as_deref(), guard);
+                unsafe { w.record() }.value.store(w.kind.take_value(), guard);
             }
         }
         self.release_all(st);

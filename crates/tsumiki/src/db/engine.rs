@@ -233,7 +233,6 @@ pub struct TypedTxn<'a, P: Protocol> {
     home: Option<Home<'a, P>>,
     guard: Guard,
     active: bool,
-    value_buf: Vec<u8>,
 }
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
@@ -241,7 +240,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let guard = epoch::pin();
         bufs.clear();
         eng.proto.begin(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), guard, active: true, value_buf: Vec::new() }
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), guard, active: true }
     }
 
     fn worker(&self) -> &P::Worker {
@@ -277,15 +276,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 return Ok(v.clone());
             }
         }
-        let out = if want { Some(&mut self.value_buf) } else { None };
-        let present = eng.proto.read(&mut b.st, rec, out, &self.guard)?;
-        Ok(if present && want {
-            Some(self.value_buf.clone())
-        } else if present {
-            Some(Vec::new())
-        } else {
-            None
-        })
+        let mut value = Vec::new();
+        let present = eng.proto.read(&mut b.st, rec, want.then_some(&mut value), &self.guard)?;
+        Ok(present.then_some(value))
     }
 
     /// Reads the gap where `key` would be. `Ok(Some(rec))`: the key exists after all.
@@ -386,18 +379,43 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 return Ok(Some(r));
             }
             self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
-            // Past uncommitted placeholders, to the gap owner earlier readers saw.
-            let (mut at_key, mut at) = (nk, next);
-            while let Some(k) = at_key.take() {
-                if !eng.proto.is_fresh(at) {
-                    break;
+            if eng.proto.is_fresh(next) {
+                if let Some(k) = nk {
+                    self.gap_write_beyond(&k)?;
                 }
-                let (k2, n2) = eng.next_record(&k, true, guard);
-                self.add_write(k2.as_deref().unwrap_or(&[]), n2, WriteKind::Gap)?;
-                (at_key, at) = (k2, n2);
             }
             return Ok(Some(r));
         }
+    }
+
+    /// Gap-writes the records after `key` up to and including the first one that has been
+    /// committed (or the sentinel). Needed when the transaction makes a key present that
+    /// an uncommitted placeholder stood for: readers that saw the gap before the placeholder
+    /// existed relied on that farther record.
+    fn gap_write_beyond(&mut self, key: &[u8]) -> Result<(), Access> {
+        let eng = self.eng;
+        let guard = self.guard_ref();
+        let mut at_key = key.to_vec();
+        loop {
+            let (k, next) = eng.next_record(&at_key, true, guard);
+            self.add_write(k.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
+            match k {
+                Some(k) if eng.proto.is_fresh(next) => at_key = k,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// A value write of an existing record; if that record is an uncommitted placeholder
+    /// (someone else's insert, pending or aborted), the write is an insert into the gap it
+    /// stands in, so the gap owner beyond it is written too.
+    fn write_existing(&mut self, key: &[u8], rec: &P::Record, value: Option<&[u8]>) -> Result<(), Access> {
+        let fresh = value.is_some() && self.eng.proto.gap_protection() && self.eng.proto.is_fresh(rec);
+        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec)))?;
+        if fresh {
+            self.gap_write_beyond(key)?;
+        }
+        Ok(())
     }
 
     /// The value of `key`.
@@ -430,15 +448,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         check_value(value)?;
         let guard = self.guard_ref();
         loop {
-            let rec = match self.eng.lookup(key, guard) {
-                Some(r) => r,
+            let step = match self.eng.lookup(key, guard) {
+                Some(r) => self.write_existing(key, r, Some(value)),
                 None => match self.create(key) {
-                    Ok(Some(r)) => r,
-                    Ok(None) | Err(Access::Removed) => continue,
-                    Err(Access::Conflict(c)) => return self.fail(c),
+                    Ok(Some(r)) => self.add_write(key, r, WriteKind::Value(Some(value.to_vec()))),
+                    Ok(None) => Err(Access::Removed),
+                    Err(e) => Err(e),
                 },
             };
-            match self.add_write(key, rec, WriteKind::Value(Some(value.to_vec()))) {
+            match step {
                 Ok(()) => return Ok(()),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
@@ -458,9 +476,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         loop {
             let step = match self.eng.lookup(key, guard) {
                 Some(rec) => match self.read_rec(rec, false) {
-                    Ok(cur) if cur.is_some() == want_present => {
-                        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
-                    }
+                    Ok(cur) if cur.is_some() == want_present => self.write_existing(key, rec, value).map(|()| true),
                     Ok(_) => Ok(false),
                     Err(e) => Err(e),
                 },
