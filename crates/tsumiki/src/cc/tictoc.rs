@@ -188,12 +188,17 @@ impl Protocol for TicToc {
         for (i, w) in writes.iter().enumerate() {
             // SAFETY: pinned by the transaction's guard.
             let rec = unsafe { w.record() };
-            let cur = rec.word.load(Ordering::Acquire);
-            if cur & LOCK != 0
-                || rec.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err()
-            {
-                unlock_prefix(writes, &st.locked, i);
-                return Err(Conflict::LockBusy);
+            let mut cur = rec.word.load(Ordering::Acquire);
+            loop {
+                if cur & LOCK != 0 {
+                    unlock_prefix(writes, &st.locked, i);
+                    return Err(Conflict::LockBusy);
+                }
+                // A failed CAS without the lock bit is a reader extending rts: try again.
+                match rec.word.compare_exchange_weak(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(now) => cur = now,
+                }
             }
             st.locked.push(cur);
         }
