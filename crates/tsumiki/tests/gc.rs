@@ -3,29 +3,14 @@
 //! after it ends, versions and heap memory return to the baseline. A counting global
 //! allocator measures the heap.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tsumiki::{Cc, Db, Gc, Options};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+#[path = "common/counting.rs"]
+mod counting;
+use counting::{Counting, LIVE};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -38,9 +23,7 @@ fn kb(n: u64) -> [u8; 8] {
 }
 
 fn collect_garbage() {
-    for _ in 0..256 {
-        crossbeam_epoch::pin().flush();
-    }
+    counting::collect_garbage(256);
 }
 
 /// Reads and rewrites every key once, after the active lists have gone stale, so that

@@ -4,38 +4,20 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use common::{key, variants};
 use tsumiki::index::{BwTree, BwTreeConfig};
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+#[path = "common/counting.rs"]
+mod counting;
+use counting::{Counting, LIVE};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Runs deferred destructions until none is left to run.
 fn collect_garbage() {
-    for _ in 0..if cfg!(miri) { 128 } else { 2048 } {
-        crossbeam_epoch::pin().flush();
-    }
+    counting::collect_garbage(if cfg!(miri) { 128 } else { 2048 });
 }
 
 #[test]

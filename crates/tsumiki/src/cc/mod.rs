@@ -27,6 +27,7 @@
 //! is checked once more after the reads ([`crate::db`]): an insert that the reads missed must
 //! then write a record they read.
 
+pub mod occ;
 pub mod si;
 pub mod silo;
 pub mod tictoc;

@@ -15,18 +15,15 @@ use std::time::Duration;
 
 use crossbeam_epoch::Guard;
 
-use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
+use super::occ::{unlock_prefix, OccRecord, LOCK};
+use super::{in_sorted_writes, Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
-const LOCK: u64 = 1 << 63;
 const EPOCH_SHIFT: u32 = 32;
 /// Silo's epoch length.
 pub const EPOCH_INTERVAL: Duration = Duration::from_millis(40);
 
-/// A Silo record.
-pub struct SiloRecord {
-    tid: AtomicU64,
-    value: ValueCell,
-}
+/// A Silo record: the word is the TID, lock(1) | epoch(31) | sequence(32).
+pub type SiloRecord = OccRecord;
 
 struct ReadEntry {
     rec: *const SiloRecord,
@@ -91,24 +88,6 @@ impl Silo {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    fn lock_spin(&self, rec: &SiloRecord) -> Result<u64, Access> {
-        let guard = &crossbeam_epoch::pin();
-        let mut backoff = Backoff::new();
-        loop {
-            let w = rec.tid.load(Ordering::Acquire);
-            if w & LOCK != 0 {
-                if rec.value.is_removed(guard) {
-                    return Err(Access::Removed);
-                }
-                backoff.snooze();
-                continue;
-            }
-            if rec.tid.compare_exchange_weak(w, w | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                return Ok(w);
-            }
-        }
-    }
-
     /// A TID above `floor` and the worker's last one, in the current epoch.
     fn next_tid(&self, worker: &SiloWorker, floor: u64) -> u64 {
         let e = self.epoch();
@@ -156,11 +135,11 @@ impl Protocol for Silo {
     }
 
     fn new_record(&self, _st: &mut SiloState) -> SiloRecord {
-        SiloRecord { tid: AtomicU64::new(0), value: ValueCell::absent() }
+        OccRecord::absent()
     }
 
     fn new_sentinel(&self) -> SiloRecord {
-        SiloRecord { tid: AtomicU64::new(0), value: ValueCell::absent() }
+        OccRecord::absent()
     }
 
     fn created(&self, st: &mut SiloState, rec: &SiloRecord) {
@@ -175,24 +154,9 @@ impl Protocol for Silo {
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access> {
-        let mut backoff = Backoff::new();
-        let mut out = out;
-        loop {
-            let t1 = rec.tid.load(Ordering::Acquire);
-            if t1 & LOCK != 0 {
-                if rec.value.is_removed(guard) {
-                    return Err(Access::Removed);
-                }
-                backoff.snooze();
-                continue;
-            }
-            let present = rec.value.load_into(out.as_deref_mut(), guard);
-            let t2 = rec.tid.load(Ordering::Acquire);
-            if t1 == t2 {
-                st.reads.push(ReadEntry { rec, tid: t1 });
-                return Ok(present);
-            }
-        }
+        let (tid, present) = rec.read(out, guard)?;
+        st.reads.push(ReadEntry { rec, tid });
+        Ok(present)
     }
 
     fn write(&self, _st: &mut SiloState, _rec: &SiloRecord) -> Result<(), Access> {
@@ -200,16 +164,16 @@ impl Protocol for Silo {
     }
 
     fn latch_gap(&self, _st: &mut SiloState, next: &SiloRecord) -> Result<(), Access> {
-        self.lock_spin(next).map(|_| ())
+        next.lock_spin().map(|_| ())
     }
 
     fn is_fresh(&self, rec: &SiloRecord) -> bool {
         // Commit TIDs are at least 1 << 32; placeholders start at 0.
-        rec.tid.load(Ordering::Acquire) & !LOCK == 0
+        rec.word.load(Ordering::Acquire) & !LOCK == 0
     }
 
     fn unlatch_gap(&self, _st: &mut SiloState, next: &SiloRecord) {
-        next.tid.fetch_and(!LOCK, Ordering::Release);
+        next.unlock();
     }
 
     fn commit(
@@ -222,7 +186,7 @@ impl Protocol for Silo {
         st.locked.clear();
         for (i, w) in writes.iter().enumerate() {
             // SAFETY: pinned by the transaction's guard.
-            match self.lock_spin(unsafe { w.record() }) {
+            match unsafe { w.record() }.lock_spin() {
                 Ok(t) => st.locked.push(t),
                 Err(_) => {
                     unlock_prefix(writes, &st.locked, i);
@@ -236,7 +200,7 @@ impl Protocol for Silo {
         if !self.skip_validation {
             for r in &st.reads {
                 // SAFETY: pinned by the transaction's guard.
-                let cur = unsafe { &*r.rec }.tid.load(Ordering::Acquire);
+                let cur = unsafe { &*r.rec }.word.load(Ordering::Acquire);
                 if cur & !LOCK != r.tid || (cur & LOCK != 0 && !in_sorted_writes(writes, r.rec)) {
                     unlock_prefix(writes, &st.locked, writes.len());
                     return Err(Conflict::ReadValidation);
@@ -256,7 +220,7 @@ impl Protocol for Silo {
             if let WriteKind::Value(_) = w.kind {
                 rec.value.store(w.kind.take_value(), guard);
             }
-            rec.tid.store(tid, Ordering::Release);
+            rec.word.store(tid, Ordering::Release);
         }
         Ok(())
     }
@@ -264,51 +228,27 @@ impl Protocol for Silo {
     fn abort(&self, _st: &mut SiloState, _writes: &[WriteEntry<SiloRecord>]) {}
 
     fn try_latch_absent(&self, rec: &SiloRecord) -> UnlinkLatch {
-        let guard = &crossbeam_epoch::pin();
-        let cur = rec.tid.load(Ordering::Acquire);
-        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
-            return UnlinkLatch::NotAbsent;
-        }
-        if cur & LOCK != 0 || rec.tid.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return UnlinkLatch::Busy;
-        }
-        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
-            rec.tid.store(cur, Ordering::Release);
-            return UnlinkLatch::NotAbsent;
-        }
-        UnlinkLatch::Latched
+        rec.try_latch_absent()
     }
 
     fn latch_next(&self, next: &SiloRecord) -> Result<(), Access> {
         // No waiting: the unlinker already holds the record being unlinked, and a committer
         // that holds `next` may be waiting for that record.
-        let cur = next.tid.load(Ordering::Acquire);
-        if cur & LOCK == 0 && next.tid.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-            return Ok(());
-        }
-        let guard = &crossbeam_epoch::pin();
-        Err(if next.value.is_removed(guard) { Access::Removed } else { Conflict::LockBusy.into() })
+        next.try_lock()
     }
 
     fn unlink(&self, worker: &SiloWorker, rec: &SiloRecord, next: &SiloRecord, guard: &Guard) {
         rec.value.mark_removed(guard);
-        let floor = (rec.tid.load(Ordering::Acquire) & !LOCK).max(next.tid.load(Ordering::Acquire) & !LOCK);
+        let floor = (rec.word.load(Ordering::Acquire) & !LOCK).max(next.word.load(Ordering::Acquire) & !LOCK);
         let tid = self.next_tid(worker, floor);
-        next.tid.store(tid, Ordering::Release);
+        next.word.store(tid, Ordering::Release);
     }
 
     fn unlatch_next(&self, next: &SiloRecord) {
-        next.tid.fetch_and(!LOCK, Ordering::Release);
+        next.unlock();
     }
 
     fn unlatch_absent(&self, rec: &SiloRecord) {
-        rec.tid.fetch_and(!LOCK, Ordering::Release);
-    }
-}
-
-fn unlock_prefix(writes: &[WriteEntry<SiloRecord>], locked: &[u64], n: usize) {
-    for (w, &t) in writes[..n].iter().zip(locked) {
-        // SAFETY: pinned by the transaction's guard (held by the caller's caller).
-        unsafe { w.record() }.tid.store(t, Ordering::Release);
+        rec.unlock();
     }
 }

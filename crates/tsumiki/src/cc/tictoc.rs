@@ -9,13 +9,13 @@
 //! is extended by CAS (or the transaction aborts if the record changed), and the writes are
 //! installed with `wts = rts = commit_ts`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::Guard;
 
-use super::{in_sorted_writes, Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
+use super::occ::{unlock_prefix, OccRecord, LOCK};
+use super::{in_sorted_writes, Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
-const LOCK: u64 = 1 << 63;
 const DELTA_SHIFT: u32 = 48;
 const DELTA_MAX: u64 = (1 << 15) - 1;
 const WTS_MASK: u64 = (1 << DELTA_SHIFT) - 1;
@@ -40,11 +40,8 @@ fn pack(wts: u64, rts: u64) -> u64 {
     ((rts - wts) << DELTA_SHIFT) | (wts & WTS_MASK)
 }
 
-/// A TicToc record.
-pub struct TicTocRecord {
-    word: AtomicU64,
-    value: ValueCell,
-}
+/// A TicToc record: the word is lock(1) | delta(15) | wts(48).
+pub type TicTocRecord = OccRecord;
 
 struct ReadEntry {
     rec: *const TicTocRecord,
@@ -69,25 +66,6 @@ pub struct TicToc {
     /// Test only: skip read validation (a planted bug for the isolation checker).
     #[doc(hidden)]
     pub skip_validation: bool,
-}
-
-impl TicToc {
-    fn lock_spin(&self, rec: &TicTocRecord, guard: &Guard) -> Result<u64, Access> {
-        let mut backoff = Backoff::new();
-        loop {
-            let w = rec.word.load(Ordering::Acquire);
-            if w & LOCK != 0 {
-                if rec.value.is_removed(guard) {
-                    return Err(Access::Removed);
-                }
-                backoff.snooze();
-                continue;
-            }
-            if rec.word.compare_exchange_weak(w, w | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                return Ok(w);
-            }
-        }
-    }
 }
 
 impl Protocol for TicToc {
@@ -117,11 +95,11 @@ impl Protocol for TicToc {
     fn new_record(&self, _st: &mut TicTocState) -> TicTocRecord {
         // Absent at every time before its inserter commits, so [0, 0] is a true interval;
         // readers extend it like any other.
-        TicTocRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
+        OccRecord::absent()
     }
 
     fn new_sentinel(&self) -> TicTocRecord {
-        TicTocRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
+        OccRecord::absent()
     }
 
     fn created(&self, st: &mut TicTocState, rec: &TicTocRecord) {
@@ -136,26 +114,9 @@ impl Protocol for TicToc {
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access> {
-        let mut backoff = Backoff::new();
-        let mut out = out;
-        loop {
-            let w1 = rec.word.load(Ordering::Acquire);
-            if w1 & LOCK != 0 {
-                if rec.value.is_removed(guard) {
-                    return Err(Access::Removed);
-                }
-                backoff.snooze();
-                continue;
-            }
-            let present = rec.value.load_into(out.as_deref_mut(), guard);
-            // The value load is Acquire, so this load cannot move before it: an unchanged
-            // word means no writer touched the record in between.
-            let w2 = rec.word.load(Ordering::Acquire);
-            if w1 == w2 {
-                st.reads.push(ReadEntry { rec, wts: wts(w1), rts: rts(w1) });
-                return Ok(present);
-            }
-        }
+        let (w, present) = rec.read(out, guard)?;
+        st.reads.push(ReadEntry { rec, wts: wts(w), rts: rts(w) });
+        Ok(present)
     }
 
     fn write(&self, _st: &mut TicTocState, _rec: &TicTocRecord) -> Result<(), Access> {
@@ -163,8 +124,7 @@ impl Protocol for TicToc {
     }
 
     fn latch_gap(&self, _st: &mut TicTocState, next: &TicTocRecord) -> Result<(), Access> {
-        let guard = &crossbeam_epoch::pin();
-        self.lock_spin(next, guard).map(|_| ())
+        next.lock_spin().map(|_| ())
     }
 
     fn is_fresh(&self, rec: &TicTocRecord) -> bool {
@@ -173,7 +133,7 @@ impl Protocol for TicToc {
     }
 
     fn unlatch_gap(&self, _st: &mut TicTocState, next: &TicTocRecord) {
-        next.word.fetch_and(!LOCK, Ordering::Release);
+        next.unlock();
     }
 
     fn commit(
@@ -259,32 +219,13 @@ impl Protocol for TicToc {
     }
 
     fn try_latch_absent(&self, rec: &TicTocRecord) -> UnlinkLatch {
-        let guard = &crossbeam_epoch::pin();
-        let cur = rec.word.load(Ordering::Acquire);
-        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
-            return UnlinkLatch::NotAbsent;
-        }
-        if cur & LOCK != 0 || rec.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
-            return UnlinkLatch::Busy;
-        }
-        if rec.value.is_present(guard) || rec.value.is_removed(guard) {
-            rec.word.store(cur, Ordering::Release);
-            return UnlinkLatch::NotAbsent;
-        }
-        UnlinkLatch::Latched
+        rec.try_latch_absent()
     }
 
     fn latch_next(&self, next: &TicTocRecord) -> Result<(), Access> {
         // No waiting: the unlinker already holds the record being unlinked, and a committer
         // that holds `next` may be waiting for that record.
-        let cur = next.word.load(Ordering::Acquire);
-        if cur & LOCK == 0 && next.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok()
-        {
-            return Ok(());
-        }
-        let guard = &crossbeam_epoch::pin();
-        Err(if next.value.is_removed(guard) { Access::Removed } else { Conflict::LockBusy.into() })
+        next.try_lock()
     }
 
     fn unlink(&self, _worker: &(), rec: &TicTocRecord, next: &TicTocRecord, guard: &Guard) {
@@ -297,19 +238,11 @@ impl Protocol for TicToc {
     }
 
     fn unlatch_next(&self, next: &TicTocRecord) {
-        next.word.fetch_and(!LOCK, Ordering::Release);
+        next.unlock();
     }
 
     fn unlatch_absent(&self, rec: &TicTocRecord) {
-        rec.word.fetch_and(!LOCK, Ordering::Release);
-    }
-}
-
-/// Restores the first `n` locked words of the write set.
-fn unlock_prefix(writes: &[WriteEntry<TicTocRecord>], locked: &[u64], n: usize) {
-    for (w, &word) in writes[..n].iter().zip(locked) {
-        // SAFETY: pinned by the transaction's guard (held by the caller's caller).
-        unsafe { w.record() }.word.store(word, Ordering::Release);
+        rec.unlock();
     }
 }
 

@@ -1,7 +1,7 @@
 //! The generic engine: one index of records, any [`Protocol`], monomorphized.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
@@ -84,6 +84,9 @@ pub struct Engine<P: Protocol> {
     free_slots: Mutex<Vec<Arc<Slot<P>>>>,
     /// Keys of deleted records whose unlink could not latch what it needed; retried later.
     pending_unlinks: Mutex<VecDeque<Box<[u8]>>>,
+    /// Whether `pending_unlinks` may hold keys: checked by every commit without touching
+    /// the mutex's cache line.
+    has_pending: AtomicBool,
     pub(crate) counters: Counters,
 }
 
@@ -99,6 +102,7 @@ impl<P: Protocol> Engine<P> {
             proto,
             free_slots: Mutex::new(Vec::new()),
             pending_unlinks: Mutex::new(VecDeque::new()),
+            has_pending: AtomicBool::new(false),
             counters: Counters::default(),
         })
     }
@@ -146,7 +150,7 @@ impl<P: Protocol> Engine<P> {
             UnlinkLatch::Latched => {}
             UnlinkLatch::NotAbsent => return false,
             UnlinkLatch::Busy => {
-                self.pending_unlinks.lock().push_back(key.into());
+                self.put_off_unlink(key);
                 return false;
             }
         }
@@ -157,7 +161,7 @@ impl<P: Protocol> Engine<P> {
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(_)) => {
                     self.proto.unlatch_absent(r);
-                    self.pending_unlinks.lock().push_back(key.into());
+                    self.put_off_unlink(key);
                     return false;
                 }
             }
@@ -177,14 +181,26 @@ impl<P: Protocol> Engine<P> {
     }
 
     /// Retries a few unlinks that were put off.
+    fn put_off_unlink(&self, key: &[u8]) {
+        self.pending_unlinks.lock().push_back(key.into());
+        self.has_pending.store(true, Ordering::Release);
+    }
+
     fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
         let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
             // Oldest first: those are the likeliest to be unlinkable by now.
-            Some(mut p) if !p.is_empty() => {
+            Some(mut p) => {
                 let n = p.len().min(8);
-                p.drain(..n).collect()
+                let batch = p.drain(..n).collect();
+                if p.is_empty() {
+                    self.has_pending.store(false, Ordering::Release);
+                }
+                batch
             }
-            _ => return,
+            None => return,
         };
         for key in batch {
             if let Some(rec) = self.lookup(&key, guard) {

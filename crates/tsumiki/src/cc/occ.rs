@@ -1,0 +1,118 @@
+//! The record the optimistic protocols share: one 64-bit word whose top bit is a lock (the
+//! rest is TicToc's timestamps or Silo's TID) and a [`ValueCell`]. Reading it consistently,
+//! locking it, and the latches of inserts and unlinks are the same for both.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::Guard;
+
+use super::{Access, Backoff, Conflict, UnlinkLatch, ValueCell, WriteEntry};
+
+/// The lock bit of the word.
+pub(crate) const LOCK: u64 = 1 << 63;
+
+/// A record of TicToc or Silo.
+pub struct OccRecord {
+    pub(crate) word: AtomicU64,
+    pub(crate) value: ValueCell,
+}
+
+impl OccRecord {
+    /// An absent record whose word is 0 (a placeholder, or the sentinel).
+    pub(crate) fn absent() -> Self {
+        OccRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
+    }
+
+    /// Removed records stay locked for good; anyone who meets the lock checks this.
+    fn removed_or(&self, other: Access) -> Access {
+        let guard = &crossbeam_epoch::pin();
+        if self.value.is_removed(guard) {
+            Access::Removed
+        } else {
+            other
+        }
+    }
+
+    /// Copies the value into `out` (when given) together with the word it belongs to,
+    /// waiting while a writer holds the lock. Returns `(word, present)`.
+    #[inline]
+    pub(crate) fn read(&self, mut out: Option<&mut Vec<u8>>, guard: &Guard) -> Result<(u64, bool), Access> {
+        let mut backoff = Backoff::new();
+        loop {
+            let w1 = self.word.load(Ordering::Acquire);
+            if w1 & LOCK != 0 {
+                if self.value.is_removed(guard) {
+                    return Err(Access::Removed);
+                }
+                backoff.snooze();
+                continue;
+            }
+            let present = self.value.load_into(out.as_deref_mut(), guard);
+            // The value load is Acquire, so this load cannot move before it: an unchanged
+            // word means no writer touched the record in between.
+            if self.word.load(Ordering::Acquire) == w1 {
+                return Ok((w1, present));
+            }
+        }
+    }
+
+    /// Takes the lock, waiting for a holder; returns the word as it was.
+    pub(crate) fn lock_spin(&self) -> Result<u64, Access> {
+        let mut backoff = Backoff::new();
+        loop {
+            let w = self.word.load(Ordering::Acquire);
+            if w & LOCK != 0 {
+                if self.value.is_removed(&crossbeam_epoch::pin()) {
+                    return Err(Access::Removed);
+                }
+                backoff.snooze();
+                continue;
+            }
+            if self.word.compare_exchange_weak(w, w | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return Ok(w);
+            }
+        }
+    }
+
+    /// Takes the lock without waiting.
+    pub(crate) fn try_lock(&self) -> Result<(), Access> {
+        let cur = self.word.load(Ordering::Acquire);
+        if cur & LOCK == 0 && self.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            return Ok(());
+        }
+        Err(self.removed_or(Conflict::LockBusy.into()))
+    }
+
+    /// Releases the lock, keeping the word.
+    pub(crate) fn unlock(&self) {
+        self.word.fetch_and(!LOCK, Ordering::Release);
+    }
+
+    /// Locks the record for an unlink if it is absent.
+    pub(crate) fn try_latch_absent(&self) -> UnlinkLatch {
+        let guard = &crossbeam_epoch::pin();
+        let cur = self.word.load(Ordering::Acquire);
+        if self.value.is_present(guard) || self.value.is_removed(guard) {
+            return UnlinkLatch::NotAbsent;
+        }
+        if cur & LOCK != 0 || self.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return UnlinkLatch::Busy;
+        }
+        if self.value.is_present(guard) || self.value.is_removed(guard) {
+            self.word.store(cur, Ordering::Release);
+            return UnlinkLatch::NotAbsent;
+        }
+        UnlinkLatch::Latched
+    }
+}
+
+/// Restores the first `n` locked words of a write set (`locked[i]` is entry `i`'s word as
+/// it was before the lock).
+pub(crate) fn unlock_prefix(writes: &[WriteEntry<OccRecord>], locked: &[u64], n: usize) {
+    for (w, &word) in writes[..n].iter().zip(locked) {
+        // SAFETY: pinned by the transaction's guard (held by the caller's caller).
+        unsafe { w.record() }.word.store(word, Ordering::Release);
+    }
+}

@@ -1,0 +1,32 @@
+//! A global allocator that counts live heap bytes, for the memory tests. Each test binary
+//! that uses it declares `#[global_allocator] static ALLOC: Counting = Counting;`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// Forwards to the system allocator, counting bytes in [`LIVE`].
+pub struct Counting;
+
+/// Live heap bytes (allocated minus freed) since the start of the process.
+pub static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator, only counting bytes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+/// Runs deferred epoch destructions `rounds` times, so that garbage is actually freed.
+pub fn collect_garbage(rounds: usize) {
+    for _ in 0..rounds {
+        crossbeam_epoch::pin().flush();
+    }
+}
