@@ -5,6 +5,8 @@
 //! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map;
 //! - [`cc`]: the concurrency-control protocols (TicToc, Silo, 2PL, MVCC-SI) behind one trait;
 //! - [`mvcc`]: MVCC-SI's version garbage collectors (AOT, EPO, EPO-R; paper 000);
+//! - [`wal`]: P-WAL and the shared WAL, commit variants, crash recovery (papers 001, 003,
+//!   and 004's log multiplexing);
 //! - [`db`]: the public API, [`Db`], [`Txn`], [`Options`].
 #![warn(missing_docs)]
 
@@ -12,6 +14,8 @@ pub mod cc;
 pub mod db;
 pub mod index;
 pub mod mvcc;
+pub mod wal;
 
 pub use db::{Cc, Db, Error, LockWait, Options, Scan, Txn};
 pub use mvcc::Gc;
+pub use wal::{CommitTicket, Device, Durability, LogMode, LogOptions, Release};

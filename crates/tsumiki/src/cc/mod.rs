@@ -132,6 +132,40 @@ impl<R> WriteEntry<R> {
     }
 }
 
+/// Why [`Protocol::commit`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFail {
+    /// A conflict: the transaction is rolled back and may be retried.
+    Conflict(Conflict),
+    /// The commit record could not be logged (the log is poisoned).
+    Log,
+}
+
+impl From<Conflict> for CommitFail {
+    fn from(c: Conflict) -> Self {
+        CommitFail::Conflict(c)
+    }
+}
+
+/// The logging step of a commit, called by [`Protocol::commit`] once validation passed,
+/// with the write locks held and before any write is installed. `ts` orders the
+/// transaction after every one it depends on (TicToc `commit_ts`, Silo TID, the 2PL and
+/// MVCC commit clocks). Returns false when the record could not be logged.
+pub trait CommitLog<R> {
+    /// Logs the transaction's writes.
+    fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool;
+}
+
+/// No logging (in-memory databases, read-only transactions).
+pub struct NoLog;
+
+impl<R> CommitLog<R> for NoLog {
+    #[inline]
+    fn log(&mut self, _ts: u64, _writes: &[WriteEntry<R>]) -> bool {
+        true
+    }
+}
+
 /// A concurrency-control protocol: the one contract every protocol implements.
 ///
 /// Records are created by the engine through [`Protocol::new_record`], stored in the index
@@ -162,6 +196,12 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_record(&self, st: &mut Self::TxnState) -> Self::Record;
     /// A record for the gap after the last key (never in the index, never unlinked).
     fn new_sentinel(&self) -> Self::Record;
+    /// A record holding `value` as committed before every transaction of this process
+    /// (recovered at open).
+    fn new_loaded(&self, value: Vec<u8>) -> Self::Record;
+    /// The latest committed value of `rec`, read with no transaction running (a snapshot
+    /// at close).
+    fn committed_value(&self, rec: &Self::Record, guard: &Guard) -> Option<Vec<u8>>;
     /// `rec`, made by [`new_record`](Self::new_record) for `st`, is now in the index. The
     /// transaction read the key absent, so this records a read of the placeholder's initial
     /// state: another transaction that writes the placeholder first makes it conflict.
@@ -192,16 +232,18 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// Ends [`latch_gap`](Self::latch_gap).
     fn unlatch_gap(&self, st: &mut Self::TxnState, next: &Self::Record);
 
-    /// Validates and applies `writes`, which the engine sorted by record address. On error
-    /// the protocol has already released what commit took; the engine then calls
-    /// [`abort`](Self::abort) for what the transaction held before.
-    fn commit(
+    /// Validates `writes` (sorted by the engine by record address), logs them through `log`
+    /// ([`CommitLog`]) and applies them. On error the protocol has already released what
+    /// commit took; the engine then calls [`abort`](Self::abort) for what the transaction
+    /// held before.
+    fn commit<L: CommitLog<Self::Record>>(
         &self,
         worker: &Self::Worker,
         st: &mut Self::TxnState,
         writes: &mut [WriteEntry<Self::Record>],
         guard: &Guard,
-    ) -> Result<(), Conflict>;
+        log: &mut L,
+    ) -> Result<(), CommitFail>;
     /// Releases whatever the transaction holds.
     fn abort(&self, st: &mut Self::TxnState, writes: &[WriteEntry<Self::Record>]);
 

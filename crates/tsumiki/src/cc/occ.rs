@@ -23,6 +23,19 @@ impl OccRecord {
         OccRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
     }
 
+    /// A committed record with word `word` holding `value`.
+    pub(crate) fn loaded(word: u64, value: Vec<u8>) -> Self {
+        let r = OccRecord { word: AtomicU64::new(word), value: ValueCell::absent() };
+        r.value.store(Some(value), &crossbeam_epoch::pin());
+        r
+    }
+
+    /// The installed value (no transaction is running).
+    pub(crate) fn committed_value(&self, guard: &Guard) -> Option<Vec<u8>> {
+        let mut v = Vec::new();
+        self.value.load_into(Some(&mut v), guard).then_some(v)
+    }
+
     /// Removed records stay locked for good; anyone who meets the lock checks this.
     fn removed_or(&self, other: Access) -> Access {
         let guard = &crossbeam_epoch::pin();

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crossbeam_epoch::Guard;
 use parking_lot::Mutex;
 
-use super::{Access, Backoff, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use super::{Access, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 use crate::mvcc::{keep_plan, Gc, GcStats};
 
 const PENDING: u8 = 0;
@@ -353,6 +353,31 @@ impl Protocol for Si {
         SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
+    fn new_loaded(&self, value: Vec<u8>) -> SiRecord {
+        let v = Box::into_raw(Box::new(Version {
+            prev: AtomicPtr::new(std::ptr::null_mut()),
+            status: AtomicU8::new(COMMITTED),
+            // Below every begin timestamp of this process (the clock starts at 1).
+            commit_ts: AtomicU64::new(0),
+            value: UnsafeCell::new(Some(value.into_boxed_slice())),
+        }));
+        SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(v) }
+    }
+
+    fn committed_value(&self, rec: &SiRecord, _guard: &Guard) -> Option<Vec<u8>> {
+        let mut v = rec.latest.load(Ordering::Acquire);
+        while !v.is_null() {
+            // SAFETY: no transaction is running, so the chain is stable.
+            let r = unsafe { &*v };
+            if r.status.load(Ordering::Acquire) == COMMITTED {
+                // SAFETY: committed versions are immutable.
+                return unsafe { (*r.value.get()).as_deref().map(<[u8]>::to_vec) };
+            }
+            v = r.prev.load(Ordering::Acquire);
+        }
+        None
+    }
+
     fn new_sentinel(&self) -> SiRecord {
         self.new_record(&mut self.new_txn_state())
     }
@@ -440,13 +465,14 @@ impl Protocol for Si {
 
     fn unlatch_gap(&self, _st: &mut SiState, _next: &SiRecord) {}
 
-    fn commit(
+    fn commit<L: CommitLog<SiRecord>>(
         &self,
         _worker: &SiWorker,
         st: &mut SiState,
         writes: &mut [WriteEntry<SiRecord>],
         _guard: &Guard,
-    ) -> Result<(), Conflict> {
+        log: &mut L,
+    ) -> Result<(), CommitFail> {
         if !st.installed.is_empty() {
             let stats = self.stats(st);
             for &(rec, v) in &st.installed {
@@ -462,6 +488,10 @@ impl Protocol for Si {
                 unsafe { &*v }.status.store(COMMITTING, Ordering::SeqCst);
             }
             let ts = self.clock.fetch_add(1, Ordering::SeqCst);
+            // COMMITTING versions hold back readers and writers until this returns.
+            if !log.log(ts, writes) {
+                return Err(CommitFail::Log); // the engine's abort marks them ABORTED
+            }
             for &(_, v) in &st.installed {
                 // SAFETY: as above.
                 let r = unsafe { &*v };

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
-use super::{in_sorted_writes, Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
 const EPOCH_SHIFT: u32 = 32;
 /// Silo's epoch length.
@@ -142,6 +142,15 @@ impl Protocol for Silo {
         OccRecord::absent()
     }
 
+    fn new_loaded(&self, value: Vec<u8>) -> SiloRecord {
+        // TID 1: committed (placeholders have 0), below every TID of this process.
+        OccRecord::loaded(1, value)
+    }
+
+    fn committed_value(&self, rec: &SiloRecord, guard: &Guard) -> Option<Vec<u8>> {
+        rec.committed_value(guard)
+    }
+
     fn created(&self, st: &mut SiloState, rec: &SiloRecord) {
         // The creator read the key absent: the placeholder's initial TID.
         st.reads.push(ReadEntry { rec, tid: 0 });
@@ -176,13 +185,14 @@ impl Protocol for Silo {
         next.unlock();
     }
 
-    fn commit(
+    fn commit<L: CommitLog<SiloRecord>>(
         &self,
         worker: &SiloWorker,
         st: &mut SiloState,
         writes: &mut [WriteEntry<SiloRecord>],
         guard: &Guard,
-    ) -> Result<(), Conflict> {
+        log: &mut L,
+    ) -> Result<(), CommitFail> {
         st.locked.clear();
         for (i, w) in writes.iter().enumerate() {
             // SAFETY: pinned by the transaction's guard.
@@ -190,7 +200,7 @@ impl Protocol for Silo {
                 Ok(t) => st.locked.push(t),
                 Err(_) => {
                     unlock_prefix(writes, &st.locked, i);
-                    return Err(Conflict::LockBusy);
+                    return Err(Conflict::LockBusy.into());
                 }
             }
         }
@@ -203,7 +213,7 @@ impl Protocol for Silo {
                 let cur = unsafe { &*r.rec }.word.load(Ordering::Acquire);
                 if cur & !LOCK != r.tid || (cur & LOCK != 0 && !in_sorted_writes(writes, r.rec)) {
                     unlock_prefix(writes, &st.locked, writes.len());
-                    return Err(Conflict::ReadValidation);
+                    return Err(Conflict::ReadValidation.into());
                 }
             }
         }
@@ -214,6 +224,10 @@ impl Protocol for Silo {
             floor = floor.max(t);
         }
         let tid = self.next_tid(worker, floor);
+        if !log.log(tid, writes) {
+            unlock_prefix(writes, &st.locked, writes.len());
+            return Err(CommitFail::Log);
+        }
         for w in writes.iter_mut() {
             // SAFETY: pinned by the transaction's guard.
             let rec = unsafe { w.record() };

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
-use super::{in_sorted_writes, Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
 const DELTA_SHIFT: u32 = 48;
 const DELTA_MAX: u64 = (1 << 15) - 1;
@@ -102,6 +102,15 @@ impl Protocol for TicToc {
         OccRecord::absent()
     }
 
+    fn new_loaded(&self, value: Vec<u8>) -> TicTocRecord {
+        // wts 1: committed (placeholders have 0), before every commit of this process.
+        OccRecord::loaded(pack(1, 1), value)
+    }
+
+    fn committed_value(&self, rec: &TicTocRecord, guard: &Guard) -> Option<Vec<u8>> {
+        rec.committed_value(guard)
+    }
+
     fn created(&self, st: &mut TicTocState, rec: &TicTocRecord) {
         // The creator read the key absent: at the placeholder's initial [0, 0].
         st.reads.push(ReadEntry { rec, wts: 0, rts: 0 });
@@ -136,13 +145,14 @@ impl Protocol for TicToc {
         next.unlock();
     }
 
-    fn commit(
+    fn commit<L: CommitLog<TicTocRecord>>(
         &self,
         _worker: &(),
         st: &mut TicTocState,
         writes: &mut [WriteEntry<TicTocRecord>],
         guard: &Guard,
-    ) -> Result<(), Conflict> {
+        log: &mut L,
+    ) -> Result<(), CommitFail> {
         // Lock the write set in address order, without waiting.
         st.locked.clear();
         for (i, w) in writes.iter().enumerate() {
@@ -152,7 +162,7 @@ impl Protocol for TicToc {
             loop {
                 if cur & LOCK != 0 {
                     unlock_prefix(writes, &st.locked, i);
-                    return Err(Conflict::LockBusy);
+                    return Err(Conflict::LockBusy.into());
                 }
                 // A failed CAS without the lock bit is a reader extending rts: try again.
                 match rec.word.compare_exchange_weak(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed) {
@@ -180,7 +190,7 @@ impl Protocol for TicToc {
                     let cur = rec.word.load(Ordering::Acquire);
                     if wts(cur) != r.wts {
                         unlock_prefix(writes, &st.locked, writes.len());
-                        return Err(Conflict::ReadValidation);
+                        return Err(Conflict::ReadValidation.into());
                     }
                     if rts(cur) >= commit_ts {
                         break;
@@ -191,7 +201,7 @@ impl Protocol for TicToc {
                             break;
                         }
                         unlock_prefix(writes, &st.locked, writes.len());
-                        return Err(Conflict::ReadValidation);
+                        return Err(Conflict::ReadValidation.into());
                     }
                     if rec
                         .word
@@ -202,6 +212,10 @@ impl Protocol for TicToc {
                     }
                 }
             }
+        }
+        if !log.log(commit_ts, writes) {
+            unlock_prefix(writes, &st.locked, writes.len());
+            return Err(CommitFail::Log);
         }
         for w in writes.iter_mut() {
             // SAFETY: pinned by the transaction's guard.

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
-use super::{Access, Backoff, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind};
+use super::{
+    Access, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
+};
 
 const WRITER: u64 = 1 << 63;
 const READER_SHIFT: u32 = 48;
@@ -218,6 +220,17 @@ impl Protocol for TwoPl {
         TwoPlRecord { lock: AtomicU64::new(WRITER | st.ts), value: ValueCell::absent() }
     }
 
+    fn new_loaded(&self, value: Vec<u8>) -> TwoPlRecord {
+        let r = TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() };
+        r.value.store(Some(value), &crossbeam_epoch::pin());
+        r
+    }
+
+    fn committed_value(&self, rec: &TwoPlRecord, guard: &Guard) -> Option<Vec<u8>> {
+        let mut v = Vec::new();
+        rec.value.load_into(Some(&mut v), guard).then_some(v)
+    }
+
     fn new_sentinel(&self) -> TwoPlRecord {
         TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() }
     }
@@ -256,13 +269,20 @@ impl Protocol for TwoPl {
 
     fn unlatch_gap(&self, _st: &mut TwoPlState, _next: &TwoPlRecord) {}
 
-    fn commit(
+    fn commit<L: CommitLog<TwoPlRecord>>(
         &self,
         _worker: &(),
         st: &mut TwoPlState,
         writes: &mut [WriteEntry<TwoPlRecord>],
         guard: &Guard,
-    ) -> Result<(), Conflict> {
+        log: &mut L,
+    ) -> Result<(), CommitFail> {
+        // Every lock is held: a clock value taken now orders this commit after every one
+        // it depends on (they released their locks, and took their value, before).
+        let ts = self.clock.fetch_add(1, Ordering::SeqCst) & TS_MASK;
+        if !log.log(ts, writes) {
+            return Err(CommitFail::Log); // the engine's abort releases the locks
+        }
         for w in writes.iter_mut() {
             if let WriteKind::Value(_) = w.kind {
                 // SAFETY: pinned by the transaction's guard; we hold its exclusive lock.

@@ -2,13 +2,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 
-use crate::cc::{Access, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use crate::cc::{Access, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 use crate::index::{BwTree, BwTreeConfig, MAX_KEY_LEN};
+use crate::wal::format::Master;
+use crate::wal::recovery::{self, RecoveryStats};
+use crate::wal::storage::{NvmStorage, Storage};
+use crate::wal::{CommitTicket, Device, Lane, LogMode, LogOptions, Release, Wal};
 
 use super::{Error, MAX_VALUE_LEN};
 
@@ -30,6 +34,8 @@ unsafe impl<R: Send + Sync> Sync for RecPtr<R> {}
 /// A worker slot: the protocol's per-worker state.
 pub(crate) struct Slot<P: Protocol> {
     pub(crate) worker: P::Worker,
+    /// The slot's log lane, made at its first logged commit.
+    lane: OnceLock<Arc<Lane>>,
 }
 
 /// Reusable buffers of one transaction at a time.
@@ -88,6 +94,47 @@ pub struct Engine<P: Protocol> {
     /// the mutex's cache line.
     has_pending: AtomicBool,
     pub(crate) counters: Counters,
+    pub(crate) durable: Option<Durable>,
+}
+
+/// The files behind a database opened with a path.
+pub(crate) struct Durable {
+    storage: Arc<dyn Storage>,
+    pub(crate) wal: Wal,
+    generation: u64,
+    _lock: Box<dyn Send + Sync>,
+    closed: AtomicBool,
+    pub(crate) recovery: RecoveryStats,
+}
+
+/// The logging step of one commit: appends the record while the locks are held; under
+/// NLR also makes it durable before the protocol installs anything.
+struct LogHook<'w> {
+    wal: &'w Wal,
+    lane: &'w Lane,
+    private: bool,
+    /// Lane sequence number and LSN / timestamp of the appended record.
+    done: Option<(u64, u64)>,
+    err: Option<Error>,
+}
+
+impl<R> CommitLog<R> for LogHook<'_> {
+    fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool {
+        let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
+            self.done = Some((seq, order));
+            if self.wal.opts.release == Release::Nlr {
+                self.wal.flush_to(self.lane, seq, self.private)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.err = Some(e);
+                false
+            }
+        }
+    }
 }
 
 /// Records per chunk of a scan: each chunk is read, then its membership re-checked.
@@ -104,11 +151,134 @@ impl<P: Protocol> Engine<P> {
             pending_unlinks: Mutex::new(VecDeque::new()),
             has_pending: AtomicBool::new(false),
             counters: Counters::default(),
+            durable: None,
         })
     }
 
+    /// Opens the database in `storage`: recovers what its files hold into this (empty)
+    /// engine, then starts a new log.
+    pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
+        log.validate()?;
+        let lock = storage.lock().map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
+            _ => Error::Io(format!("locking the database: {e}")),
+        })?;
+        let elr = log.release == Release::Elr;
+        let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let mut stats = RecoveryStats::default();
+        let master = recovery::read_master(&*storage)?;
+        let generation = match master {
+            None => {
+                let m = Master {
+                    generation: 1,
+                    has_snapshot: false,
+                    last_exit: false,
+                    elr,
+                    segment_size: log.segment_size,
+                };
+                recovery::write_master(&*storage, &m)?;
+                1
+            }
+            Some(m) => {
+                if m.has_snapshot {
+                    for r in recovery::read_snapshot(&*storage, m.generation)? {
+                        for w in r.writes {
+                            state.insert(w.key, w.value);
+                        }
+                    }
+                }
+                if m.last_exit {
+                    // A clean exit: the snapshot holds everything; this generation's log
+                    // starts empty.
+                    recovery::remove_stale(&storage, m.generation)?;
+                    for n in storage.list().map_err(|e| Error::Io(e.to_string()))? {
+                        if crate::wal::format::parse_segment_name(&n).is_some() {
+                            storage.remove(&n).map_err(|e| Error::Io(e.to_string()))?;
+                        }
+                    }
+                    let next = Master { last_exit: false, elr, segment_size: log.segment_size, ..m };
+                    recovery::write_master(&*storage, &next)?;
+                    m.generation
+                } else {
+                    let release = if m.elr { Release::Elr } else { Release::Nlr };
+                    stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |r| {
+                        for w in r.writes {
+                            state.insert(w.key, w.value);
+                        }
+                    })?;
+                    let g = m.generation + 1;
+                    let mut live: Vec<(&[u8], &[u8])> =
+                        state.iter().filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v))).collect();
+                    live.sort_unstable();
+                    recovery::write_snapshot(&*storage, g, live.into_iter())?;
+                    let next = Master {
+                        generation: g,
+                        has_snapshot: true,
+                        last_exit: false,
+                        elr,
+                        segment_size: log.segment_size,
+                    };
+                    recovery::write_master(&*storage, &next)?;
+                    recovery::remove_stale(&storage, g)?;
+                    g
+                }
+            }
+        };
+        let mut live: Vec<(Vec<u8>, Vec<u8>)> = state.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        stats.keys = live.len() as u64;
+        for (k, v) in live {
+            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v)));
+            if !self.index.insert(&k, RecPtr(rec)).unwrap_or(false) {
+                // SAFETY: never published.
+                drop(unsafe { Box::from_raw(rec) });
+            }
+        }
+        let log_storage: Arc<dyn Storage> = match log.device {
+            Device::File => storage.clone(),
+            Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
+        };
+        let wal = Wal::new(log_storage, log, generation);
+        self.durable =
+            Some(Durable { storage, wal, generation, _lock: lock, closed: AtomicBool::new(false), recovery: stats });
+        Ok(())
+    }
+
+    /// Flushes the log and writes a snapshot that starts the next generation, marked as a
+    /// clean exit (so the next open replays nothing). No transaction may be running.
+    pub(crate) fn close(&self) -> Result<(), Error> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        if d.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        d.wal.check()?;
+        d.wal.flush_all()?;
+        let guard = epoch::pin();
+        let mut items: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (k, p) in self.index.scan(b"", None) {
+            // SAFETY: pinned; no transaction runs at close.
+            if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
+                items.push((k, v));
+            }
+        }
+        let g = d.generation + 1;
+        recovery::write_snapshot(&*d.storage, g, items.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))?;
+        let m = Master {
+            generation: g,
+            has_snapshot: true,
+            last_exit: true,
+            elr: d.wal.opts.release == Release::Elr,
+            segment_size: d.wal.opts.segment_size,
+        };
+        recovery::write_master(&*d.storage, &m)?;
+        recovery::remove_stale(&d.storage, g)
+    }
+
     pub(crate) fn take_slot(&self) -> Arc<Slot<P>> {
-        self.free_slots.lock().pop().unwrap_or_else(|| Arc::new(Slot { worker: self.proto.new_worker() }))
+        self.free_slots
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Arc::new(Slot { worker: self.proto.new_worker(), lane: OnceLock::new() }))
     }
 
     pub(crate) fn return_slot(&self, slot: Arc<Slot<P>>) {
@@ -600,17 +770,82 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
-    pub fn commit(mut self) -> Result<(), Error> {
+    /// Returns once the commit is durable (per the database's durability setting).
+    pub fn commit(self) -> Result<(), Error> {
+        self.commit_inner(false).and_then(CommitTicket::wait)
+    }
+
+    /// Commits without waiting for durability; see [`super::Txn::commit_deferred`].
+    pub fn commit_deferred(self) -> Result<CommitTicket<'a>, Error> {
+        self.commit_inner(true)
+    }
+
+    fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket<'a>, Error> {
         self.check_active()?;
-        let eng = self.eng;
+        let eng: &'a Engine<P> = self.eng;
         let worker = self.worker() as *const P::Worker;
         // SAFETY: the slot outlives the transaction (see `worker`).
         let worker = unsafe { &*worker };
         let guard = self.guard_ref();
         let b = self.bufs.as_mut().expect("buffers");
         b.writes.sort_unstable_by_key(|w| w.rec as usize);
-        if let Err(c) = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard) {
-            return self.fail(c);
+        let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.opts.mode != LogMode::None);
+        let logged = wal.is_some() && b.writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        let mut ticket = CommitTicket::ready();
+        if logged {
+            let wal = wal.expect("logged implies a log");
+            // SAFETY: as for `worker`.
+            let slot = unsafe { &*self.slot };
+            let lane = match wal.lane_for(&slot.lane) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.rollback();
+                    return Err(e);
+                }
+            };
+            let private = wal.opts.mode == LogMode::PWal;
+            let mut hook = LogHook { wal, lane: &lane, private, done: None, err: None };
+            let b = self.bufs.as_mut().expect("buffers");
+            let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
+            if r.is_ok() && wal.opts.release == Release::Elr {
+                let (seq, lsn) = hook.done.expect("a logged commit appended its record");
+                if deferred {
+                    if let Err(e) = wal.maybe_flush(&lane) {
+                        hook.err = Some(e);
+                    }
+                } else if let Err(e) = wal.flush_to(&lane, seq, private) {
+                    hook.err = Some(e);
+                }
+                ticket = CommitTicket { wait: Some((wal, lane.clone(), seq, lsn)) };
+            }
+            match (r, hook.err.take()) {
+                (Err(CommitFail::Conflict(c)), _) => return self.fail(c),
+                (Err(CommitFail::Log), e) => {
+                    // Nothing was installed: roll back.
+                    self.rollback();
+                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new()))));
+                }
+                (Ok(()), Some(e)) => {
+                    // Installed and released (ELR), but the flush failed: never acknowledged,
+                    // and the poisoned log refuses every later commit.
+                    self.active = false;
+                    return Err(e);
+                }
+                (Ok(()), None) => {}
+            }
+        } else {
+            match eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut NoLog) {
+                Err(CommitFail::Conflict(c)) => return self.fail(c),
+                Err(CommitFail::Log) => unreachable!("NoLog never fails"),
+                Ok(()) => {}
+            }
+            // SAFETY: as for `worker`.
+            let slot = unsafe { &*self.slot };
+            if let (Some(wal), Some(lane), false) = (wal, slot.lane.get(), deferred) {
+                if let Some((seq, lsn)) = wal.pending_of(lane) {
+                    ticket = CommitTicket { wait: Some((wal, lane.clone(), seq, lsn)) };
+                }
+            }
         }
         self.active = false;
         eng.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -627,7 +862,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         eng.drain_pending_unlinks(worker, guard);
-        Ok(())
+        Ok(ticket)
     }
 
     /// Rolls back: nothing the transaction wrote becomes visible.

@@ -34,6 +34,9 @@ use crate::cc::twopl::TwoPl;
 use crate::cc::{Conflict, Protocol};
 use crate::index::{BwTreeConfig, IndexError};
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
+use crate::wal::recovery::RecoveryStats;
+use crate::wal::storage::{DirStorage, Storage};
+use crate::wal::{CommitTicket, LogOptions, WalStats};
 
 /// The longest value accepted.
 pub const MAX_VALUE_LEN: usize = 16 << 20;
@@ -62,6 +65,17 @@ pub enum Error {
     TxnFinished,
     /// A bad index configuration in [`Options`].
     Index(IndexError),
+    /// A bad setting in [`Options`].
+    Config(String),
+    /// An I/O error while opening or closing the database.
+    Io(String),
+    /// A log write or sync failed earlier: no commit can be acknowledged any more. Close
+    /// and reopen the database (recovery keeps every acknowledged commit).
+    Poisoned(String),
+    /// A database file is damaged or is not a tsumiki file.
+    Corrupt(String),
+    /// The database is open elsewhere (another process, or another handle).
+    Locked(String),
 }
 
 impl Error {
@@ -79,6 +93,11 @@ impl std::fmt::Display for Error {
             Error::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than the limit of {max}"),
             Error::TxnFinished => f.write_str("the transaction has already ended"),
             Error::Index(e) => write!(f, "index: {e}"),
+            Error::Config(m) => write!(f, "bad option: {m}"),
+            Error::Io(m) => write!(f, "I/O error: {m}"),
+            Error::Poisoned(m) => write!(f, "the database is poisoned by an earlier log failure ({m}); reopen it"),
+            Error::Corrupt(m) => write!(f, "corrupt database: {m}"),
+            Error::Locked(m) => f.write_str(m),
         }
     }
 }
@@ -158,6 +177,9 @@ pub struct Options {
     /// (planted bugs that the isolation tests must catch). Never set it otherwise.
     #[doc(hidden)]
     pub skip_validation_for_tests: bool,
+    /// Logging, for databases opened with a path ([`Db::open`]): P-WAL with NLR and
+    /// fdatasync at every commit by default.
+    pub log: LogOptions,
 }
 
 impl Default for Options {
@@ -167,6 +189,7 @@ impl Default for Options {
             index: BwTreeConfig::default(),
             gc_refresh: DEFAULT_REFRESH,
             skip_validation_for_tests: false,
+            log: LogOptions::default(),
         }
     }
 }
@@ -187,6 +210,35 @@ impl<P: Protocol> TypedDb<P> {
     /// An in-memory database run by `proto`.
     pub fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
         Ok(TypedDb { eng: Engine::new(proto, index)? })
+    }
+
+    /// A database kept in `storage`: recovers what its files hold, then logs every commit
+    /// per `log`.
+    pub fn open_durable(
+        proto: P,
+        index: BwTreeConfig,
+        storage: Arc<dyn Storage>,
+        log: LogOptions,
+    ) -> Result<Self, Error> {
+        let mut eng = Engine::new(proto, index)?;
+        eng.open_durable(storage, log)?;
+        Ok(TypedDb { eng })
+    }
+
+    /// Flushes the log and writes the snapshot a clean exit leaves (also done on drop,
+    /// where an error cannot be reported).
+    pub fn close(self) -> Result<(), Error> {
+        self.eng.close()
+    }
+
+    /// The log's counters (`None` for an in-memory database).
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.eng.durable.as_ref().map(|d| d.wal.stats())
+    }
+
+    /// What recovery did when the database was opened (`None` for an in-memory database).
+    pub fn recovery_stats(&self) -> Option<RecoveryStats> {
+        self.eng.durable.as_ref().map(|d| d.recovery)
     }
 
     /// Starts a transaction on a worker slot from the pool.
@@ -220,6 +272,12 @@ impl<P: Protocol> TypedDb<P> {
     #[doc(hidden)]
     pub fn index_len(&self) -> usize {
         self.eng.index_len()
+    }
+}
+
+impl<P: Protocol> Drop for TypedDb<P> {
+    fn drop(&mut self) {
+        let _ = self.eng.close();
     }
 }
 
@@ -290,25 +348,74 @@ impl Db {
     /// assert_eq!((tictoc.cc_name(), wait_die.cc_name(), si.cc_name()), ("tictoc", "2pl-waitdie", "mvcc-si"));
     /// ```
     pub fn open_in_memory(opts: Options) -> Result<Db, Error> {
-        let inner = match opts.cc {
-            Cc::TicToc => {
-                let p = TicToc { skip_validation: opts.skip_validation_for_tests };
-                AnyDb::TicToc(TypedDb::new(p, opts.index)?)
+        Self::build(&opts, None)
+    }
+
+    /// Opens (or creates) the database in directory `path`, recovering every commit that
+    /// was acknowledged before a crash. Only one handle may have it open at a time.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let dir = std::env::temp_dir().join(format!("tsumiki-doc-open-{}", std::process::id()));
+    /// let db = Db::open(&dir, Options::default()).unwrap();
+    /// db.run(|txn| txn.put(b"k", b"v")).unwrap();
+    /// assert!(Db::open(&dir, Options::default()).is_err()); // already open
+    /// db.close().unwrap();
+    /// let db = Db::open(&dir, Options::default()).unwrap();
+    /// assert_eq!(db.begin().get(b"k").unwrap(), Some(b"v".to_vec()));
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn open(path: impl AsRef<std::path::Path>, opts: Options) -> Result<Db, Error> {
+        let dir = DirStorage::new(path.as_ref())
+            .map_err(|e| Error::Io(format!("opening directory {}: {e}", path.as_ref().display())))?;
+        Self::build(&opts, Some(Arc::new(dir)))
+    }
+
+    /// Opens the database kept in `storage` (a simulated disk in crash tests).
+    pub fn open_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db, Error> {
+        Self::build(&opts, Some(storage))
+    }
+
+    fn build(opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<Db, Error> {
+        fn mk<P: Protocol>(p: P, opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<TypedDb<P>, Error> {
+            match storage {
+                None => TypedDb::new(p, opts.index.clone()),
+                Some(s) => TypedDb::open_durable(p, opts.index.clone(), s, opts.log.clone()),
             }
+        }
+        let inner = match opts.cc {
+            Cc::TicToc => AnyDb::TicToc(mk(TicToc { skip_validation: opts.skip_validation_for_tests }, opts, storage)?),
             Cc::Silo => {
                 let mut p = Silo::new();
                 p.skip_validation = opts.skip_validation_for_tests;
-                AnyDb::Silo(TypedDb::new(p, opts.index)?)
+                AnyDb::Silo(mk(p, opts, storage)?)
             }
-            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(TypedDb::new(TwoPl::no_wait(), opts.index)?),
-            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(TypedDb::new(TwoPl::wait_die(), opts.index)?),
+            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(mk(TwoPl::no_wait(), opts, storage)?),
+            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(mk(TwoPl::wait_die(), opts, storage)?),
             Cc::MvccSi(gc) => {
                 let mut p = Si::new(gc, opts.gc_refresh);
                 p.skip_validation = opts.skip_validation_for_tests;
-                AnyDb::Si(TypedDb::new(p, opts.index)?)
+                AnyDb::Si(mk(p, opts, storage)?)
             }
         };
         Ok(Db { inner })
+    }
+
+    /// Flushes the log and writes the snapshot a clean exit leaves, so that the next open
+    /// replays nothing. Dropping the database does the same but cannot report an error.
+    pub fn close(self) -> Result<(), Error> {
+        dispatch!(&self.inner, db => db.eng.close())
+    }
+
+    /// The log's counters (`None` for an in-memory database).
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        dispatch!(&self.inner, db => db.wal_stats())
+    }
+
+    /// What recovery did when the database was opened (`None` for an in-memory database).
+    pub fn recovery_stats(&self) -> Option<RecoveryStats> {
+        dispatch!(&self.inner, db => db.recovery_stats())
     }
 
     /// Starts a transaction. It may be used from this thread only, and ends when
@@ -524,6 +631,23 @@ impl<'a> Txn<'a> {
     /// ```
     pub fn commit(self) -> Result<(), Error> {
         dispatch_txn!(self.inner, t => t.commit())
+    }
+
+    /// Commits without waiting for the commit to become durable: the returned ticket's
+    /// [`CommitTicket::wait`] does. A worker that defers several commits and then waits
+    /// for the last lets them share flushes (group commit, paper 001); other transactions
+    /// may see the writes before the ticket is waited on only under early lock release.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// let ticket = txn.commit_deferred().unwrap();
+    /// ticket.wait().unwrap();
+    /// ```
+    pub fn commit_deferred(self) -> Result<CommitTicket<'a>, Error> {
+        dispatch_txn!(self.inner, t => t.commit_deferred())
     }
 
     /// Rolls the transaction back.

@@ -1,0 +1,636 @@
+//! Write-ahead logging: P-WAL (a log buffer and file per worker, paper 003) and a single
+//! shared WAL as the baseline, with paper 001's commit variants, crash recovery, and the
+//! storage layer everything is written through.
+//!
+//! # Commit variants
+//! - NLR (no early lock release): the commit record is appended and flushed while the
+//!   transaction still holds its write locks; installs and releases come after. Nobody can
+//!   read a write before it is durable, so recovery needs no LSN: it merges the lanes by
+//!   commit timestamp (TicToc `commit_ts`, Silo TID, 2PL and MVCC commit clock).
+//! - ELR (early lock release): the record takes an LSN from a global counter (a CAS loop
+//!   whose misses are counted, as in paper 003) while the locks are held; locks are
+//!   released before the flush, and the commit is acknowledged once the minimum durable
+//!   watermark over all lanes passes its LSN. Recovery replays, in LSN order, exactly the
+//!   records below the minimum watermark the lanes made durable.
+//! - Group commit: a lane is flushed once `group` records are pending or the oldest has
+//!   waited `max_wait` (shared WAL: Algorithm 1's NGROUP); with P-WAL a worker groups its
+//!   own commits through [`crate::Txn::commit_deferred`] tickets.
+//!
+//! # Files (generation `g`)
+//! `MASTER` (which generation is current, and the clean-exit flag), `snap-g.dat` (the
+//! state at the start of the generation), `wal-g-<lane>-<segment>.log` (preallocated log
+//! segments), `LOCK`. See `docs/design.md` for the byte layout.
+
+pub mod format;
+pub mod recovery;
+pub mod storage;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::cc::{WriteEntry, WriteKind};
+use crate::db::Error;
+use format::{RecordEncoder, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD};
+use storage::{Storage, StorageFile};
+
+/// Where commit records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogMode {
+    /// P-WAL: a log buffer and a log file per worker (the default).
+    #[default]
+    PWal,
+    /// One shared log buffer under a lock and one file (the conventional baseline).
+    SWal,
+    /// No log: nothing survives the process.
+    None,
+}
+
+/// When a committing transaction releases its locks relative to its log flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Release {
+    /// No early lock release: flush, then install and release (the default).
+    #[default]
+    Nlr,
+    /// Early lock release: install and release, then flush and wait for the LSN to be
+    /// durable on every lane.
+    Elr,
+}
+
+/// What "committed" promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Durable on the device (fdatasync) before `commit` returns (the default).
+    #[default]
+    Sync,
+    /// Handed to the operating system: survives a process crash, not a power loss.
+    Buffered,
+    /// Buffered in memory and written in large batches: a crash loses recent commits.
+    None,
+}
+
+/// The device log files live on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// Real files with fdatasync (the default).
+    #[default]
+    File,
+    /// NVM emulation (paper 001): a fixed latency per write, no sync, nothing kept.
+    Nvm(Duration),
+}
+
+/// Logging settings of a database opened with a path ([`crate::Db::open`]).
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// P-WAL, shared WAL, or none.
+    pub mode: LogMode,
+    /// NLR or ELR.
+    pub release: Release,
+    /// Group commit: records per flush (1: none). Paper 001 uses 16.
+    pub group: usize,
+    /// Group commit: the longest a pending record waits for its group.
+    pub max_wait: Duration,
+    /// What a commit promises.
+    pub durability: Durability,
+    /// Real files or NVM emulation.
+    pub device: Device,
+    /// Log segment size in bytes (a multiple of 4 KiB, at least 8 KiB); segments are
+    /// preallocated so that a commit's fdatasync never also commits a size change.
+    pub segment_size: u64,
+    /// Test only: report syncs as done without doing them (a planted bug for the crash
+    /// tests). Never set it otherwise.
+    #[doc(hidden)]
+    pub skip_sync_for_tests: bool,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            mode: LogMode::PWal,
+            release: Release::Nlr,
+            group: 16,
+            max_wait: Duration::from_micros(200),
+            durability: Durability::Sync,
+            device: Device::File,
+            segment_size: 16 << 20,
+            skip_sync_for_tests: false,
+        }
+    }
+}
+
+impl LogOptions {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), Error> {
+        let s = self.segment_size;
+        if s < 2 * BLOCK as u64 || !s.is_multiple_of(BLOCK as u64) {
+            return Err(Error::Config(format!("segment_size {s} must be a multiple of 4096 and at least 8192")));
+        }
+        if self.group == 0 {
+            return Err(Error::Config("group must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The variant's short name (`pwal-nlr`, `pwal-elr-g16`, `swal-elr`...).
+    pub fn name(&self) -> String {
+        let mode = match self.mode {
+            LogMode::PWal => "pwal",
+            LogMode::SWal => "swal",
+            LogMode::None => return "none".into(),
+        };
+        let rel = match self.release {
+            Release::Nlr => "nlr",
+            Release::Elr => "elr",
+        };
+        if self.group > 1 {
+            format!("{mode}-{rel}-g{}", self.group)
+        } else {
+            format!("{mode}-{rel}")
+        }
+    }
+}
+
+/// In-memory log buffer of a lane: records appended but not written yet.
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    /// End offset in `buf` and ordering key of each record in it.
+    ends: Vec<(usize, u64)>,
+    /// Records appended to the lane so far (the sequence number of the last one).
+    appended: u64,
+    /// When the oldest record in `buf` was appended.
+    oldest: Option<Instant>,
+    /// The LSN / timestamp of the last record appended.
+    last_order: u64,
+}
+
+/// The file side of a lane.
+struct LaneIo {
+    file: Option<Box<dyn StorageFile>>,
+    /// Current segment number and write offset in it.
+    seg: u64,
+    off: u64,
+    seq: u32,
+    all_synced: bool,
+    out: Vec<u8>,
+}
+
+/// One log: a worker's (P-WAL) or everyone's (shared WAL).
+pub(crate) struct Lane {
+    id: u16,
+    pending: Mutex<Pending>,
+    io: Mutex<LaneIo>,
+    /// ELR: every record of this lane with an LSN below this is durable.
+    horizon: AtomicU64,
+    /// Records of this lane made durable (or written, per the durability) so far.
+    flushed: AtomicU64,
+}
+
+/// Buffered records beyond which a `Durability::None` lane writes anyway.
+const LAZY_FLUSH_BYTES: usize = 1 << 20;
+
+/// Counters of a log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Commit records appended.
+    pub records: u64,
+    /// Flushes (block writes) done.
+    pub flushes: u64,
+    /// Syncs (fdatasync) done.
+    pub syncs: u64,
+    /// Bytes written to log files (whole blocks).
+    pub bytes: u64,
+    /// Failed CAS attempts on the global LSN counter (ELR).
+    pub lsn_cas_misses: u64,
+    /// Lanes (log files) in use.
+    pub lanes: u64,
+}
+
+/// The log of one open database.
+pub(crate) struct Wal {
+    storage: Arc<dyn Storage>,
+    pub(crate) opts: LogOptions,
+    generation: u64,
+    lanes: RwLock<Vec<Arc<Lane>>>,
+    /// The shared lane of the single-WAL mode.
+    shared: OnceLock<Arc<Lane>>,
+    next_lsn: AtomicU64,
+    poisoned: AtomicBool,
+    poison_msg: Mutex<Option<String>>,
+    records: AtomicU64,
+    flushes: AtomicU64,
+    syncs: AtomicU64,
+    bytes: AtomicU64,
+    cas_misses: AtomicU64,
+    create_lane: Mutex<()>,
+}
+
+fn io_err(what: &str, e: io::Error) -> String {
+    format!("{what}: {e}")
+}
+
+static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+
+impl Wal {
+    pub(crate) fn new(storage: Arc<dyn Storage>, opts: LogOptions, generation: u64) -> Wal {
+        Wal {
+            storage,
+            opts,
+            generation,
+            lanes: RwLock::new(Vec::new()),
+            shared: OnceLock::new(),
+            next_lsn: AtomicU64::new(1),
+            poisoned: AtomicBool::new(false),
+            poison_msg: Mutex::new(None),
+            records: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            cas_misses: AtomicU64::new(0),
+            create_lane: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> WalStats {
+        WalStats {
+            records: self.records.load(Ordering::Relaxed),
+            flushes: self.flushes.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            lsn_cas_misses: self.cas_misses.load(Ordering::Relaxed),
+            lanes: self.lanes.read().len() as u64,
+        }
+    }
+
+    /// The error every commit gets once a write or sync failed.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let msg = self.poison_msg.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(msg));
+        }
+        Ok(())
+    }
+
+    fn poison(&self, msg: String) -> Error {
+        let mut m = self.poison_msg.lock();
+        if m.is_none() {
+            *m = Some(msg.clone());
+        }
+        self.poisoned.store(true, Ordering::Release);
+        Error::Poisoned(m.clone().unwrap_or(msg))
+    }
+
+    /// The lane a worker slot logs to: its own (P-WAL), created on first use, or the
+    /// shared one.
+    pub(crate) fn lane_for(&self, slot_lane: &OnceLock<Arc<Lane>>) -> Result<Arc<Lane>, Error> {
+        if let Some(l) = slot_lane.get() {
+            return Ok(l.clone());
+        }
+        let lane = match self.opts.mode {
+            LogMode::SWal => match self.shared.get() {
+                Some(l) => l.clone(),
+                None => {
+                    let _g = self.create_lane.lock();
+                    match self.shared.get() {
+                        Some(l) => l.clone(),
+                        None => {
+                            let l = self.new_lane()?;
+                            let _ = self.shared.set(l.clone());
+                            l
+                        }
+                    }
+                }
+            },
+            _ => {
+                let _g = self.create_lane.lock();
+                self.new_lane()?
+            }
+        };
+        let _ = slot_lane.set(lane.clone());
+        Ok(lane)
+    }
+
+    /// Creates a lane and makes its first block (its starting watermark) durable. It joins
+    /// the lane list first, with watermark 0: an acknowledgement computed before that read
+    /// a minimum no larger than the counter, so no larger than the starting watermark; one
+    /// computed after waits for the lane.
+    fn new_lane(&self) -> Result<Arc<Lane>, Error> {
+        self.check()?;
+        let n = self.lanes.read().len();
+        let id = u16::try_from(n)
+            .ok()
+            .filter(|&i| i < format::SNAPSHOT_LANE)
+            .ok_or(Error::Config("too many concurrent workers: at most 65535 log lanes per database".into()))?;
+        let lane = Arc::new(Lane {
+            id,
+            pending: Mutex::new(Pending::default()),
+            io: Mutex::new(LaneIo { file: None, seg: 0, off: 0, seq: 0, all_synced: true, out: Vec::new() }),
+            horizon: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+        });
+        self.lanes.write().push(lane.clone());
+        self.flush_lane(&lane, true)?;
+        Ok(lane)
+    }
+
+    /// The next LSN, by the CAS loop of paper 003 (misses counted).
+    #[inline]
+    fn take_lsn(&self) -> u64 {
+        let mut cur = self.next_lsn.load(Ordering::Relaxed);
+        loop {
+            match self.next_lsn.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return cur,
+                Err(now) => {
+                    self.cas_misses.fetch_add(1, Ordering::Relaxed);
+                    cur = now;
+                }
+            }
+        }
+    }
+
+    /// Appends a commit record for `writes` to `lane`. Called with the write locks held.
+    /// Returns `(sequence number in the lane, LSN or timestamp)`.
+    pub(crate) fn append<R>(&self, lane: &Lane, ts: u64, writes: &[WriteEntry<R>]) -> Result<(u64, u64), Error> {
+        self.check()?;
+        let mut p = lane.pending.lock();
+        let order = match self.opts.release {
+            Release::Elr => self.take_lsn(),
+            Release::Nlr => ts,
+        };
+        let mut enc = RecordEncoder::begin(&mut p.buf, order);
+        for w in writes {
+            if let WriteKind::Value(v) = &w.kind {
+                enc.write(&w.key, v.as_deref());
+            }
+        }
+        if enc.finish().is_none() {
+            return Err(Error::Config("the transaction's write set exceeds the 1 GiB log record limit".into()));
+        }
+        let end = p.buf.len();
+        p.ends.push((end, order));
+        p.appended += 1;
+        p.last_order = order;
+        if p.oldest.is_none() {
+            p.oldest = Some(Instant::now());
+        }
+        self.records.fetch_add(1, Ordering::Relaxed);
+        Ok((p.appended, order))
+    }
+
+    /// Writes (and syncs, per the durability) everything pending in `lane`. `force` writes
+    /// a block even with nothing pending, to make a new watermark durable.
+    fn flush_lane(&self, lane: &Lane, force: bool) -> Result<(), Error> {
+        let mut io = lane.io.lock();
+        self.flush_locked(lane, &mut io, force)
+    }
+
+    fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool) -> Result<(), Error> {
+        self.check()?;
+        let (buf, ends, appended, horizon) = {
+            let mut p = lane.pending.lock();
+            // No LSN of this lane is in flight while `pending` is held: every later one is
+            // at least the counter's value now.
+            let horizon = self.next_lsn.load(Ordering::SeqCst);
+            let buf = std::mem::take(&mut p.buf);
+            let ends = std::mem::take(&mut p.ends);
+            p.oldest = None;
+            (buf, ends, p.appended, horizon)
+        };
+        let elr = self.opts.release == Release::Elr;
+        if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
+            lane.flushed.store(appended, Ordering::Release);
+            return Ok(());
+        }
+        let blocks = buf.len().div_ceil(PAYLOAD).max(1);
+        io.out.clear();
+        io.out.resize(blocks * BLOCK, 0);
+        let mut e = 0;
+        for b in 0..blocks {
+            let start = b * PAYLOAD;
+            let end = ((b + 1) * PAYLOAD).min(buf.len());
+            let block = &mut io.out[b * BLOCK..(b + 1) * BLOCK];
+            block[..end - start].copy_from_slice(&buf[start..end]);
+            let mut t = Trailer {
+                flags: if io.all_synced { FLAG_SYNCED_BEFORE } else { 0 },
+                lane: lane.id,
+                used: (end - start) as u16,
+                seq: io.seq,
+                watermark: if elr { horizon } else { 0 },
+                ..Trailer::default()
+            };
+            if b + 1 == blocks {
+                t.flags |= FLAG_FLUSH_END;
+            }
+            while e < ends.len() && ends[e].0 <= end {
+                let o = ends[e].1;
+                t.lo = if t.records == 0 { o } else { t.lo.min(o) };
+                t.hi = t.hi.max(o);
+                t.records += 1;
+                e += 1;
+            }
+            format::seal_block(block, &t);
+            io.seq = io.seq.checked_add(1).ok_or_else(|| self.poison("lane block sequence overflow".into()))?;
+        }
+        let out = std::mem::take(&mut io.out);
+        let r = self.write_blocks(lane, io, &out);
+        io.out = out;
+        r?;
+        let sync = self.opts.durability == Durability::Sync;
+        if sync {
+            self.sync(io.file.as_deref().expect("a segment is open after a write"))?;
+        }
+        io.all_synced = sync;
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
+        lane.flushed.store(appended, Ordering::Release);
+        if elr {
+            lane.horizon.fetch_max(horizon, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    fn sync(&self, f: &dyn StorageFile) -> Result<(), Error> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if self.opts.skip_sync_for_tests {
+            return Ok(());
+        }
+        f.sync_data().map_err(|e| self.poison(io_err("log fdatasync failed; the database is poisoned", e)))
+    }
+
+    /// Writes whole blocks at the lane's position, moving to a new preallocated segment
+    /// when the current one is full (after syncing it: a later segment exists only once
+    /// every earlier one is complete on disk).
+    fn write_blocks(&self, lane: &Lane, io: &mut LaneIo, mut data: &[u8]) -> Result<(), Error> {
+        let seg_size = self.opts.segment_size;
+        while !data.is_empty() {
+            if io.file.is_none() || io.off == seg_size {
+                if let Some(f) = io.file.as_deref() {
+                    self.sync(f)?;
+                    io.seg += 1;
+                }
+                io.file = Some(self.create_segment(lane.id, io.seg)?);
+                io.off = 0;
+            }
+            let f = io.file.as_deref().expect("segment open");
+            let n = ((seg_size - io.off) as usize).min(data.len());
+            f.write_at(&data[..n], io.off)
+                .map_err(|e| self.poison(io_err("log write failed; the database is poisoned", e)))?;
+            io.off += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    fn create_segment(&self, lane: u16, seg: u64) -> Result<Box<dyn StorageFile>, Error> {
+        let name = format::segment_name(self.generation, lane, seg);
+        let fail = |e: io::Error| self.poison(io_err(&format!("creating log segment {name}"), e));
+        let f = self.storage.open(&name, true).map_err(fail)?;
+        if matches!(self.opts.device, Device::File) {
+            let mut off = 0;
+            while off < self.opts.segment_size {
+                let n = (self.opts.segment_size - off).min(ZEROS.len() as u64) as usize;
+                f.write_at(&ZEROS[..n], off).map_err(fail)?;
+                off += n as u64;
+            }
+            if !self.opts.skip_sync_for_tests {
+                f.sync_data().map_err(fail)?;
+                self.storage.sync_dir().map_err(fail)?;
+            }
+        }
+        Ok(f)
+    }
+
+    /// Makes `lane` durable up to its record `seq` (grouping per the options: `private`
+    /// lanes of a waiting committer flush at once, since nobody else fills them).
+    pub(crate) fn flush_to(&self, lane: &Lane, seq: u64, private: bool) -> Result<(), Error> {
+        if self.opts.durability == Durability::None {
+            let big = lane.pending.lock().buf.len() >= LAZY_FLUSH_BYTES;
+            return if big { self.flush_lane(lane, false) } else { Ok(()) };
+        }
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while lane.flushed.load(Ordering::Acquire) < seq {
+            self.check()?;
+            let pending = seq.saturating_sub(lane.flushed.load(Ordering::Acquire));
+            if private
+                || self.opts.group <= 1
+                || pending >= self.opts.group as u64
+                || start.elapsed() >= self.opts.max_wait
+            {
+                if let Some(mut io) = lane.io.try_lock() {
+                    self.flush_locked(lane, &mut io, false)?;
+                    continue;
+                }
+            }
+            spins += 1;
+            if spins < 16 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// What a commit that logged nothing waits for: the worker's own earlier deferred
+    /// commits, if any are still pending (so `commit` stays a barrier for them).
+    pub(crate) fn pending_of(&self, lane: &Lane) -> Option<(u64, u64)> {
+        let p = lane.pending.lock();
+        (lane.flushed.load(Ordering::Acquire) < p.appended).then_some((p.appended, p.last_order))
+    }
+
+    /// After a deferred commit: flushes `lane` if its group is full or has waited long
+    /// enough; otherwise leaves the record pending.
+    pub(crate) fn maybe_flush(&self, lane: &Lane) -> Result<(), Error> {
+        let due = {
+            let p = lane.pending.lock();
+            let n = p.ends.len();
+            n >= self.opts.group
+                || p.buf.len() >= LAZY_FLUSH_BYTES
+                || p.oldest.is_some_and(|t| t.elapsed() >= self.opts.max_wait)
+                    && self.opts.durability != Durability::None
+        };
+        if due {
+            self.flush_lane(lane, false)?;
+        }
+        Ok(())
+    }
+
+    /// The minimum watermark over all lanes: every LSN below it is durable everywhere.
+    fn durable_lsn(&self) -> u64 {
+        self.lanes.read().iter().map(|l| l.horizon.load(Ordering::Acquire)).min().unwrap_or(u64::MAX)
+    }
+
+    /// ELR: waits until every LSN up to `lsn` is durable on every lane, flushing lanes
+    /// whose owners are idle (a lane only advances its watermark when written).
+    pub(crate) fn wait_durable(&self, lsn: u64) -> Result<(), Error> {
+        if self.opts.durability == Durability::None {
+            return Ok(());
+        }
+        let mut spins = 0u32;
+        loop {
+            if self.durable_lsn() > lsn {
+                return Ok(());
+            }
+            self.check()?;
+            let lagging: Vec<Arc<Lane>> =
+                self.lanes.read().iter().filter(|l| l.horizon.load(Ordering::Acquire) <= lsn).cloned().collect();
+            for l in lagging {
+                if let Some(mut io) = l.io.try_lock() {
+                    if l.horizon.load(Ordering::Acquire) <= lsn {
+                        self.flush_locked(&l, &mut io, false)?;
+                    }
+                }
+            }
+            spins += 1;
+            if spins < 16 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Writes and syncs every lane (at close).
+    pub(crate) fn flush_all(&self) -> Result<(), Error> {
+        let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
+        for l in lanes {
+            let mut io = l.io.lock();
+            self.flush_locked(&l, &mut io, false)?;
+            if let Some(f) = io.file.as_deref() {
+                self.sync(f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A commit waiting to become durable; see [`crate::Txn::commit_deferred`].
+#[must_use = "a deferred commit is not durable until its ticket is waited on"]
+pub struct CommitTicket<'db> {
+    pub(crate) wait: Option<(&'db Wal, Arc<Lane>, u64, u64)>,
+}
+
+impl CommitTicket<'_> {
+    /// A ticket for a commit that needs no waiting (nothing logged, or already durable).
+    pub(crate) fn ready() -> Self {
+        CommitTicket { wait: None }
+    }
+
+    /// Waits until the commit is durable under the database's durability setting.
+    pub fn wait(self) -> Result<(), Error> {
+        match self.wait {
+            None => Ok(()),
+            Some((wal, lane, seq, lsn)) => {
+                wal.flush_to(&lane, seq, true)?;
+                if wal.opts.release == Release::Elr {
+                    wal.wait_durable(lsn)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Recovery: read the master record, the snapshot and every lane's log; cut torn tails;
+//! decide which transactions are durable (analysis); redo them by a k-way merge of the
+//! lanes (by LSN under ELR, by commit timestamp under NLR); write the snapshot that starts
+//! the next generation.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::format::{self, LogRecord, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
+use super::storage::{read_all, Storage};
+use super::Release;
+use crate::db::Error;
+
+/// The master record's file name.
+pub const MASTER: &str = "MASTER";
+
+/// What one lane's log holds after its torn tail is cut.
+#[derive(Debug, Default)]
+pub struct LaneLog {
+    /// Complete records, in log order.
+    pub records: Vec<LogRecord>,
+    /// The watermark of the last complete flush (ELR), if any flush completed.
+    pub watermark: Option<u64>,
+    /// Bytes of blocks cut as a torn tail.
+    pub cut_blocks: u64,
+}
+
+/// What recovery did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Whether the logs were replayed (false after a clean exit).
+    pub replayed: bool,
+    /// Lanes read.
+    pub lanes: u64,
+    /// Log records read from the lanes.
+    pub records_read: u64,
+    /// Records redone (durable per the analysis).
+    pub records_applied: u64,
+    /// Records dropped: beyond the durable watermark (ELR).
+    pub records_dropped: u64,
+    /// Torn-tail blocks cut.
+    pub cut_blocks: u64,
+    /// Keys in the recovered state.
+    pub keys: u64,
+    /// Time spent reading and redoing the logs.
+    pub replay_time: Duration,
+}
+
+fn corrupt(msg: String) -> Error {
+    Error::Corrupt(msg)
+}
+
+fn io(what: &str, e: std::io::Error) -> Error {
+    Error::Io(format!("{what}: {e}"))
+}
+
+/// Reads the blocks of one lane (its segments in order) and decodes its records.
+pub fn read_lane(
+    storage: &dyn Storage,
+    generation: u64,
+    lane: u16,
+    segments: &[u64],
+    segment_size: u64,
+) -> Result<LaneLog, Error> {
+    let mut out = LaneLog::default();
+    let mut stream = Vec::new();
+    let mut seq: u32 = 0;
+    'segs: for (i, &seg) in segments.iter().enumerate() {
+        let name = format::segment_name(generation, lane, seg);
+        if seg != i as u64 {
+            return Err(corrupt(format!("log segment {} of lane {lane} is missing", i)));
+        }
+        let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
+        let data = read_all(&*f).map_err(|e| io(&name, e))?;
+        let last = i + 1 == segments.len();
+        if data.len() as u64 != segment_size {
+            // Data goes into a segment only after its preallocation was synced: a short
+            // last segment without a single valid block is one whose creation was cut.
+            let any_valid = data.chunks_exact(BLOCK).any(|b| format::open_block(b).is_some_and(|t| t.lane == lane));
+            if !last || any_valid {
+                return Err(corrupt(format!("{name} is {} bytes, expected {segment_size} (truncated?)", data.len())));
+            }
+            break 'segs;
+        }
+        let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
+        for (b, block) in blocks.iter().enumerate() {
+            match format::open_block(block) {
+                Some(t) if t.lane == lane && t.seq == seq => {
+                    stream.extend_from_slice(&block[..t.used as usize]);
+                    seq = seq.wrapping_add(1);
+                    if t.flags & FLAG_FLUSH_END != 0 {
+                        out.watermark = Some(t.watermark);
+                    }
+                }
+                _ => {
+                    if !last {
+                        return Err(corrupt(format!(
+                            "{name}: block {b} is damaged, and a later segment exists (so it had been synced)"
+                        )));
+                    }
+                    // A torn tail holds only blocks of one unfinished flush; a valid block
+                    // past it that says everything before it was synced means the damaged
+                    // block had been durable: corruption.
+                    for later in &blocks[b + 1..] {
+                        if let Some(t) = format::open_block(later) {
+                            if t.lane == lane && t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
+                                return Err(corrupt(format!(
+                                    "{name}: block {b} is damaged but block sequence {} after it was synced later",
+                                    t.seq
+                                )));
+                            }
+                        }
+                    }
+                    let nonzero = blocks[b..].iter().filter(|x| x.iter().any(|&c| c != 0)).count();
+                    out.cut_blocks = nonzero as u64;
+                    break 'segs;
+                }
+            }
+        }
+    }
+    let mut at = 0;
+    while at < stream.len() {
+        match format::decode_record(&stream[at..]) {
+            Ok((r, n)) => {
+                out.records.push(r);
+                at += n;
+            }
+            Err(format::DecodeError::Truncated) => break,
+            Err(format::DecodeError::Corrupt(m)) => {
+                return Err(corrupt(format!("lane {lane} of generation {generation}: {m}")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a snapshot: every block must be intact (it was synced before the master record
+/// named it).
+pub fn read_snapshot(storage: &dyn Storage, generation: u64) -> Result<Vec<LogRecord>, Error> {
+    let name = format::snapshot_name(generation);
+    let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
+    let data = read_all(&*f).map_err(|e| io(&name, e))?;
+    if data.len() % BLOCK != 0 {
+        return Err(corrupt(format!("{name} is {} bytes, not a whole number of blocks", data.len())));
+    }
+    let mut stream = Vec::new();
+    for (b, block) in data.chunks(BLOCK).enumerate() {
+        match format::open_block(block) {
+            Some(t) if t.lane == format::SNAPSHOT_LANE && t.seq as usize == b => {
+                stream.extend_from_slice(&block[..t.used as usize])
+            }
+            _ => return Err(corrupt(format!("{name}: block {b} is damaged"))),
+        }
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < stream.len() {
+        match format::decode_record(&stream[at..]) {
+            Ok((r, n)) => {
+                out.push(r);
+                at += n;
+            }
+            Err(e) => return Err(corrupt(format!("{name}: {e:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a snapshot of `items` (sorted or not) for `generation`, durably, under a
+/// temporary name renamed into place.
+pub fn write_snapshot<'a>(
+    storage: &dyn Storage,
+    generation: u64,
+    items: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<(), Error> {
+    let name = format::snapshot_name(generation);
+    let tmp = format!("{name}.tmp");
+    let _ = storage.remove(&tmp);
+    let f = storage.open(&tmp, true).map_err(|e| io(&tmp, e))?;
+    let mut stream: Vec<u8> = Vec::new();
+    let mut block = vec![0u8; BLOCK];
+    let mut out: Vec<u8> = Vec::new();
+    let mut seq = 0u32;
+    let mut off = 0u64;
+    let mut rec = Vec::new();
+    let mut in_rec = 0usize;
+    let mut enc_buf = Vec::new();
+    let mut emit = |stream: &mut Vec<u8>, all: bool, out: &mut Vec<u8>, off: &mut u64| -> Result<(), Error> {
+        let mut taken = 0;
+        while stream.len() - taken >= format::PAYLOAD || (all && taken < stream.len()) {
+            let n = (stream.len() - taken).min(format::PAYLOAD);
+            block.fill(0);
+            block[..n].copy_from_slice(&stream[taken..taken + n]);
+            let t = format::Trailer { lane: format::SNAPSHOT_LANE, used: n as u16, seq, ..Default::default() };
+            format::seal_block(&mut block, &t);
+            out.extend_from_slice(&block);
+            seq += 1;
+            taken += n;
+        }
+        stream.drain(..taken);
+        if out.len() >= 1 << 20 || all {
+            f.write_at(out, *off).map_err(|e| io(&tmp, e))?;
+            *off += out.len() as u64;
+            out.clear();
+        }
+        Ok(())
+    };
+    for (k, v) in items {
+        rec.push((k, v));
+        in_rec += k.len() + v.len() + 9;
+        if in_rec >= 64 << 10 {
+            encode_batch(&mut enc_buf, &rec);
+            stream.append(&mut enc_buf);
+            rec.clear();
+            in_rec = 0;
+            emit(&mut stream, false, &mut out, &mut off)?;
+        }
+    }
+    if !rec.is_empty() {
+        encode_batch(&mut enc_buf, &rec);
+        stream.append(&mut enc_buf);
+    }
+    emit(&mut stream, true, &mut out, &mut off)?;
+    f.sync_data().map_err(|e| io(&tmp, e))?;
+    drop(f);
+    storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
+    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+}
+
+fn encode_batch(buf: &mut Vec<u8>, items: &[(&[u8], &[u8])]) {
+    let mut enc = format::RecordEncoder::begin(buf, 0);
+    for (k, v) in items {
+        enc.write(k, Some(v));
+    }
+    enc.finish().expect("a snapshot batch stays far below the record limit");
+}
+
+/// Reads the master record; `Ok(None)` for a new (empty) directory.
+pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
+    let names = storage.list().map_err(|e| io("listing the database directory", e))?;
+    if !names.iter().any(|n| n == MASTER) {
+        let ours = names.iter().any(|n| n.starts_with("wal-") || n.starts_with("snap-"));
+        if ours {
+            return Err(corrupt("the MASTER record is missing but log or snapshot files exist".into()));
+        }
+        return Ok(None);
+    }
+    let f = storage.open(MASTER, false).map_err(|e| io(MASTER, e))?;
+    let b = read_all(&*f).map_err(|e| io(MASTER, e))?;
+    Master::decode(&b).map(Some).map_err(corrupt)
+}
+
+/// Writes the master record atomically (a temporary file renamed into place).
+pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
+    let tmp = "MASTER.tmp";
+    let _ = storage.remove(tmp);
+    let f = storage.open(tmp, true).map_err(|e| io(tmp, e))?;
+    f.write_at(&m.encode(), 0).map_err(|e| io(tmp, e))?;
+    f.sync_data().map_err(|e| io(tmp, e))?;
+    drop(f);
+    storage.rename(tmp, MASTER).map_err(|e| io(MASTER, e))?;
+    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+}
+
+/// The log segments of `generation`, by lane.
+fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Vec<u64>>, Error> {
+    let mut lanes: HashMap<u16, Vec<u64>> = HashMap::new();
+    for n in storage.list().map_err(|e| io("listing the database directory", e))? {
+        if let Some((g, l, s)) = format::parse_segment_name(&n) {
+            if g == generation {
+                lanes.entry(l).or_default().push(s);
+            }
+        }
+    }
+    for v in lanes.values_mut() {
+        v.sort_unstable();
+    }
+    Ok(lanes)
+}
+
+/// Redoes the durable records of `generation`'s logs, in order, through `apply`.
+pub fn replay(
+    storage: &dyn Storage,
+    generation: u64,
+    segment_size: u64,
+    release: Release,
+    mut apply: impl FnMut(LogRecord),
+) -> Result<RecoveryStats, Error> {
+    let start = Instant::now();
+    let mut stats = RecoveryStats { replayed: true, ..Default::default() };
+    let lanes = segments_of(storage, generation)?;
+    let mut logs: Vec<LaneLog> = Vec::new();
+    let mut ids: Vec<u16> = lanes.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let log = read_lane(storage, generation, id, &lanes[&id], segment_size)?;
+        stats.cut_blocks += log.cut_blocks;
+        stats.records_read += log.records.len() as u64;
+        logs.push(log);
+    }
+    stats.lanes = logs.len() as u64;
+    // Analysis. ELR: a record is durable iff its LSN is below every lane's last durable
+    // watermark (a lane with no complete flush never acknowledged anything and is left
+    // out). NLR: every complete record is durable (it was flushed before anyone saw it).
+    let cut = match release {
+        Release::Elr => logs.iter().filter_map(|l| l.watermark).min().unwrap_or(0),
+        Release::Nlr => u64::MAX,
+    };
+    for log in &mut logs {
+        match release {
+            // One worker's commits are in LSN order already: each took its LSN under the
+            // lane's lock.
+            Release::Elr => {
+                if log.records.windows(2).any(|w| w[0].order >= w[1].order) {
+                    return Err(corrupt("a lane's LSNs are not increasing".into()));
+                }
+                let before = log.records.len();
+                log.records.retain(|r| r.order < cut);
+                stats.records_dropped += (before - log.records.len()) as u64;
+            }
+            // A worker's commit timestamps need not increase (TicToc): sort each file.
+            Release::Nlr => log.records.sort_by_key(|r| r.order),
+        }
+    }
+    // Redo: a k-way merge of the lanes.
+    let mut iters: Vec<std::vec::IntoIter<LogRecord>> = logs.into_iter().map(|l| l.records.into_iter()).collect();
+    let mut heads: Vec<Option<LogRecord>> = iters.iter_mut().map(|i| i.next()).collect();
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
+        heads.iter().enumerate().filter_map(|(i, h)| h.as_ref().map(|r| Reverse((r.order, i)))).collect();
+    while let Some(Reverse((_, i))) = heap.pop() {
+        let r = heads[i].take().expect("a head for every heap entry");
+        heads[i] = iters[i].next();
+        if let Some(n) = &heads[i] {
+            heap.push(Reverse((n.order, i)));
+        }
+        stats.records_applied += 1;
+        apply(r);
+    }
+    stats.replay_time = start.elapsed();
+    Ok(stats)
+}
+
+/// Removes every file of generations other than `keep` (and temporary files).
+pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> {
+    for n in storage.list().map_err(|e| io("listing the database directory", e))? {
+        let stale = match format::parse_segment_name(&n) {
+            Some((g, _, _)) => g != keep,
+            None => {
+                n.ends_with(".tmp") && n != "MASTER.tmp"
+                    || n.starts_with("snap-") && n != format::snapshot_name(keep) && n.ends_with(".dat")
+            }
+        };
+        if stale {
+            storage.remove(&n).map_err(|e| io(&n, e))?;
+        }
+    }
+    Ok(())
+}

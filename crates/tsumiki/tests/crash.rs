@@ -1,0 +1,319 @@
+//! Simulated power loss: the database runs on an in-memory disk that, at a random
+//! operation, loses power and drops or tears each file's unsynced writes (deterministic
+//! by seed). Recovery must keep every acknowledged commit, and never recover a partial
+//! transaction or one that depends on a lost one.
+//!
+//! `TSUMIKI_CRASH_ITERS` sets the number of seeded iterations (CI: 10,000).
+
+#[path = "common/chains.rs"]
+mod chains;
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tsumiki::wal::storage::{SimRng, SimStorage};
+use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
+
+fn iterations(default: u64) -> u64 {
+    std::env::var("TSUMIKI_CRASH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The log variants under test: small segments, so that rollovers happen.
+fn log_variants() -> Vec<LogOptions> {
+    let base = LogOptions { segment_size: 16 << 10, max_wait: Duration::from_micros(50), ..LogOptions::default() };
+    let mut v = Vec::new();
+    for mode in [LogMode::PWal, LogMode::SWal] {
+        for release in [Release::Nlr, Release::Elr] {
+            for group in [1, 4] {
+                v.push(LogOptions { mode, release, group, ..base.clone() });
+            }
+        }
+    }
+    v
+}
+
+fn pick(seed: u64) -> Options {
+    let mut rng = SimRng::new(seed.wrapping_mul(0x9E37));
+    let cc = Cc::ALL[rng.below(Cc::ALL.len() as u64) as usize];
+    let vs = log_variants();
+    let log = vs[rng.below(vs.len() as u64) as usize].clone();
+    Options { cc, log, ..Options::default() }
+}
+
+fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    db.begin().scan(b"", None).map(|r| r.unwrap()).collect()
+}
+
+const SLOTS: u64 = 6;
+
+/// One crash iteration with the chain workload on two threads.
+fn chain_iteration(seed: u64, planted: bool) -> Result<(), String> {
+    let mut opts = pick(seed);
+    opts.log.skip_sync_for_tests = planted;
+    let what = format!("seed {seed} ({}, {})", opts.cc.name(), opts.log.name());
+    let mut rng = SimRng::new(seed);
+    let disk = SimStorage::new(seed);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("{what}: open: {e}"))?;
+    disk.crash_after(1 + rng.below(300));
+    let acked = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (db, acked) = (&db, &acked);
+            s.spawn(move || {
+                let mut r = SimRng::new(seed.wrapping_mul(31).wrapping_add(t));
+                for i in 0..50 {
+                    let id = t * 1000 + i + 1;
+                    loop {
+                        match chains::chain_txn(db, id, &mut r, SLOTS) {
+                            Ok(()) => {
+                                acked.lock().push(id);
+                                break;
+                            }
+                            Err(e) if e.is_retryable() => std::thread::yield_now(),
+                            Err(_) => return,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let image = disk.crash();
+    drop(db);
+    let acked = acked.into_inner();
+    // Recovery itself may lose power too: then recover from what that left.
+    let disk2 = SimStorage::from_image(&image, seed ^ 0xA5);
+    if rng.below(4) == 0 {
+        disk2.crash_after(rng.below(40));
+        if let Ok(db) = Db::open_with_storage(Arc::new(disk2.clone()), opts.clone()) {
+            drop(db);
+        }
+        let image2 = disk2.crash();
+        let disk3 = SimStorage::from_image(&image2, seed ^ 0x5A);
+        let db = Db::open_with_storage(Arc::new(disk3), opts.clone())
+            .map_err(|e| format!("{what}: reopen after a crash during recovery: {e}"))?;
+        return chains::check_chains(&db, &acked, SLOTS).map_err(|e| format!("{what}: {e}"));
+    }
+    let db =
+        Db::open_with_storage(Arc::new(disk2.clone()), opts.clone()).map_err(|e| format!("{what}: reopen: {e}"))?;
+    chains::check_chains(&db, &acked, SLOTS).map_err(|e| format!("{what}: {e}"))?;
+    if seed.is_multiple_of(8) {
+        // A clean close leaves a snapshot that the next open reads without replay.
+        let before = dump(&db);
+        db.close().map_err(|e| format!("{what}: close: {e}"))?;
+        let db = Db::open_with_storage(Arc::new(disk2), opts).map_err(|e| format!("{what}: reopen: {e}"))?;
+        let st = db.recovery_stats().unwrap();
+        if st.replayed {
+            return Err(format!("{what}: replayed the log after a clean exit"));
+        }
+        if dump(&db) != before {
+            return Err(format!("{what}: state changed across a clean close"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn power_loss_keeps_acknowledged_commits_and_atomicity() {
+    let n = iterations(300);
+    let mut failures = Vec::new();
+    for seed in 0..n {
+        if let Err(e) = chain_iteration(seed, false) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {n} iterations failed; first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
+/// The planted bug: syncs are skipped but reported done. The checker must notice.
+#[test]
+fn planted_skipped_sync_is_caught() {
+    let mut caught = 0;
+    for seed in 0..200 {
+        if let Err(e) = chain_iteration(seed, true) {
+            assert!(e.contains("lost") || e.contains("missing") || e.contains("reopen"), "{e}");
+            caught += 1;
+        }
+    }
+    assert!(caught > 0, "skipping syncs went unnoticed in 200 crash iterations");
+}
+
+/// One thread, puts, inserts and deletes, some commits deferred: after the crash the
+/// state must be exactly the model's state after some commit between the last
+/// acknowledged one and the last one issued.
+fn serial_iteration(seed: u64) -> Result<(), String> {
+    let opts = pick(seed);
+    let what = format!("seed {seed} ({}, {})", opts.cc.name(), opts.log.name());
+    let mut rng = SimRng::new(seed ^ 0x1234);
+    let disk = SimStorage::new(seed);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("{what}: open: {e}"))?;
+    disk.crash_after(1 + rng.below(150));
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut states = vec![model.clone()];
+    let mut acked = 0usize;
+    let mut tickets = Vec::new();
+    'run: for i in 0..60u64 {
+        let mut txn = db.begin();
+        let mut next = model.clone();
+        for _ in 0..1 + rng.below(4) {
+            let k = format!("key{:02}", rng.below(20)).into_bytes();
+            let r = match rng.below(3) {
+                0 => txn.delete(&k).map(|_| {
+                    next.remove(&k);
+                }),
+                _ => {
+                    let v = format!("v{i}-{}", rng.below(1000)).repeat(1 + rng.below(40) as usize).into_bytes();
+                    txn.put(&k, &v).map(|_| {
+                        next.insert(k, v);
+                    })
+                }
+            };
+            if r.is_err() {
+                break 'run;
+            }
+        }
+        let deferred = rng.below(2) == 0;
+        let r = if deferred {
+            txn.commit_deferred().map(|t| tickets.push((states.len(), t)))
+        } else {
+            txn.commit().map(|()| {
+                tickets.clear();
+            })
+        };
+        match r {
+            Ok(()) => {
+                model = next;
+                states.push(model.clone());
+                if !deferred {
+                    acked = states.len() - 1;
+                }
+            }
+            Err(e) => {
+                // Not acknowledged, but its record may have reached the disk.
+                if !e.is_retryable() {
+                    states.push(next);
+                }
+                break;
+            }
+        }
+        if tickets.len() >= 3 || rng.below(5) == 0 {
+            for (at, t) in tickets.drain(..) {
+                if t.wait().is_err() {
+                    break 'run;
+                }
+                acked = acked.max(at);
+            }
+        }
+    }
+    drop(tickets);
+    let image = disk.crash();
+    drop(db);
+    let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, seed)), opts)
+        .map_err(|e| format!("{what}: reopen: {e}"))?;
+    let got = dump(&db);
+    match states.iter().rposition(|s| *s == got) {
+        Some(j) if j >= acked => Ok(()),
+        Some(j) => Err(format!("{what}: recovered the state after commit {j}, but {acked} were acknowledged")),
+        None => {
+            let best = states
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| {
+                    s.iter().filter(|(k, v)| got.get(*k) != Some(v)).count()
+                        + got.iter().filter(|(k, v)| s.get(*k) != Some(v)).count()
+                })
+                .unwrap();
+            let diff: Vec<_> = best
+                .1
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(v))
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8_lossy(k).to_string(),
+                        v.len(),
+                        got.get(k).map(|g| String::from_utf8_lossy(&g[..10.min(g.len())]).to_string()),
+                    )
+                })
+                .collect();
+            Err(format!("{what}: the recovered state is not the state after any commit ({} keys); closest {} of {} (acked {acked}): {diff:?}", got.len(), best.0, states.len()))
+        }
+    }
+}
+
+#[test]
+fn power_loss_serial_model() {
+    let n = iterations(300);
+    let failures: Vec<String> = (0..n).filter_map(|s| serial_iteration(s).err()).collect();
+    assert!(failures.is_empty(), "{} of {n} failed; first: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+}
+
+/// A failed fsync poisons the database: that commit and every later one fail, and a
+/// reopen recovers every commit acknowledged before.
+#[test]
+fn failed_fsync_poisons() {
+    for log in log_variants() {
+        let opts = Options { log, ..Options::default() };
+        let disk = SimStorage::new(7);
+        let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
+        db.run(|t| t.put(b"a", b"1")).unwrap();
+        disk.fail_sync_after(0);
+        let e = db.run(|t| t.put(b"b", b"2")).unwrap_err();
+        assert!(matches!(e, Error::Poisoned(_)), "{e:?}");
+        let e = db.run(|t| t.put(b"c", b"3")).unwrap_err();
+        assert!(matches!(e, Error::Poisoned(_)), "later commits fail too: {e:?}");
+        assert!(db.close().is_err(), "close reports the poisoning");
+        let image = disk.crash();
+        let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 1)), opts).unwrap();
+        let mut t = db.begin();
+        assert_eq!(t.get(b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(t.get(b"c").unwrap(), None);
+    }
+}
+
+#[test]
+fn second_open_is_refused() {
+    let disk = SimStorage::new(1);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), Options::default()).unwrap();
+    let e = Db::open_with_storage(Arc::new(disk.clone()), Options::default()).err().unwrap();
+    assert!(matches!(e, Error::Locked(_)), "{e:?}");
+    drop(db);
+    Db::open_with_storage(Arc::new(disk), Options::default()).unwrap();
+}
+
+#[test]
+fn durability_modes_recover_after_clean_close() {
+    for durability in [Durability::Sync, Durability::Buffered, Durability::None] {
+        for log in log_variants() {
+            let opts = Options { log: LogOptions { durability, ..log }, ..Options::default() };
+            let disk = SimStorage::new(3);
+            let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
+            for i in 0..200u32 {
+                db.run(|t| t.put(&i.to_be_bytes(), &[7; 100])).unwrap();
+            }
+            db.run(|t| t.delete(&5u32.to_be_bytes())).unwrap();
+            db.close().unwrap();
+            let db = Db::open_with_storage(Arc::new(disk), opts).unwrap();
+            let got = dump(&db);
+            assert_eq!(got.len(), 199);
+            assert!(!got.contains_key(&5u32.to_be_bytes()[..]));
+        }
+    }
+}
+
+/// Reruns one seed (`SEED=n`) until it fails: thread timing varies between runs.
+#[test]
+#[ignore]
+fn rerun_seed() {
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    for _ in 0..2000 {
+        chain_iteration(seed, false).unwrap();
+        serial_iteration(seed).unwrap();
+    }
+}

@@ -1,0 +1,146 @@
+//! Real process crashes: a writer process runs the chain workload on two threads and
+//! prints each acknowledged commit; the test kills it with SIGKILL at a random moment,
+//! reopens the database and checks it against what was acknowledged.
+//!
+//! `TSUMIKI_KILL_ITERS` sets the number of kills (CI: 200).
+
+#[path = "common/chains.rs"]
+mod chains;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tsumiki::wal::storage::SimRng;
+use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release};
+
+const SLOTS: u64 = 8;
+
+fn options(variant: u64, lazy: bool) -> Options {
+    let cc = Cc::ALL[(variant % Cc::ALL.len() as u64) as usize];
+    let v = variant / Cc::ALL.len() as u64;
+    let mode = if v.is_multiple_of(2) { LogMode::PWal } else { LogMode::SWal };
+    let release = if (v / 2).is_multiple_of(2) { Release::Nlr } else { Release::Elr };
+    let group = if (v / 4).is_multiple_of(2) { 1 } else { 8 };
+    // `lazy`: the planted bug, commits acknowledged before their records are written.
+    let durability = if lazy { Durability::None } else { Durability::Sync };
+    let log = LogOptions { mode, release, group, durability, segment_size: 1 << 20, ..LogOptions::default() };
+    Options { cc, log, ..Options::default() }
+}
+
+/// The child: runs until killed. Does nothing unless started by `sigkill_recovery`.
+#[test]
+fn kill_child_entry() {
+    let Ok(dir) = std::env::var("TSUMIKI_KILL_CHILD") else { return };
+    let variant: u64 = std::env::var("TSUMIKI_KILL_VARIANT").unwrap().parse().unwrap();
+    let base: u64 = std::env::var("TSUMIKI_KILL_BASE").unwrap().parse().unwrap();
+    let lazy = std::env::var("TSUMIKI_KILL_LAZY").is_ok();
+    let db = Db::open(&dir, options(variant, lazy)).expect("child open");
+    let out = Mutex::new(std::io::stdout());
+    {
+        use std::io::Write;
+        let mut o = out.lock();
+        writeln!(o, "ready").unwrap();
+        o.flush().unwrap();
+    }
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (db, out) = (&db, &out);
+            s.spawn(move || {
+                use std::io::Write;
+                let mut rng = SimRng::new(base + t);
+                for i in 0.. {
+                    let id = base + t * 100_000 + i + 1;
+                    loop {
+                        match chains::chain_txn(db, id, &mut rng, SLOTS) {
+                            Ok(()) => break,
+                            Err(e) if e.is_retryable() => std::thread::yield_now(),
+                            Err(e) => panic!("child: {e}"),
+                        }
+                    }
+                    let mut o = out.lock();
+                    writeln!(o, "ack {id}").unwrap();
+                    o.flush().unwrap();
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn sigkill_recovery() {
+    let iters: u64 = std::env::var("TSUMIKI_KILL_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    if let Err(e) = run_kills(iters, false) {
+        panic!("{e}");
+    }
+}
+
+/// The planted bug: acknowledging commits before their records are written. The same
+/// check must report lost commits.
+#[test]
+fn sigkill_catches_acks_before_write() {
+    let e = run_kills(30, true).expect_err("acknowledging before writing went unnoticed in 30 kills");
+    assert!(e.contains("lost"), "{e}");
+}
+
+fn run_kills(iters: u64, lazy: bool) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("tsumiki-kill-{}-{lazy}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = SimRng::new(42);
+    let mut acked_all: Vec<u64> = Vec::new();
+    let mut killed_mid_run = 0;
+    for iter in 0..iters {
+        let variant = iter % 40;
+        let base = (iter + 1) * 1_000_000;
+        let mut child = Command::new(&exe)
+            .args(["kill_child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env("TSUMIKI_KILL_CHILD", &dir)
+            .env("TSUMIKI_KILL_VARIANT", variant.to_string())
+            .env("TSUMIKI_KILL_BASE", base.to_string())
+            .envs(lazy.then_some(("TSUMIKI_KILL_LAZY", "1")))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let stdout = child.stdout.take().unwrap();
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if line.ends_with("ready") {
+                        let _ = tx.send(());
+                    } else if let Some(id) = line.strip_prefix("ack ") {
+                        acked.lock().push(id.parse::<u64>().unwrap());
+                    }
+                }
+            })
+        };
+        rx.recv_timeout(Duration::from_secs(30)).expect("the child did not start");
+        std::thread::sleep(Duration::from_micros(1000 + rng.below(40_000)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        reader.join().unwrap();
+        let acked = std::mem::take(&mut *acked.lock());
+        if !acked.is_empty() {
+            killed_mid_run += 1;
+        }
+        acked_all.extend(acked);
+        let o = options(variant, false);
+        let db = Db::open(&dir, o.clone()).map_err(|e| format!("iteration {iter}: reopen: {e}"))?;
+        let r = chains::check_chains(&db, &acked_all, SLOTS);
+        drop(db);
+        if let Err(e) = r {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!("iteration {iter} ({} {}): {e}", o.cc.name(), o.log.name()));
+        }
+    }
+    assert!(killed_mid_run * 2 >= iters, "most kills must land after some commits ({killed_mid_run} of {iters})");
+    std::fs::remove_dir_all(&dir).unwrap();
+    Ok(())
+}
