@@ -278,6 +278,30 @@ pub struct SimImage {
     files: HashMap<String, Vec<u8>>,
 }
 
+impl SimImage {
+    /// The file names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.files.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// A file's bytes, to inspect or damage.
+    pub fn file_mut(&mut self, name: &str) -> Option<&mut Vec<u8>> {
+        self.files.get_mut(name)
+    }
+
+    /// Adds or replaces a file.
+    pub fn insert(&mut self, name: &str, data: Vec<u8>) {
+        self.files.insert(name.to_string(), data);
+    }
+
+    /// Removes a file.
+    pub fn remove(&mut self, name: &str) {
+        self.files.remove(name);
+    }
+}
+
 /// An in-memory disk that loses power on command. Unsynced writes of each file are
 /// independently kept, dropped or torn at sector granularity; unsynced renames, creations
 /// and removals are all kept or all lost. Everything is decided by the seed.
