@@ -4,6 +4,7 @@
 pub mod index;
 mod report;
 pub mod txn;
+pub mod wal;
 mod workload;
 
 use clap::Subcommand;
@@ -16,11 +17,15 @@ pub enum BenchCommand {
     /// The transaction benchmark (papers 000 and 001, YCSB): every concurrency-control
     /// protocol on the same workload.
     Txn(txn::TxnArgs),
+    /// The logging benchmark of paper 003: P-WAL against a single WAL and a write-only
+    /// upper bound.
+    Wal(wal::WalArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Index(args) => index::run(&args),
         BenchCommand::Txn(args) => txn::run(&args),
+        BenchCommand::Wal(args) => wal::run(&args),
     }
 }

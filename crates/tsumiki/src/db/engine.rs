@@ -100,7 +100,7 @@ pub struct Engine<P: Protocol> {
 /// The files behind a database opened with a path.
 pub(crate) struct Durable {
     storage: Arc<dyn Storage>,
-    pub(crate) wal: Wal,
+    pub(crate) wal: Arc<Wal>,
     generation: u64,
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
@@ -238,7 +238,7 @@ impl<P: Protocol> Engine<P> {
             Device::File => storage.clone(),
             Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
         };
-        let wal = Wal::new(log_storage, log, generation);
+        let wal = Arc::new(Wal::new(log_storage, log, generation));
         self.durable =
             Some(Durable { storage, wal, generation, _lock: lock, closed: AtomicBool::new(false), recovery: stats });
         Ok(())
@@ -776,11 +776,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Commits without waiting for durability; see [`super::Txn::commit_deferred`].
-    pub fn commit_deferred(self) -> Result<CommitTicket<'a>, Error> {
+    pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
         self.commit_inner(true)
     }
 
-    fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket<'a>, Error> {
+    fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {
         self.check_active()?;
         let eng: &'a Engine<P> = self.eng;
         let worker = self.worker() as *const P::Worker;
@@ -816,7 +816,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 } else if let Err(e) = wal.flush_to(&lane, seq, private) {
                     hook.err = Some(e);
                 }
-                ticket = CommitTicket { wait: Some((wal, lane.clone(), seq, lsn)) };
+                ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
             }
             match (r, hook.err.take()) {
                 (Err(CommitFail::Conflict(c)), _) => return self.fail(c),
@@ -843,7 +843,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let slot = unsafe { &*self.slot };
             if let (Some(wal), Some(lane), false) = (wal, slot.lane.get(), deferred) {
                 if let Some((seq, lsn)) = wal.pending_of(lane) {
-                    ticket = CommitTicket { wait: Some((wal, lane.clone(), seq, lsn)) };
+                    ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
                 }
             }
         }

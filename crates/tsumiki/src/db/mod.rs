@@ -646,7 +646,7 @@ impl<'a> Txn<'a> {
     /// let ticket = txn.commit_deferred().unwrap();
     /// ticket.wait().unwrap();
     /// ```
-    pub fn commit_deferred(self) -> Result<CommitTicket<'a>, Error> {
+    pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
         dispatch_txn!(self.inner, t => t.commit_deferred())
     }
 

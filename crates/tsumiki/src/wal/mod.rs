@@ -100,6 +100,10 @@ pub struct LogOptions {
     /// Log segment size in bytes (a multiple of 4 KiB, at least 8 KiB); segments are
     /// preallocated so that a commit's fdatasync never also commits a size change.
     pub segment_size: u64,
+    /// NLR only: order commit records by an LSN from the shared counter (paper 003's
+    /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
+    /// (paper 001: no shared counter).
+    pub lsn_order: bool,
     /// Test only: report syncs as done without doing them (a planted bug for the crash
     /// tests). Never set it otherwise.
     #[doc(hidden)]
@@ -116,6 +120,7 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             device: Device::File,
             segment_size: 16 << 20,
+            lsn_order: false,
             skip_sync_for_tests: false,
         }
     }
@@ -187,6 +192,8 @@ pub(crate) struct Lane {
     horizon: AtomicU64,
     /// Records of this lane made durable (or written, per the durability) so far.
     flushed: AtomicU64,
+    /// The shared WAL of Algorithm 1: appends wait while the buffer is being flushed.
+    serialize: bool,
 }
 
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
@@ -330,6 +337,7 @@ impl Wal {
             io: Mutex::new(LaneIo { file: None, seg: 0, off: 0, seq: 0, all_synced: true, out: Vec::new() }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            serialize: self.opts.mode == LogMode::SWal,
         });
         self.lanes.write().push(lane.clone());
         self.flush_lane(&lane, true)?;
@@ -357,8 +365,8 @@ impl Wal {
         self.check()?;
         let mut p = lane.pending.lock();
         let order = match self.opts.release {
-            Release::Elr => self.take_lsn(),
-            Release::Nlr => ts,
+            Release::Nlr if !self.opts.lsn_order => ts,
+            _ => self.take_lsn(),
         };
         let mut enc = RecordEncoder::begin(&mut p.buf, order);
         for w in writes {
@@ -377,28 +385,75 @@ impl Wal {
             p.oldest = Some(Instant::now());
         }
         self.records.fetch_add(1, Ordering::Relaxed);
-        Ok((p.appended, order))
+        let at = (p.appended, order);
+        // Algorithm 1: the shared WAL flushes, under its lock, once NGROUP records are in.
+        if lane.serialize && p.ends.len() >= self.opts.group && self.opts.durability != Durability::None {
+            let mut io = lane.io.lock();
+            self.flush_held(lane, &mut io, &mut p, false)?;
+        }
+        Ok(at)
     }
 
     /// Writes (and syncs, per the durability) everything pending in `lane`. `force` writes
     /// a block even with nothing pending, to make a new watermark durable.
     fn flush_lane(&self, lane: &Lane, force: bool) -> Result<(), Error> {
-        let mut io = lane.io.lock();
-        self.flush_locked(lane, &mut io, force)
+        if lane.serialize {
+            let mut p = lane.pending.lock();
+            let mut io = lane.io.lock();
+            self.flush_held(lane, &mut io, &mut p, force)
+        } else {
+            let mut io = lane.io.lock();
+            self.flush_locked(lane, &mut io, force)
+        }
     }
 
+    /// As [`flush_lane`](Self::flush_lane), unless someone else is flushing it already.
+    fn try_flush_lane(&self, lane: &Lane) -> Option<Result<(), Error>> {
+        if lane.serialize {
+            let mut p = lane.pending.try_lock()?;
+            let mut io = lane.io.lock();
+            Some(self.flush_held(lane, &mut io, &mut p, false))
+        } else {
+            let mut io = lane.io.try_lock()?;
+            Some(self.flush_locked(lane, &mut io, false))
+        }
+    }
+
+    /// P-WAL lanes: the worker may append while the blocks are written (lock order: the
+    /// file, then the buffer).
     fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool) -> Result<(), Error> {
+        let (buf, ends, appended, horizon) = self.take(&mut lane.pending.lock());
+        self.write_taken(lane, io, buf, ends, appended, horizon, force)
+    }
+
+    /// The shared WAL of Algorithm 1: its buffer lock is held through the I/O, so
+    /// appends wait (lock order: the buffer, then the file).
+    fn flush_held(&self, lane: &Lane, io: &mut LaneIo, p: &mut Pending, force: bool) -> Result<(), Error> {
+        let (buf, ends, appended, horizon) = self.take(p);
+        self.write_taken(lane, io, buf, ends, appended, horizon, force)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn take(&self, p: &mut Pending) -> (Vec<u8>, Vec<(usize, u64)>, u64, u64) {
+        // No LSN of this lane is in flight while `pending` is held: every later one is at
+        // least the counter's value now.
+        let horizon = self.next_lsn.load(Ordering::SeqCst);
+        p.oldest = None;
+        (std::mem::take(&mut p.buf), std::mem::take(&mut p.ends), p.appended, horizon)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_taken(
+        &self,
+        lane: &Lane,
+        io: &mut LaneIo,
+        buf: Vec<u8>,
+        ends: Vec<(usize, u64)>,
+        appended: u64,
+        horizon: u64,
+        force: bool,
+    ) -> Result<(), Error> {
         self.check()?;
-        let (buf, ends, appended, horizon) = {
-            let mut p = lane.pending.lock();
-            // No LSN of this lane is in flight while `pending` is held: every later one is
-            // at least the counter's value now.
-            let horizon = self.next_lsn.load(Ordering::SeqCst);
-            let buf = std::mem::take(&mut p.buf);
-            let ends = std::mem::take(&mut p.ends);
-            p.oldest = None;
-            (buf, ends, p.appended, horizon)
-        };
         let elr = self.opts.release == Release::Elr;
         if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
             lane.flushed.store(appended, Ordering::Release);
@@ -520,8 +575,8 @@ impl Wal {
                 || pending >= self.opts.group as u64
                 || start.elapsed() >= self.opts.max_wait
             {
-                if let Some(mut io) = lane.io.try_lock() {
-                    self.flush_locked(lane, &mut io, false)?;
+                if let Some(r) = self.try_flush_lane(lane) {
+                    r?;
                     continue;
                 }
             }
@@ -579,9 +634,9 @@ impl Wal {
             let lagging: Vec<Arc<Lane>> =
                 self.lanes.read().iter().filter(|l| l.horizon.load(Ordering::Acquire) <= lsn).cloned().collect();
             for l in lagging {
-                if let Some(mut io) = l.io.try_lock() {
-                    if l.horizon.load(Ordering::Acquire) <= lsn {
-                        self.flush_locked(&l, &mut io, false)?;
+                if l.horizon.load(Ordering::Acquire) <= lsn {
+                    if let Some(r) = self.try_flush_lane(&l) {
+                        r?;
                     }
                 }
             }
@@ -598,9 +653,8 @@ impl Wal {
     pub(crate) fn flush_all(&self) -> Result<(), Error> {
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for l in lanes {
-            let mut io = l.io.lock();
-            self.flush_locked(&l, &mut io, false)?;
-            if let Some(f) = io.file.as_deref() {
+            self.flush_lane(&l, false)?;
+            if let Some(f) = l.io.lock().file.as_deref() {
                 self.sync(f)?;
             }
         }
@@ -610,11 +664,17 @@ impl Wal {
 
 /// A commit waiting to become durable; see [`crate::Txn::commit_deferred`].
 #[must_use = "a deferred commit is not durable until its ticket is waited on"]
-pub struct CommitTicket<'db> {
-    pub(crate) wait: Option<(&'db Wal, Arc<Lane>, u64, u64)>,
+pub struct CommitTicket {
+    pub(crate) wait: Option<(Arc<Wal>, Arc<Lane>, u64, u64)>,
 }
 
-impl CommitTicket<'_> {
+impl CommitTicket {
+    /// A ticket for a commit that is already durable (for callers that mix blocking and
+    /// deferred commits).
+    pub fn done() -> Self {
+        CommitTicket { wait: None }
+    }
+
     /// A ticket for a commit that needs no waiting (nothing logged, or already durable).
     pub(crate) fn ready() -> Self {
         CommitTicket { wait: None }

@@ -1,0 +1,384 @@
+//! `tsumiki bench wal`: paper 003's logging experiment. A fixed number of transactions
+//! (100,000 by default) is split over the worker threads; each transaction reads and/or
+//! updates 10 rows (R10, R5U5, U10) or updates one (U1) under strict 2PL, and its commit
+//! record has the log volume of the paper's BEGIN, UPDATE... and END records of 512 bytes
+//! each. Log modes: P-WAL and the shared WAL (both with LSNs: ELR, as in the paper), and
+//! `raw-sync` / `raw-append`, programs that only write the same volume (the upper bound).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::RngExt;
+use serde_json::{json, Value};
+use tsumiki::cc::twopl::TwoPl;
+use tsumiki::db::TypedDb;
+use tsumiki::index::BwTreeConfig;
+use tsumiki::wal::format::{BLOCK, PAYLOAD, RECORD_HEADER};
+use tsumiki::wal::storage::{DirStorage, NvmStorage, Storage, StorageFile};
+use tsumiki::{Device, Durability, LogMode, LogOptions, Release};
+
+use super::report;
+use super::workload::rng;
+
+#[derive(Args, Debug, Clone)]
+pub struct WalArgs {
+    /// Log modes, comma-separated: pwal, swal, raw-sync (preallocated files, a write and an
+    /// fdatasync per commit or group), raw-append (a growing file).
+    #[arg(long, default_value = "pwal,swal,raw-sync", value_delimiter = ',')]
+    pub log: Vec<String>,
+    /// Lock release: nlr (strict 2PL releases its locks once the commit is durable, as in
+    /// paper 003; records are ordered by LSNs from a shared counter) or elr (paper 001's
+    /// early release: acknowledged once every lane's durable LSN passes it).
+    #[arg(long, default_value = "nlr")]
+    pub release: String,
+    /// Worker threads; a comma-separated list runs each count.
+    #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Group commit sizes (records per flush); a comma-separated list runs each.
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    pub group: Vec<usize>,
+    /// Transactions per run, split evenly over the threads.
+    #[arg(long, default_value_t = 100_000)]
+    pub txns: u64,
+    /// Transaction mix: u1 (one update), r10, r5u5, u10.
+    #[arg(long, default_value = "u1", value_delimiter = ',')]
+    pub mix: Vec<String>,
+    /// Log record size the volume is modelled on (paper 003: 512 bytes per record).
+    #[arg(long, default_value_t = 512)]
+    pub record_size: usize,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 10_000)]
+    pub rows: u64,
+    /// Runs per setting; the reported tps is their median.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// file (fdatasync) or nvm (paper 001's emulation: a fixed latency per write, no sync).
+    #[arg(long, default_value = "file")]
+    pub device: String,
+    /// NVM emulation: latency per write, in nanoseconds.
+    #[arg(long, default_value_t = 50)]
+    pub nvm_latency_ns: u64,
+    /// Directory for the databases (default: a fresh one under the system temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print one JSON object per setting instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Mix {
+    reads: usize,
+    updates: usize,
+}
+
+fn parse_mix(s: &str) -> Result<Mix, String> {
+    Ok(match s {
+        "u1" => Mix { reads: 0, updates: 1 },
+        "r10" => Mix { reads: 10, updates: 0 },
+        "r5u5" => Mix { reads: 5, updates: 5 },
+        "u10" => Mix { reads: 0, updates: 10 },
+        _ => return Err(format!("unknown mix {s:?}; known: u1, r10, r5u5, u10")),
+    })
+}
+
+/// Per-entry bytes of a logged put besides the value: kind (1), lengths (8), 8-byte key.
+const ENTRY_OVERHEAD: usize = 1 + 8 + 8;
+/// Record bytes besides the entries: header, ordering key, entry count.
+const RECORD_OVERHEAD: usize = RECORD_HEADER + 8 + 4;
+
+/// The value size that gives a commit record the volume of `updates + 2` paper records
+/// (BEGIN, the UPDATEs, END), and that volume.
+fn volume(mix: Mix, record_size: usize) -> (usize, usize) {
+    if mix.updates == 0 {
+        return (record_size, 0); // read-only transactions write no log record
+    }
+    let target = (mix.updates + 2) * record_size;
+    let value = (target.saturating_sub(RECORD_OVERHEAD) / mix.updates).saturating_sub(ENTRY_OVERHEAD).max(1);
+    (value, RECORD_OVERHEAD + mix.updates * (ENTRY_OVERHEAD + value))
+}
+
+struct Setting<'a> {
+    log: &'a str,
+    threads: usize,
+    group: usize,
+    mix: Mix,
+}
+
+fn log_options(args: &WalArgs, mode: LogMode, group: usize) -> Result<LogOptions, String> {
+    let release = match args.release.as_str() {
+        "elr" => Release::Elr,
+        "nlr" => Release::Nlr,
+        r => return Err(format!("unknown --release {r:?}; known: elr, nlr")),
+    };
+    let device = match args.device.as_str() {
+        "file" => Device::File,
+        "nvm" => Device::Nvm(Duration::from_nanos(args.nvm_latency_ns)),
+        d => return Err(format!("unknown --device {d:?}; known: file, nvm")),
+    };
+    Ok(LogOptions {
+        mode,
+        release,
+        group,
+        device,
+        durability: Durability::Sync,
+        lsn_order: true,
+        segment_size: 64 << 20,
+        max_wait: Duration::from_micros(500),
+        ..LogOptions::default()
+    })
+}
+
+/// One timed run of the engine; returns (elapsed, syncs, CAS misses).
+fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Duration, u64, u64), String> {
+    let mode = if s.log == "pwal" { LogMode::PWal } else { LogMode::SWal };
+    let opts = log_options(args, mode, s.group)?;
+    let storage = DirStorage::new(dir).map_err(|e| e.to_string())?;
+    let db = TypedDb::open_durable(TwoPl::no_wait(), BwTreeConfig::default(), std::sync::Arc::new(storage), opts)
+        .map_err(|e| e.to_string())?;
+    let (value_size, _) = volume(s.mix, args.record_size);
+    let value = vec![b'w'; value_size];
+    let mut loader = db.worker();
+    for chunk in (0..args.rows).collect::<Vec<_>>().chunks(1000) {
+        let mut t = loader.begin();
+        for &k in chunk {
+            t.put(&k.to_be_bytes(), &value).map_err(|e| e.to_string())?;
+        }
+        t.commit().map_err(|e| e.to_string())?;
+    }
+    drop(loader);
+    let before = db.wal_stats().unwrap_or_default();
+    let per_thread = args.txns / s.threads as u64;
+    let barrier = Barrier::new(s.threads + 1);
+    let done = AtomicU64::new(0);
+    let elapsed = std::thread::scope(|sc| -> Result<Duration, String> {
+        let handles: Vec<_> = (0..s.threads)
+            .map(|t| {
+                let (db, barrier, value, done) = (&db, &barrier, &value, &done);
+                sc.spawn(move || -> Result<(), String> {
+                    let mut r = rng(args.seed, run as u64, t as u64);
+                    let mut w = db.worker();
+                    let mut tickets = Vec::new();
+                    // Outside the timed part: the worker's first commit creates its lane
+                    // (a preallocated segment).
+                    loop {
+                        let mut txn = w.begin();
+                        match txn.put(&(t as u64 % args.rows).to_be_bytes(), value).and_then(|()| txn.commit()) {
+                            Ok(()) => break,
+                            Err(e) if e.is_retryable() => std::thread::yield_now(),
+                            Err(e) => return Err(e.to_string()),
+                        }
+                    }
+                    barrier.wait();
+                    for _ in 0..per_thread {
+                        let keys: Vec<u64> =
+                            (0..s.mix.reads + s.mix.updates).map(|_| r.random_range(0..args.rows)).collect();
+                        let ticket = loop {
+                            let mut txn = w.begin();
+                            let mut res = Ok(());
+                            for (i, k) in keys.iter().enumerate() {
+                                res = if i < s.mix.reads {
+                                    txn.get(&k.to_be_bytes()).map(|v| drop(std::hint::black_box(v)))
+                                } else {
+                                    txn.put(&k.to_be_bytes(), value)
+                                };
+                                if res.is_err() {
+                                    break;
+                                }
+                            }
+                            let res = res.and_then(|()| {
+                                if s.group > 1 {
+                                    txn.commit_deferred()
+                                } else {
+                                    txn.commit().map(|()| tsumiki::CommitTicket::done())
+                                }
+                            });
+                            match res {
+                                Ok(t) => break t,
+                                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                                Err(e) => return Err(e.to_string()),
+                            }
+                        };
+                        tickets.push(ticket);
+                        if tickets.len() >= s.group {
+                            for t in tickets.drain(..) {
+                                t.wait().map_err(|e| e.to_string())?;
+                            }
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    for t in tickets.drain(..) {
+                        t.wait().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().map_err(|_| "a worker panicked".to_string())??;
+        }
+        Ok(t0.elapsed())
+    })?;
+    let after = db.wal_stats().unwrap_or_default();
+    drop(db);
+    Ok((elapsed, after.syncs - before.syncs, after.lsn_cas_misses - before.lsn_cas_misses))
+}
+
+/// The upper bound: each thread writes the same log volume to its own file, a commit (or
+/// a group of them) per write, rounded to whole 4 KiB blocks, each followed by fdatasync.
+fn run_raw(args: &WalArgs, s: &Setting, dir: &Path, preallocate: bool) -> Result<(Duration, u64, u64), String> {
+    let (_, bytes) = volume(s.mix, args.record_size);
+    let per_thread = args.txns / s.threads as u64;
+    let storage: Box<dyn Storage> = match args.device.as_str() {
+        "nvm" => Box::new(NvmStorage::new(Duration::from_nanos(args.nvm_latency_ns))),
+        _ => Box::new(DirStorage::new(dir).map_err(|e| e.to_string())?),
+    };
+    let group_bytes = bytes * s.group;
+    let write_len = (group_bytes.div_ceil(PAYLOAD).max(1)) * BLOCK;
+    let flushes = per_thread.div_ceil(s.group as u64);
+    let files: Vec<Box<dyn StorageFile>> = (0..s.threads)
+        .map(|t| {
+            let f = storage.open(&format!("raw-{t}.log"), true).map_err(|e| e.to_string())?;
+            if preallocate {
+                let total = flushes * write_len as u64;
+                let zeros = vec![0u8; 1 << 20];
+                let mut off = 0;
+                while off < total {
+                    let n = (total - off).min(zeros.len() as u64) as usize;
+                    f.write_at(&zeros[..n], off).map_err(|e| e.to_string())?;
+                    off += n as u64;
+                }
+                f.sync_data().map_err(|e| e.to_string())?;
+            }
+            Ok(f)
+        })
+        .collect::<Result<_, String>>()?;
+    let barrier = Barrier::new(s.threads + 1);
+    let elapsed = std::thread::scope(|sc| -> Result<Duration, String> {
+        let handles: Vec<_> = files
+            .iter()
+            .map(|f| {
+                let barrier = &barrier;
+                sc.spawn(move || -> Result<(), String> {
+                    let buf = vec![0xABu8; write_len];
+                    barrier.wait();
+                    for i in 0..flushes {
+                        f.write_at(&buf, i * write_len as u64).map_err(|e| e.to_string())?;
+                        f.sync_data().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().map_err(|_| "a writer panicked".to_string())??;
+        }
+        Ok(t0.elapsed())
+    })?;
+    Ok((elapsed, flushes * s.threads as u64, 0))
+}
+
+pub fn run(args: &WalArgs) -> Result<(), String> {
+    if args.threads.is_empty() || args.threads.contains(&0) || args.group.contains(&0) {
+        return Err("--threads and --group must be at least 1".into());
+    }
+    if args.txns == 0 || args.rows == 0 || args.runs == 0 {
+        return Err("--txns, --rows and --runs must be at least 1".into());
+    }
+    for l in &args.log {
+        if !["pwal", "swal", "raw-sync", "raw-append"].contains(&l.as_str()) {
+            return Err(format!("unknown --log {l:?}; known: pwal, swal, raw-sync, raw-append"));
+        }
+    }
+    log_options(args, LogMode::PWal, 1)?;
+    let mixes: Vec<(String, Mix)> =
+        args.mix.iter().map(|m| parse_mix(m).map(|x| (m.clone(), x))).collect::<Result<_, _>>()?;
+    let base = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("tsumiki-bench-wal-{}", std::process::id())),
+    };
+    let mut rows = Vec::new();
+    for (mix_name, mix) in &mixes {
+        for &group in &args.group {
+            for &threads in &args.threads {
+                for log in &args.log {
+                    let s = Setting { log, threads, group, mix: *mix };
+                    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+                    bar.set_style(ProgressStyle::with_template("{prefix} {spinner}").unwrap());
+                    bar.set_prefix(format!("{log} {mix_name} {threads}t group {group}"));
+                    bar.enable_steady_tick(Duration::from_millis(200));
+                    let mut tps = Vec::new();
+                    let (mut syncs, mut misses) = (0, 0);
+                    for run in 0..args.runs {
+                        let dir = base.join(format!("{log}-{threads}-{group}-{mix_name}-{run}"));
+                        let _ = std::fs::remove_dir_all(&dir);
+                        let r = match log.as_str() {
+                            "raw-sync" => run_raw(args, &s, &dir, true),
+                            "raw-append" => run_raw(args, &s, &dir, false),
+                            _ => run_engine(args, &s, &dir, run),
+                        };
+                        let _ = std::fs::remove_dir_all(&dir);
+                        let (elapsed, sy, mi) = r?;
+                        let done = args.txns / threads as u64 * threads as u64;
+                        tps.push(done as f64 / elapsed.as_secs_f64());
+                        syncs += sy;
+                        misses += mi;
+                    }
+                    bar.finish_and_clear();
+                    let (_, median) = report::mean_median(&tps);
+                    let (_, bytes) = volume(*mix, args.record_size);
+                    let v = json!({
+                        "bench": "wal",
+                        "log": log,
+                        "release": if log.starts_with("raw") { Value::Null } else { json!(args.release) },
+                        "device": args.device,
+                        "mix": mix_name,
+                        "threads": threads,
+                        "group": group,
+                        "txns": args.txns / threads as u64 * threads as u64,
+                        "tps": median,
+                        "tps_runs": tps,
+                        "log_bytes_per_txn": bytes,
+                        "syncs_per_run": syncs / args.runs as u64,
+                        "lsn_cas_misses_per_run": misses / args.runs as u64,
+                    });
+                    if args.json {
+                        println!("{v}");
+                    }
+                    rows.push(v);
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&base);
+    if !args.json {
+        let header = ["log", "mix", "threads", "group", "tps (median)", "syncs/run", "CAS misses/run"];
+        let table: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r["log"].as_str().unwrap_or("").into(),
+                    r["mix"].as_str().unwrap_or("").into(),
+                    r["threads"].to_string(),
+                    r["group"].to_string(),
+                    format!("{:.0}", r["tps"].as_f64().unwrap_or(0.0)),
+                    r["syncs_per_run"].to_string(),
+                    r["lsn_cas_misses_per_run"].to_string(),
+                ]
+            })
+            .collect();
+        report::table(&header, &table);
+    }
+    Ok(())
+}
