@@ -28,3 +28,50 @@ fn files_are_private_locked_and_reopenable() {
     drop(db);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Measures the replay rate of recovery (`cargo test --release --test files -- --ignored
+/// --nocapture`): one million one-put commits, abandoned, then reopened.
+#[test]
+#[ignore]
+fn replay_rate() {
+    use tsumiki::{Durability, LogOptions, Release};
+    let n: u64 = std::env::var("TSUMIKI_REPLAY_TXNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let dir = std::env::temp_dir().join(format!("tsumiki-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = LogOptions {
+        durability: Durability::Buffered,
+        release: Release::Elr,
+        group: 256,
+        segment_size: 64 << 20,
+        ..LogOptions::default()
+    };
+    let opts = Options { log, ..Options::default() };
+    let db = Db::open(&dir, opts.clone()).unwrap();
+    let mut tickets = Vec::new();
+    for i in 0..n {
+        let mut t = db.begin();
+        t.put(&(i % 100_000).to_be_bytes(), &[1u8; 100]).unwrap();
+        tickets.push(t.commit_deferred().unwrap());
+        if tickets.len() == 256 {
+            tickets.drain(..).for_each(|t| t.wait().unwrap());
+        }
+    }
+    tickets.drain(..).for_each(|t| t.wait().unwrap());
+    db.abandon_for_tests();
+    let t0 = std::time::Instant::now();
+    let db = Db::open(&dir, opts).unwrap();
+    let open = t0.elapsed();
+    let s = db.recovery_stats().unwrap();
+    println!(
+        "records read {} applied {} keys {}: replay {:?} = {:.2} M records/s; whole open (replay, index load, new snapshot) {:?}",
+        s.records_read,
+        s.records_applied,
+        s.keys,
+        s.replay_time,
+        s.records_read as f64 / s.replay_time.as_secs_f64() / 1e6,
+        open
+    );
+    assert_eq!(s.records_applied, n);
+    drop(db);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

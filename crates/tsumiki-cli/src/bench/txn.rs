@@ -18,7 +18,8 @@ use tsumiki::cc::twopl::TwoPl;
 use tsumiki::cc::Protocol;
 use tsumiki::db::{TypedDb, TypedTxn};
 use tsumiki::index::BwTreeConfig;
-use tsumiki::{Cc, Error, Gc, LockWait};
+use tsumiki::wal::storage::DirStorage;
+use tsumiki::{Cc, Device, Durability, Error, Gc, LockWait, LogMode, LogOptions, Release};
 
 use super::report;
 use super::workload::{rng, KeyChooser};
@@ -81,6 +82,78 @@ pub struct TxnArgs {
     /// Print one JSON object per protocol instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Logging, comma-separated: none (in memory), pwal, swal. Each logged run opens a
+    /// fresh database in a temporary directory (or under --dir).
+    #[arg(long, default_value = "none", value_delimiter = ',')]
+    pub log: Vec<String>,
+    /// Lock release of logged runs, comma-separated: nlr, elr.
+    #[arg(long, default_value = "nlr", value_delimiter = ',')]
+    pub release: Vec<String>,
+    /// Group commit sizes of logged runs, comma-separated (paper 001: 1 and 16). With a
+    /// group above 1 each worker defers its commits and waits once per group.
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    pub group: Vec<usize>,
+    /// Log device: file (fdatasync) or nvm (a fixed latency per write, no sync).
+    #[arg(long, default_value = "file")]
+    pub device: String,
+    /// NVM emulation latency per write, in nanoseconds.
+    #[arg(long, default_value_t = 50)]
+    pub nvm_latency_ns: u64,
+    /// What a commit waits for: sync, buffered, none.
+    #[arg(long, default_value = "sync")]
+    pub durability: String,
+    /// Where logged databases are created (default: the system temp dir).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// The log settings to run, from the arguments (`None`: in memory).
+fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
+    let device = match args.device.as_str() {
+        "file" => Device::File,
+        "nvm" => Device::Nvm(Duration::from_nanos(args.nvm_latency_ns)),
+        d => return Err(format!("unknown --device {d:?}; known: file, nvm")),
+    };
+    let durability = match args.durability.as_str() {
+        "sync" => Durability::Sync,
+        "buffered" => Durability::Buffered,
+        "none" => Durability::None,
+        d => return Err(format!("unknown --durability {d:?}; known: sync, buffered, none")),
+    };
+    let mut out = Vec::new();
+    for l in &args.log {
+        let mode = match l.as_str() {
+            "none" => {
+                out.push(None);
+                continue;
+            }
+            "pwal" => LogMode::PWal,
+            "swal" => LogMode::SWal,
+            _ => return Err(format!("unknown --log {l:?}; known: none, pwal, swal")),
+        };
+        for r in &args.release {
+            let release = match r.as_str() {
+                "nlr" => Release::Nlr,
+                "elr" => Release::Elr,
+                _ => return Err(format!("unknown --release {r:?}; known: nlr, elr")),
+            };
+            for &group in &args.group {
+                if group == 0 {
+                    return Err("--group must be at least 1".into());
+                }
+                out.push(Some(LogOptions {
+                    mode,
+                    release,
+                    group,
+                    device,
+                    durability,
+                    segment_size: 64 << 20,
+                    ..LogOptions::default()
+                }));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -336,10 +409,12 @@ fn load<P: Protocol>(db: &TypedDb<P>, records: u64, value: &[u8]) -> Result<(), 
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_once<P: Protocol>(
     db: &TypedDb<P>,
     plan: &Plan,
     args: &TxnArgs,
+    group: usize,
     threads: usize,
     run: u64,
     label: &str,
@@ -364,6 +439,7 @@ fn run_once<P: Protocol>(
                     let mut w = db.worker();
                     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).unwrap();
                     let (mut commits, mut aborts) = (0u64, 0u64);
+                    let mut tickets = Vec::new();
                     barrier.wait();
                     let mut i = 0usize;
                     loop {
@@ -376,8 +452,14 @@ fn run_once<P: Protocol>(
                         let mut attempt = 0u32;
                         let committed_now = loop {
                             let mut txn = w.begin();
-                            match execute(&mut txn, spec, value, next_key, plan.long_sleep).and_then(|()| txn.commit())
-                            {
+                            let r = execute(&mut txn, spec, value, next_key, plan.long_sleep);
+                            // A group of commits: deferred, then one wait for the group.
+                            let r = if group > 1 {
+                                r.and_then(|()| txn.commit_deferred()).map(|t| tickets.push(t))
+                            } else {
+                                r.and_then(|()| txn.commit())
+                            };
+                            match r {
                                 Ok(()) => break true,
                                 Err(e) if e.is_retryable() => {
                                     aborts += 1;
@@ -396,6 +478,11 @@ fn run_once<P: Protocol>(
                                 Err(e) => panic!("transaction failed: {e}"),
                             }
                         };
+                        if tickets.len() >= group {
+                            for t in tickets.drain(..) {
+                                t.wait().unwrap_or_else(|e| panic!("commit failed: {e}"));
+                            }
+                        }
                         if !committed_now {
                             break;
                         }
@@ -404,6 +491,9 @@ fn run_once<P: Protocol>(
                         if commits % 256 == 0 {
                             committed.fetch_add(256, Ordering::Relaxed);
                         }
+                    }
+                    for t in tickets.drain(..) {
+                        t.wait().unwrap_or_else(|e| panic!("commit failed: {e}"));
                     }
                     (commits, aborts, hist)
                 })
@@ -441,6 +531,7 @@ fn run_cc<P: Protocol>(
     db: TypedDb<P>,
     plan: &Plan,
     args: &TxnArgs,
+    log: &Option<LogOptions>,
     gc_name: Option<&str>,
     gc_stats: impl Fn(&TypedDb<P>) -> Value,
 ) -> Result<Vec<Value>, String> {
@@ -448,14 +539,16 @@ fn run_cc<P: Protocol>(
     load(&db, plan.records, &value)?;
     let next_key = AtomicU64::new(plan.records);
     let name = db.protocol().name();
-    let label = gc_name.map_or(name.to_string(), |g| format!("{name}/{g}"));
+    let log_name = log.as_ref().map_or("none".to_string(), |l| l.name());
+    let label = gc_name.map_or(name.to_string(), |g| format!("{name}/{g}")) + " " + &log_name;
     let mut out = Vec::new();
     for &threads in &args.threads {
         let mut tps = Vec::new();
         let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).unwrap();
         let (mut commits, mut aborts) = (0u64, 0u64);
         for run in 0..args.runs {
-            let r = run_once(&db, plan, args, threads, run, &label, &next_key)?;
+            let group = log.as_ref().map_or(1, |l| l.group);
+            let r = run_once(&db, plan, args, group, threads, run, &label, &next_key)?;
             tps.push(r.commits as f64 / r.elapsed.as_secs_f64());
             commits += r.commits;
             aborts += r.aborts;
@@ -486,6 +579,14 @@ fn run_cc<P: Protocol>(
             v["long_sleep_s"] = json!(plan.long_sleep.as_secs_f64());
         }
         v["gc_stats"] = gc_stats(&db);
+        v["log"] = json!(log_name);
+        if let (Some(l), Some(w)) = (log, db.wal_stats()) {
+            v["device"] = json!(args.device);
+            v["durability"] = json!(args.durability);
+            v["group"] = json!(l.group);
+            v["syncs"] = json!(w.syncs);
+            v["lsn_cas_misses"] = json!(w.lsn_cas_misses);
+        }
         out.push(v);
     }
     Ok(out)
@@ -509,6 +610,23 @@ fn si_stats(db: &TypedDb<Si>) -> Value {
     })
 }
 
+/// An in-memory database, or a logged one in `dir`.
+fn open_db<P: Protocol>(
+    proto: P,
+    index: &BwTreeConfig,
+    log: &Option<LogOptions>,
+    dir: &std::path::Path,
+) -> Result<TypedDb<P>, String> {
+    match log {
+        None => TypedDb::new(proto, index.clone()).map_err(|e| e.to_string()),
+        Some(l) => {
+            let storage = DirStorage::new(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            TypedDb::open_durable(proto, index.clone(), std::sync::Arc::new(storage), l.clone())
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
 pub fn run(args: &TxnArgs) -> Result<(), String> {
     let plan = Plan::new(args)?;
     if args.threads.is_empty() || args.threads.contains(&0) {
@@ -530,35 +648,40 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
         .map(|g| Gc::parse(g).ok_or_else(|| format!("unknown gc {g:?}; known: none, aot, epo, epo-r")))
         .collect::<Result<_, _>>()?;
     let index = BwTreeConfig::default();
+    let logs = log_variants(args)?;
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let mut results = Vec::new();
+    let mut n = 0;
     for cc in ccs {
-        let mut emit = |rows: Vec<Value>| {
+        for log in &logs {
+            n += 1;
+            let dir = base.join(format!("tsumiki-bench-txn-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let rows = match cc {
+                Cc::TicToc => run_cc(open_db(TicToc::default(), &index, log, &dir)?, &plan, args, log, None, no_stats)?,
+                Cc::Silo => run_cc(open_db(Silo::new(), &index, log, &dir)?, &plan, args, log, None, no_stats)?,
+                Cc::TwoPl(LockWait::NoWait) => {
+                    run_cc(open_db(TwoPl::no_wait(), &index, log, &dir)?, &plan, args, log, None, no_stats)?
+                }
+                Cc::TwoPl(LockWait::WaitDie) => {
+                    run_cc(open_db(TwoPl::wait_die(), &index, log, &dir)?, &plan, args, log, None, no_stats)?
+                }
+                Cc::MvccSi(_) => {
+                    let mut rows = Vec::new();
+                    for &gc in &gcs {
+                        let dir = dir.join(gc.name());
+                        let db = open_db(Si::new(gc, args.gc_refresh), &index, log, &dir)?;
+                        rows.extend(run_cc(db, &plan, args, log, Some(gc.name()), si_stats)?);
+                    }
+                    rows
+                }
+            };
+            let _ = std::fs::remove_dir_all(&dir);
             for r in rows {
                 if args.json {
                     println!("{r}");
                 }
                 results.push(r);
-            }
-        };
-        let e = |e: Error| e.to_string();
-        match cc {
-            Cc::TicToc => {
-                emit(run_cc(TypedDb::new(TicToc::default(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
-            }
-            Cc::Silo => {
-                emit(run_cc(TypedDb::new(Silo::new(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
-            }
-            Cc::TwoPl(LockWait::NoWait) => {
-                emit(run_cc(TypedDb::new(TwoPl::no_wait(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
-            }
-            Cc::TwoPl(LockWait::WaitDie) => {
-                emit(run_cc(TypedDb::new(TwoPl::wait_die(), index.clone()).map_err(e)?, &plan, args, None, no_stats)?)
-            }
-            Cc::MvccSi(_) => {
-                for &gc in &gcs {
-                    let db = TypedDb::new(Si::new(gc, args.gc_refresh), index.clone()).map_err(e)?;
-                    emit(run_cc(db, &plan, args, Some(gc.name()), si_stats)?);
-                }
             }
         }
     }
@@ -566,6 +689,7 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
         let header = [
             "cc",
             "gc",
+            "log",
             "workload",
             "threads",
             "tps",
@@ -583,6 +707,7 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
                 vec![
                     r["cc"].as_str().unwrap_or("").to_string(),
                     r["gc"].as_str().unwrap_or("-").to_string(),
+                    r["log"].as_str().unwrap_or("-").to_string(),
                     r["workload"].as_str().unwrap_or("").to_string(),
                     r["threads"].to_string(),
                     format!("{:.0}", r["tps"].as_f64().unwrap_or(0.0)),

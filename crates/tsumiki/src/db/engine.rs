@@ -201,9 +201,19 @@ impl<P: Protocol> Engine<P> {
                     m.generation
                 } else {
                     let release = if m.elr { Release::Elr } else { Release::Nlr };
-                    stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |r| {
-                        for w in r.writes {
-                            state.insert(w.key, w.value);
+                    stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |k, v| {
+                        // Overwrite in place: most records update keys already seen.
+                        match state.get_mut(k) {
+                            Some(slot) => match (slot.as_mut(), v) {
+                                (Some(old), Some(v)) => {
+                                    old.clear();
+                                    old.extend_from_slice(v);
+                                }
+                                (_, v) => *slot = v.map(<[u8]>::to_vec),
+                            },
+                            None => {
+                                state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                            }
                         }
                     })?;
                     let g = m.generation + 1;
@@ -272,6 +282,14 @@ impl<P: Protocol> Engine<P> {
         };
         recovery::write_master(&*d.storage, &m)?;
         recovery::remove_stale(&d.storage, g)
+    }
+
+    /// Marks the database closed without flushing or writing a snapshot (a simulated
+    /// crash for tests).
+    pub(crate) fn abandon(&self) {
+        if let Some(d) = &self.durable {
+            d.closed.store(true, Ordering::Release);
+        }
     }
 
     pub(crate) fn take_slot(&self) -> Arc<Slot<P>> {

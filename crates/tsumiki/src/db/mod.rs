@@ -413,6 +413,13 @@ impl Db {
         dispatch!(&self.inner, db => db.wal_stats())
     }
 
+    /// Test only: drops the handle as a crash would (no final flush, no snapshot), so the
+    /// next open runs recovery. Never use it otherwise.
+    #[doc(hidden)]
+    pub fn abandon_for_tests(self) {
+        dispatch!(&self.inner, db => db.eng.abandon());
+    }
+
     /// What recovery did when the database was opened (`None` for an in-memory database).
     pub fn recovery_stats(&self) -> Option<RecoveryStats> {
         dispatch!(&self.inner, db => db.recovery_stats())

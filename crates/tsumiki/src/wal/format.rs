@@ -188,8 +188,40 @@ pub enum DecodeError {
     Corrupt(String),
 }
 
-/// Decodes the record at the start of `bytes`; returns it and its encoded length.
-pub fn decode_record(bytes: &[u8]) -> Result<(LogRecord, usize), DecodeError> {
+/// A validated record, borrowed from the stream it was read from.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    /// LSN or commit timestamp.
+    pub order: u64,
+    count: usize,
+    entries: &'a [u8],
+}
+
+impl<'a> RecordView<'a> {
+    /// Calls `f(key, value)` for each write, in order (`None`: a delete).
+    pub fn for_each(&self, mut f: impl FnMut(&'a [u8], Option<&'a [u8]>)) {
+        let mut at = 0;
+        let e = self.entries;
+        let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("validated")) as usize;
+        for _ in 0..self.count {
+            let kind = e[at];
+            let klen = u32_at(at + 1);
+            if kind == KIND_PUT {
+                let vlen = u32_at(at + 5);
+                let k = at + 9;
+                f(&e[k..k + klen], Some(&e[k + klen..k + klen + vlen]));
+                at = k + klen + vlen;
+            } else {
+                f(&e[at + 5..at + 5 + klen], None);
+                at += 5 + klen;
+            }
+        }
+    }
+}
+
+/// Validates the record at the start of `bytes` (checksum, every length bounded and
+/// inside the record) without copying; returns it and its encoded length.
+pub fn parse_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeError> {
     if bytes.len() < RECORD_HEADER {
         return Err(DecodeError::Truncated);
     }
@@ -208,45 +240,46 @@ pub fn decode_record(bytes: &[u8]) -> Result<(LogRecord, usize), DecodeError> {
     let body = &bytes[RECORD_HEADER..end];
     let order = u64::from_le_bytes(body[0..8].try_into().expect("8 bytes"));
     let count = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes")) as usize;
-    let mut at = 12;
+    let entries = &body[12..];
     let bad = |what: &str| DecodeError::Corrupt(format!("malformed record: {what}"));
-    let take = |n: usize, at: &mut usize| -> Result<&[u8], DecodeError> {
-        let s = body.get(*at..*at + n).ok_or_else(|| bad("entry past the record's end"))?;
-        *at += n;
-        Ok(s)
+    let len_at = |i: usize| -> Result<usize, DecodeError> {
+        let b = entries.get(i..i + 4).ok_or_else(|| bad("entry past the record's end"))?;
+        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
     };
-    // Each entry takes at least 5 bytes: bound the count before reserving for it.
-    if count > body.len() / 5 {
-        return Err(bad("entry count larger than the record"));
-    }
-    let mut writes = Vec::with_capacity(count);
+    let mut at = 0usize;
     for _ in 0..count {
-        let kind = take(1, &mut at)?[0];
-        let klen = u32::from_le_bytes(take(4, &mut at)?.try_into().expect("4 bytes")) as usize;
+        let kind = *entries.get(at).ok_or_else(|| bad("entry past the record's end"))?;
+        let klen = len_at(at + 1)?;
         if klen > MAX_KEY_LEN {
             return Err(bad("key longer than the limit"));
         }
-        match kind {
+        at = match kind {
             KIND_PUT => {
-                let vlen = u32::from_le_bytes(take(4, &mut at)?.try_into().expect("4 bytes")) as usize;
+                let vlen = len_at(at + 5)?;
                 if vlen > crate::db::MAX_VALUE_LEN {
                     return Err(bad("value longer than the limit"));
                 }
-                let key = take(klen, &mut at)?.to_vec();
-                let value = take(vlen, &mut at)?.to_vec();
-                writes.push(LoggedWrite { key, value: Some(value) });
+                at + 9 + klen + vlen
             }
-            KIND_DELETE => {
-                let key = take(klen, &mut at)?.to_vec();
-                writes.push(LoggedWrite { key, value: None });
-            }
+            KIND_DELETE => at + 5 + klen,
             _ => return Err(bad("unknown entry kind")),
+        };
+        if at > entries.len() {
+            return Err(bad("entry past the record's end"));
         }
     }
-    if at != body.len() {
+    if at != entries.len() {
         return Err(bad("bytes after the last entry"));
     }
-    Ok((LogRecord { order, writes }, end))
+    Ok((RecordView { order, count, entries }, end))
+}
+
+/// Decodes the record at the start of `bytes` into owned data; returns it and its length.
+pub fn decode_record(bytes: &[u8]) -> Result<(LogRecord, usize), DecodeError> {
+    let (view, n) = parse_record(bytes)?;
+    let mut writes = Vec::with_capacity(view.count);
+    view.for_each(|k, v| writes.push(LoggedWrite { key: k.to_vec(), value: v.map(<[u8]>::to_vec) }));
+    Ok((LogRecord { order: view.order, writes }, n))
 }
 
 /// The master record: which generation of files is current and whether the last process

@@ -19,8 +19,10 @@ pub const MASTER: &str = "MASTER";
 /// What one lane's log holds after its torn tail is cut.
 #[derive(Debug, Default)]
 pub struct LaneLog {
-    /// Complete records, in log order.
-    pub records: Vec<LogRecord>,
+    /// The lane's byte stream (the used part of its valid blocks).
+    pub stream: Vec<u8>,
+    /// Complete records, in log order: `(order, start in stream, length)`.
+    pub records: Vec<(u64, usize, usize)>,
     /// The watermark of the last complete flush (ELR), if any flush completed.
     pub watermark: Option<u64>,
     /// Bytes of blocks cut as a torn tail.
@@ -122,9 +124,9 @@ pub fn read_lane(
     }
     let mut at = 0;
     while at < stream.len() {
-        match format::decode_record(&stream[at..]) {
+        match format::parse_record(&stream[at..]) {
             Ok((r, n)) => {
-                out.records.push(r);
+                out.records.push((r.order, at, n));
                 at += n;
             }
             Err(format::DecodeError::Truncated) => break,
@@ -133,6 +135,7 @@ pub fn read_lane(
             }
         }
     }
+    out.stream = stream;
     Ok(out)
 }
 
@@ -280,13 +283,14 @@ fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Ve
     Ok(lanes)
 }
 
-/// Redoes the durable records of `generation`'s logs, in order, through `apply`.
+/// Redoes the durable records of `generation`'s logs, in order: `apply(key, value)` for
+/// every write (`None`: a delete).
 pub fn replay(
     storage: &dyn Storage,
     generation: u64,
     segment_size: u64,
     release: Release,
-    mut apply: impl FnMut(LogRecord),
+    mut apply: impl FnMut(&[u8], Option<&[u8]>),
 ) -> Result<RecoveryStats, Error> {
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
@@ -313,30 +317,31 @@ pub fn replay(
             // One worker's commits are in LSN order already: each took its LSN under the
             // lane's lock.
             Release::Elr => {
-                if log.records.windows(2).any(|w| w[0].order >= w[1].order) {
+                if log.records.windows(2).any(|w| w[0].0 >= w[1].0) {
                     return Err(corrupt("a lane's LSNs are not increasing".into()));
                 }
                 let before = log.records.len();
-                log.records.retain(|r| r.order < cut);
+                log.records.retain(|r| r.0 < cut);
                 stats.records_dropped += (before - log.records.len()) as u64;
             }
             // A worker's commit timestamps need not increase (TicToc): sort each file.
-            Release::Nlr => log.records.sort_by_key(|r| r.order),
+            Release::Nlr => log.records.sort_by_key(|r| r.0),
         }
     }
     // Redo: a k-way merge of the lanes.
-    let mut iters: Vec<std::vec::IntoIter<LogRecord>> = logs.into_iter().map(|l| l.records.into_iter()).collect();
-    let mut heads: Vec<Option<LogRecord>> = iters.iter_mut().map(|i| i.next()).collect();
+    let mut pos = vec![0usize; logs.len()];
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
-        heads.iter().enumerate().filter_map(|(i, h)| h.as_ref().map(|r| Reverse((r.order, i)))).collect();
+        logs.iter().enumerate().filter_map(|(i, l)| l.records.first().map(|r| Reverse((r.0, i)))).collect();
     while let Some(Reverse((_, i))) = heap.pop() {
-        let r = heads[i].take().expect("a head for every heap entry");
-        heads[i] = iters[i].next();
-        if let Some(n) = &heads[i] {
-            heap.push(Reverse((n.order, i)));
+        let log = &logs[i];
+        let (_, at, n) = log.records[pos[i]];
+        pos[i] += 1;
+        if let Some(r) = log.records.get(pos[i]) {
+            heap.push(Reverse((r.0, i)));
         }
+        let (view, _) = format::parse_record(&log.stream[at..at + n]).expect("validated when the lane was read");
+        view.for_each(&mut apply);
         stats.records_applied += 1;
-        apply(r);
     }
     stats.replay_time = start.elapsed();
     Ok(stats)
