@@ -28,6 +28,9 @@ fn log_variants() -> Vec<LogOptions> {
     for mode in [LogMode::PWal, LogMode::SWal] {
         for release in [Release::Nlr, Release::Elr] {
             for group in [1, 4] {
+                if mode == LogMode::PWal && release == Release::Nlr && group > 1 {
+                    continue; // Algorithm 3 is not implemented (refused by validate)
+                }
                 v.push(LogOptions { mode, release, group, ..base.clone() });
             }
         }

@@ -141,6 +141,10 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                 if group == 0 {
                     return Err("--group must be at least 1".into());
                 }
+                if mode == LogMode::PWal && release == Release::Nlr && group > 1 {
+                    eprintln!("note: skipping pwal-nlr with group {group}: Algorithm 3 is not implemented");
+                    continue;
+                }
                 out.push(Some(LogOptions {
                     mode,
                     release,
