@@ -142,7 +142,8 @@ impl LogOptions {
             // without it an NLR group would either flush per commit anyway or let others
             // read writes that are not durable.
             return Err(Error::Config(
-                "P-WAL with NLR and group commit (paper 001, Algorithm 3) is not implemented: use group 1, or ELR".into(),
+                "P-WAL with NLR and group commit (paper 001, Algorithm 3) is not implemented: use group 1, or ELR"
+                    .into(),
             ));
         }
         Ok(())
@@ -190,6 +191,9 @@ struct LaneIo {
     seq: u32,
     all_synced: bool,
     out: Vec<u8>,
+    /// The next segment, being preallocated in the background so that a rollover does
+    /// not stall the commit that crosses it.
+    next: Option<std::thread::JoinHandle<io::Result<Box<dyn StorageFile>>>>,
 }
 
 /// One log: a worker's (P-WAL) or everyone's (shared WAL).
@@ -343,7 +347,15 @@ impl Wal {
         let lane = Arc::new(Lane {
             id,
             pending: Mutex::new(Pending::default()),
-            io: Mutex::new(LaneIo { file: None, seg: 0, off: 0, seq: 0, all_synced: true, out: Vec::new() }),
+            io: Mutex::new(LaneIo {
+                file: None,
+                seg: 0,
+                off: 0,
+                seq: 0,
+                all_synced: true,
+                out: Vec::new(),
+                next: None,
+            }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             serialize: self.opts.mode == LogMode::SWal,
@@ -531,12 +543,29 @@ impl Wal {
         let seg_size = self.opts.segment_size;
         while !data.is_empty() {
             if io.file.is_none() || io.off == seg_size {
-                if let Some(f) = io.file.as_deref() {
-                    self.sync(f)?;
-                    io.seg += 1;
-                }
-                io.file = Some(self.create_segment(lane.id, io.seg)?);
+                let name = |seg| format::segment_name(self.generation, lane.id, seg);
+                let file = match io.file.take() {
+                    Some(f) => {
+                        self.sync(&*f)?;
+                        io.seg += 1;
+                        match io.next.take() {
+                            Some(h) => {
+                                h.join().unwrap_or_else(|_| Err(io::Error::other("segment preparation panicked")))
+                            }
+                            None => self.prepare(name(io.seg)),
+                        }
+                    }
+                    None => self.prepare(name(io.seg)),
+                };
+                let file =
+                    file.map_err(|e| self.poison(io_err(&format!("creating log segment {}", name(io.seg)), e)))?;
+                io.file = Some(file);
                 io.off = 0;
+                if matches!(self.opts.device, Device::File) {
+                    let (storage, next) = (self.storage.clone(), name(io.seg + 1));
+                    let (size, sync) = (seg_size, !self.opts.skip_sync_for_tests);
+                    io.next = Some(std::thread::spawn(move || prepare_segment(&*storage, &next, size, true, sync)));
+                }
             }
             let f = io.file.as_deref().expect("segment open");
             let n = ((seg_size - io.off) as usize).min(data.len());
@@ -548,23 +577,19 @@ impl Wal {
         Ok(())
     }
 
-    fn create_segment(&self, lane: u16, seg: u64) -> Result<Box<dyn StorageFile>, Error> {
-        let name = format::segment_name(self.generation, lane, seg);
-        let fail = |e: io::Error| self.poison(io_err(&format!("creating log segment {name}"), e));
-        let f = self.storage.open(&name, true).map_err(fail)?;
-        if matches!(self.opts.device, Device::File) {
-            let mut off = 0;
-            while off < self.opts.segment_size {
-                let n = (self.opts.segment_size - off).min(ZEROS.len() as u64) as usize;
-                f.write_at(&ZEROS[..n], off).map_err(fail)?;
-                off += n as u64;
-            }
-            if !self.opts.skip_sync_for_tests {
-                f.sync_data().map_err(fail)?;
-                self.storage.sync_dir().map_err(fail)?;
+    fn prepare(&self, name: String) -> io::Result<Box<dyn StorageFile>> {
+        let prealloc = matches!(self.opts.device, Device::File);
+        prepare_segment(&*self.storage, &name, self.opts.segment_size, prealloc, !self.opts.skip_sync_for_tests)
+    }
+
+    /// Waits for background segment preparations (at close and drop, so that no thread
+    /// writes into the directory after the database is gone).
+    fn join_preparations(&self) {
+        for l in self.lanes.read().iter() {
+            if let Some(h) = l.io.lock().next.take() {
+                let _ = h.join();
             }
         }
-        Ok(f)
     }
 
     /// Makes `lane` durable up to its record `seq` (grouping per the options: `private`
@@ -660,6 +685,7 @@ impl Wal {
 
     /// Writes and syncs every lane (at close).
     pub(crate) fn flush_all(&self) -> Result<(), Error> {
+        self.join_preparations();
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for l in lanes {
             self.flush_lane(&l, false)?;
@@ -669,6 +695,37 @@ impl Wal {
         }
         Ok(())
     }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        self.join_preparations();
+    }
+}
+
+/// Creates log segment `name`: preallocated with zeros and made durable, file and directory
+/// (so that a commit's fdatasync never has to carry a size change).
+fn prepare_segment(
+    storage: &dyn Storage,
+    name: &str,
+    size: u64,
+    prealloc: bool,
+    sync: bool,
+) -> io::Result<Box<dyn StorageFile>> {
+    let f = storage.open(name, true)?;
+    if prealloc {
+        let mut off = 0;
+        while off < size {
+            let n = (size - off).min(ZEROS.len() as u64) as usize;
+            f.write_at(&ZEROS[..n], off)?;
+            off += n as u64;
+        }
+        if sync {
+            f.sync_data()?;
+            storage.sync_dir()?;
+        }
+    }
+    Ok(f)
 }
 
 /// A commit waiting to become durable; see [`crate::Txn::commit_deferred`].

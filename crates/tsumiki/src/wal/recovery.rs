@@ -69,14 +69,23 @@ pub fn read_lane(
     let mut out = LaneLog::default();
     let mut stream = Vec::new();
     let mut seq: u32 = 0;
-    'segs: for (i, &seg) in segments.iter().enumerate() {
+    let mut files = Vec::new();
+    for (i, &seg) in segments.iter().enumerate() {
         let name = format::segment_name(generation, lane, seg);
         if seg != i as u64 {
             return Err(corrupt(format!("log segment {} of lane {lane} is missing", i)));
         }
         let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-        let data = read_all(&*f).map_err(|e| io(&name, e))?;
-        let last = i + 1 == segments.len();
+        files.push((name.clone(), read_all(&*f).map_err(|e| io(&name, e))?));
+    }
+    // Segments preallocated ahead of use hold no block of the lane: not part of the log.
+    let holds_blocks = |d: &[u8]| d.chunks_exact(BLOCK).any(|b| format::open_block(b).is_some_and(|t| t.lane == lane));
+    while files.len() > 1 && !holds_blocks(&files[files.len() - 1].1) {
+        files.pop();
+    }
+    let n_files = files.len();
+    'segs: for (i, (name, data)) in files.into_iter().enumerate() {
+        let last = i + 1 == n_files;
         if data.len() as u64 != segment_size {
             // Data goes into a segment only after its preallocation was synced: a short
             // last segment without a single valid block is one whose creation was cut.
