@@ -23,8 +23,9 @@ fn options(variant: u64, lazy: bool) -> Options {
     let v = variant / Cc::ALL.len() as u64;
     let mode = if v.is_multiple_of(2) { LogMode::PWal } else { LogMode::SWal };
     let release = if (v / 2).is_multiple_of(2) { Release::Nlr } else { Release::Elr };
-    // P-WAL with NLR has no group commit (Algorithm 3 is not implemented).
-    let group = if (v / 4).is_multiple_of(2) || (mode == LogMode::PWal && release == Release::Nlr) { 1 } else { 8 };
+    let group = if (v / 4).is_multiple_of(2) { 1 } else { 8 };
+    // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc only.
+    let cc = if mode == LogMode::PWal && release == Release::Nlr && group > 1 { Cc::TicToc } else { cc };
     // `lazy`: the planted bug, commits acknowledged before their records are written.
     let durability = if lazy { Durability::None } else { Durability::Sync };
     let log = LogOptions { mode, release, group, durability, segment_size: 1 << 20, ..LogOptions::default() };

@@ -141,10 +141,6 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                 if group == 0 {
                     return Err("--group must be at least 1".into());
                 }
-                if mode == LogMode::PWal && release == Release::Nlr && group > 1 {
-                    eprintln!("note: skipping pwal-nlr with group {group}: Algorithm 3 is not implemented");
-                    continue;
-                }
                 out.push(Some(LogOptions {
                     mode,
                     release,
@@ -658,6 +654,16 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
     let mut n = 0;
     for cc in ccs {
         for log in &logs {
+            if log.as_ref().is_some_and(|l| l.mode == LogMode::PWal && l.release == Release::Nlr && l.group > 1)
+                && cc != Cc::TicToc
+            {
+                eprintln!(
+                    "note: skipping {} under {}: NLR group commit (Algorithm 3) is TicToc only",
+                    log.as_ref().unwrap().name(),
+                    cc.name()
+                );
+                continue;
+            }
             n += 1;
             let dir = base.join(format!("tsumiki-bench-txn-{}-{n}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);

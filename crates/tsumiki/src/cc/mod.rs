@@ -154,6 +154,16 @@ impl From<Conflict> for CommitFail {
 pub trait CommitLog<R> {
     /// Logs the transaction's writes.
     fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool;
+    /// Whether the protocol must keep its write locks after installing (NLR group commit,
+    /// paper 001's Algorithm 3): the log releases them once the group is durable.
+    fn hold(&self) -> bool {
+        false
+    }
+    /// Under [`hold`](Self::hold): the lock word `word` stays locked; the log stores
+    /// `release` into it once the record is durable.
+    fn keep_locked(&mut self, word: &std::sync::atomic::AtomicU64, release: u64) {
+        let _ = (word, release);
+    }
 }
 
 /// No logging (in-memory databases, read-only transactions).
@@ -183,6 +193,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn name(&self) -> &'static str;
     /// Whether the engine must protect gaps (single-version serializable protocols).
     fn gap_protection(&self) -> bool;
+    /// Whether [`commit`](Self::commit) can keep its write locks for the log
+    /// ([`CommitLog::hold`]: NLR group commit).
+    fn can_hold_locks(&self) -> bool {
+        false
+    }
 
     /// A new worker slot.
     fn new_worker(&self) -> Self::Worker;
@@ -344,6 +359,10 @@ impl Backoff {
     }
 
     pub(crate) fn snooze(&mut self) {
+        if self.0 >= 6 {
+            // Waiting for real: locks held for an NLR commit group may be what blocks us.
+            crate::wal::lock_wait_hook();
+        }
         if self.0 < 6 {
             for _ in 0..(1 << self.0) {
                 std::hint::spin_loop();

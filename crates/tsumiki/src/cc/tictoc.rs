@@ -81,6 +81,10 @@ impl Protocol for TicToc {
         true
     }
 
+    fn can_hold_locks(&self) -> bool {
+        true
+    }
+
     fn new_worker(&self) {}
 
     fn new_txn_state(&self) -> TicTocState {
@@ -217,11 +221,17 @@ impl Protocol for TicToc {
             unlock_prefix(writes, &st.locked, writes.len());
             return Err(CommitFail::Log);
         }
+        let hold = log.hold();
         for w in writes.iter_mut() {
             // SAFETY: pinned by the transaction's guard.
             let rec = unsafe { w.record() };
             if let WriteKind::Value(_) = w.kind {
                 rec.value.store(w.kind.take_value(), guard);
+            }
+            if hold {
+                // Algorithm 3: readers keep waiting until the group is durable.
+                log.keep_locked(&rec.word, pack(commit_ts, commit_ts));
+                continue;
             }
             rec.word.store(pack(commit_ts, commit_ts), Ordering::Release);
         }

@@ -113,16 +113,27 @@ struct LogHook<'w> {
     wal: &'w Wal,
     lane: &'w Lane,
     private: bool,
+    /// NLR group commit: locks stay held until the group is durable.
+    hold: bool,
+    kept: Vec<(*const AtomicU64, u64)>,
     /// Lane sequence number and LSN / timestamp of the appended record.
     done: Option<(u64, u64)>,
     err: Option<Error>,
 }
 
 impl<R> CommitLog<R> for LogHook<'_> {
+    fn hold(&self) -> bool {
+        self.hold
+    }
+
+    fn keep_locked(&mut self, word: &AtomicU64, release: u64) {
+        self.kept.push((word, release));
+    }
+
     fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool {
         let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
             self.done = Some((seq, order));
-            if self.wal.opts.release == Release::Nlr {
+            if self.wal.opts.release == Release::Nlr && !self.hold {
                 self.wal.flush_to(self.lane, seq, self.private)?;
             }
             Ok(())
@@ -249,6 +260,13 @@ impl<P: Protocol> Engine<P> {
             Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
         };
         let wal = Arc::new(Wal::new(log_storage, log, generation));
+        if wal.holds_locks() && !self.proto.can_hold_locks() {
+            return Err(Error::Config(format!(
+                "P-WAL with NLR and group commit (paper 001, Algorithm 3) holds locks across commits, which {} cannot do: use group 1, ELR, or TicToc",
+                self.proto.name()
+            )));
+        }
+        wal.register_holder();
         self.durable =
             Some(Durable { storage, wal, generation, _lock: lock, closed: AtomicBool::new(false), recovery: stats });
         Ok(())
@@ -400,6 +418,10 @@ impl<P: Protocol> Engine<P> {
 
 impl<P: Protocol> Drop for Engine<P> {
     fn drop(&mut self) {
+        if let Some(d) = &self.durable {
+            // Held lock words live in the records freed below.
+            d.wal.release_all_held();
+        }
         for (_, p) in self.index.scan(b"", None) {
             // SAFETY: `drop` has exclusive access; each record is owned by its index entry.
             drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
@@ -441,6 +463,9 @@ pub struct TypedTxn<'a, P: Protocol> {
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
     pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, mut bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {
+        if let Some(d) = eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            crate::wal::set_own_lane(Some(&d.wal), slot.lane.get());
+        }
         let guard = epoch::pin();
         bufs.clear();
         eng.proto.begin(&slot.worker, &mut bufs.st);
@@ -467,6 +492,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Ends the transaction after a conflict met during an operation.
     fn fail<T>(&mut self, c: Conflict) -> Result<T, Error> {
         self.rollback();
+        // NLR group commit: the conflict may be with this worker's own held locks, which
+        // only its flush releases (Algorithm 3: flush early when a lock is busy).
+        if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            // SAFETY: the slot outlives the transaction (see `worker`).
+            if let Some(lane) = unsafe { &*self.slot }.lane.get() {
+                d.wal.flush_now(lane)?;
+            }
+        }
         Err(Error::Conflict(c))
     }
 
@@ -822,10 +855,25 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
             };
             let private = wal.opts.mode == LogMode::PWal;
-            let mut hook = LogHook { wal, lane: &lane, private, done: None, err: None };
+            let hold = wal.holds_locks();
+            if hold {
+                crate::wal::set_own_lane(Some(wal), Some(&lane));
+            }
+            let mut hook = LogHook { wal, lane: &lane, private, hold, kept: Vec::new(), done: None, err: None };
             let b = self.bufs.as_mut().expect("buffers");
             let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
-            if r.is_ok() && wal.opts.release == Release::Elr {
+            if r.is_ok() && hold {
+                let (seq, order) = hook.done.expect("a logged commit appended its record");
+                for &(word, release) in &hook.kept {
+                    // SAFETY: the record is locked (so never unlinked) and pinned.
+                    wal.hold_lock(&lane, seq, unsafe { &*word }, release);
+                }
+                let r = if deferred { wal.maybe_flush(&lane) } else { wal.flush_to(&lane, seq, true) };
+                if let Err(e) = r {
+                    hook.err = Some(e);
+                }
+                ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, order)) };
+            } else if r.is_ok() && wal.opts.release == Release::Elr {
                 let (seq, lsn) = hook.done.expect("a logged commit appended its record");
                 if deferred {
                     if let Err(e) = wal.maybe_flush(&lane) {
@@ -910,6 +958,9 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
     fn drop(&mut self) {
         if self.active {
             self.rollback();
+        }
+        if self.eng.durable.as_ref().is_some_and(|d| d.wal.holds_locks()) {
+            crate::wal::set_own_lane(None, None);
         }
         let bufs = self.bufs.take();
         match self.home.take() {

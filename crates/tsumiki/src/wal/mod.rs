@@ -137,15 +137,6 @@ impl LogOptions {
         if self.group == 0 {
             return Err(Error::Config("group must be at least 1".into()));
         }
-        if self.mode == LogMode::PWal && self.release == Release::Nlr && self.group > 1 {
-            // Paper 001's Algorithm 3 holds locks across a worker's group of transactions;
-            // without it an NLR group would either flush per commit anyway or let others
-            // read writes that are not durable.
-            return Err(Error::Config(
-                "P-WAL with NLR and group commit (paper 001, Algorithm 3) is not implemented: use group 1, or ELR"
-                    .into(),
-            ));
-        }
         Ok(())
     }
 
@@ -207,6 +198,77 @@ pub(crate) struct Lane {
     flushed: AtomicU64,
     /// The shared WAL of Algorithm 1: appends wait while the buffer is being flushed.
     serialize: bool,
+    /// NLR group commit (Algorithm 3): lock words kept locked until the record that wrote
+    /// them is durable: `(lane sequence number of the record, word, value to release to)`.
+    held: Mutex<Vec<(u64, usize, u64)>>,
+}
+
+impl Lane {
+    /// Releases the held locks of records up to `upto` (durable now).
+    fn release_held(&self, upto: u64) {
+        let mut h = self.held.lock();
+        if h.is_empty() {
+            return;
+        }
+        h.retain(|&(seq, word, release)| {
+            if seq > upto {
+                return true;
+            }
+            // SAFETY: a locked record is never unlinked, so it (and its word) stays alive
+            // until this store unlocks it.
+            unsafe { &*(word as *const AtomicU64) }.store(release, Ordering::Release);
+            false
+        });
+    }
+}
+
+/// Wals whose workers may hold locks across commits (NLR group commit), for waiters to
+/// flush (any thread may flush a lane, which releases its held locks).
+static HOLDING: Mutex<Vec<std::sync::Weak<Wal>>> = Mutex::new(Vec::new());
+static HOLDING_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// The lane whose held locks this thread's transactions may meet (its own group).
+    static OWN_LANE: std::cell::RefCell<Option<(std::sync::Weak<Wal>, Arc<Lane>)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Called by lock waiters (the protocols' backoff): under NLR group commit, flushes the
+/// waiter's own group first (Algorithm 3's rule: flush and release before waiting), then
+/// every lane that holds locks, so that an idle holder cannot block anyone for long.
+pub(crate) fn lock_wait_hook() {
+    if HOLDING_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let own = OWN_LANE.with(|o| o.borrow().clone());
+    if let Some((wal, lane)) = own {
+        if let Some(wal) = wal.upgrade() {
+            let _ = wal.flush_lane(&lane, false);
+        }
+    }
+    let wals: Vec<Arc<Wal>> = HOLDING.lock().iter().filter_map(|w| w.upgrade()).collect();
+    for wal in wals {
+        let lanes: Vec<Arc<Lane>> = wal.lanes.read().iter().filter(|l| !l.held.lock().is_empty()).cloned().collect();
+        let poisoned = wal.check().is_err();
+        for l in lanes {
+            if poisoned {
+                // No commit will ever be acknowledged again: nothing can come to depend
+                // on these writes, and waiters must not hang.
+                l.release_held(u64::MAX);
+            } else if let Some(r) = wal.try_flush_lane(&l) {
+                let _ = r;
+            }
+        }
+    }
+}
+
+/// Marks (or clears) the lane of the transaction this thread runs.
+pub(crate) fn set_own_lane(wal: Option<&Arc<Wal>>, lane: Option<&Arc<Lane>>) {
+    OWN_LANE.with(|o| {
+        *o.borrow_mut() = match (wal, lane) {
+            (Some(w), Some(l)) => Some((Arc::downgrade(w), l.clone())),
+            _ => None,
+        }
+    });
 }
 
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
@@ -359,6 +421,7 @@ impl Wal {
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             serialize: self.opts.mode == LogMode::SWal,
+            held: Mutex::new(Vec::new()),
         });
         self.lanes.write().push(lane.clone());
         self.flush_lane(&lane, true)?;
@@ -478,6 +541,7 @@ impl Wal {
         let elr = self.opts.release == Release::Elr;
         if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
             lane.flushed.store(appended, Ordering::Release);
+            lane.release_held(appended);
             return Ok(());
         }
         let blocks = buf.len().div_ceil(PAYLOAD).max(1);
@@ -525,6 +589,7 @@ impl Wal {
         if elr {
             lane.horizon.fetch_max(horizon, Ordering::AcqRel);
         }
+        lane.release_held(appended);
         Ok(())
     }
 
@@ -624,6 +689,43 @@ impl Wal {
         Ok(())
     }
 
+    /// Whether commits keep their locks until their group is durable (P-WAL, NLR, group
+    /// above 1: paper 001's Algorithm 3).
+    pub(crate) fn holds_locks(&self) -> bool {
+        self.opts.mode == LogMode::PWal && self.opts.release == Release::Nlr && self.opts.group > 1
+    }
+
+    /// Registers a log whose commits hold locks, for [`lock_wait_hook`].
+    pub(crate) fn register_holder(self: &Arc<Self>) {
+        if self.holds_locks() {
+            let mut h = HOLDING.lock();
+            h.retain(|w| w.strong_count() > 0);
+            h.push(Arc::downgrade(self));
+            HOLDING_COUNT.store(h.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Keeps `word` locked until record `seq` of `lane` is durable (released at once if
+    /// it already is).
+    pub(crate) fn hold_lock(&self, lane: &Lane, seq: u64, word: &AtomicU64, release: u64) {
+        lane.held.lock().push((seq, word as *const AtomicU64 as usize, release));
+        if lane.flushed.load(Ordering::Acquire) >= seq {
+            lane.release_held(lane.flushed.load(Ordering::Acquire));
+        }
+    }
+
+    /// Releases every held lock (the engine is going away).
+    pub(crate) fn release_all_held(&self) {
+        for l in self.lanes.read().iter() {
+            l.release_held(u64::MAX);
+        }
+    }
+
+    /// Flushes `lane` now (Algorithm 3: before waiting, release the group's locks).
+    pub(crate) fn flush_now(&self, lane: &Lane) -> Result<(), Error> {
+        self.flush_lane(lane, false)
+    }
+
     /// What a commit that logged nothing waits for: the worker's own earlier deferred
     /// commits, if any are still pending (so `commit` stays a barrier for them).
     pub(crate) fn pending_of(&self, lane: &Lane) -> Option<(u64, u64)> {
@@ -700,6 +802,11 @@ impl Wal {
 impl Drop for Wal {
     fn drop(&mut self) {
         self.join_preparations();
+        if self.holds_locks() {
+            let mut h = HOLDING.lock();
+            h.retain(|w| w.strong_count() > 0);
+            HOLDING_COUNT.store(h.len(), Ordering::Relaxed);
+        }
     }
 }
 
