@@ -40,8 +40,9 @@ fn pick(seed: u64) -> Options {
     let cc = Cc::ALL[rng.below(Cc::ALL.len() as u64) as usize];
     let vs = log_variants();
     let log = vs[rng.below(vs.len() as u64) as usize].clone();
-    // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc only.
-    let cc = if log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1 { Cc::TicToc } else { cc };
+    // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
+    let holds = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
+    let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
     Options { cc, log, ..Options::default() }
 }
 
@@ -263,15 +264,17 @@ fn power_loss_serial_model() {
 #[test]
 fn algorithm_3_nothing_readable_before_durable() {
     let log = LogOptions { group: 8, max_wait: Duration::from_secs(60), ..LogOptions::default() };
-    let opts = Options { log, ..Options::default() };
     for round in 0..20u64 {
+        let cc = [Cc::TicToc, Cc::TwoPl(tsumiki::LockWait::NoWait), Cc::TwoPl(tsumiki::LockWait::WaitDie)]
+            [round as usize % 3];
+        let opts = Options { cc, log: log.clone(), ..Options::default() };
         let disk = SimStorage::new(round);
         let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
         let mut t = db.begin();
         t.put(b"k", b"1").unwrap();
         let ticket = t.commit_deferred().unwrap(); // pending: its group is not full
         let syncs = db.wal_stats().unwrap().syncs;
-        let seen = std::thread::scope(|s| s.spawn(|| db.begin().get(b"k").unwrap()).join().unwrap());
+        let seen = std::thread::scope(|s| s.spawn(|| db.run(|t| t.get(b"k")).unwrap()).join().unwrap());
         assert_eq!(seen.as_deref(), Some(&b"1"[..]));
         assert!(db.wal_stats().unwrap().syncs > syncs, "the reader had to make the group durable first");
         let image = disk.crash();
@@ -283,7 +286,7 @@ fn algorithm_3_nothing_readable_before_durable() {
 }
 
 #[test]
-fn algorithm_3_is_tictoc_only() {
+fn algorithm_3_needs_a_protocol_that_can_hold_locks() {
     let log = LogOptions { group: 4, ..LogOptions::default() };
     let e = Db::open_with_storage(Arc::new(SimStorage::new(1)), Options { cc: Cc::Silo, log, ..Options::default() });
     assert!(matches!(e, Err(Error::Config(_))));

@@ -24,8 +24,9 @@ fn options(variant: u64, lazy: bool) -> Options {
     let mode = if v.is_multiple_of(2) { LogMode::PWal } else { LogMode::SWal };
     let release = if (v / 2).is_multiple_of(2) { Release::Nlr } else { Release::Elr };
     let group = if (v / 4).is_multiple_of(2) { 1 } else { 8 };
-    // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc only.
-    let cc = if mode == LogMode::PWal && release == Release::Nlr && group > 1 { Cc::TicToc } else { cc };
+    // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
+    let holds = mode == LogMode::PWal && release == Release::Nlr && group > 1;
+    let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
     // `lazy`: the planted bug, commits acknowledged before their records are written.
     let durability = if lazy { Durability::None } else { Durability::Sync };
     let log = LogOptions { mode, release, group, durability, segment_size: 1 << 20, ..LogOptions::default() };

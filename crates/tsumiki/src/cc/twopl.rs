@@ -164,11 +164,17 @@ impl TwoPl {
     }
 
     fn release_all(&self, st: &mut TwoPlState) {
+        self.release_all_but(st, |_| false);
+    }
+
+    /// Releases the transaction's locks, except the exclusive ones `keep` takes over.
+    fn release_all_but(&self, st: &mut TwoPlState, mut keep: impl FnMut(&AtomicU64) -> bool) {
         for &(rec, mode) in &st.held {
             // SAFETY: records we hold locks on cannot be unlinked (that needs the lock),
             // and the transaction is still pinned.
             let rec = unsafe { &*rec };
             match mode {
+                Mode::Exclusive if keep(&rec.lock) => {}
                 Mode::Exclusive => rec.lock.store(0, Ordering::Release),
                 Mode::Shared => {
                     let mut cur = rec.lock.load(Ordering::Relaxed);
@@ -199,6 +205,10 @@ impl Protocol for TwoPl {
         } else {
             "2pl-nowait"
         }
+    }
+
+    fn can_hold_locks(&self) -> bool {
+        true
     }
 
     fn gap_protection(&self) -> bool {
@@ -289,7 +299,16 @@ impl Protocol for TwoPl {
                 unsafe { w.record() }.value.store(w.kind.take_value(), guard);
             }
         }
-        self.release_all(st);
+        if log.hold() {
+            // NLR group commit: exclusive locks stay until the group is durable (shared
+            // ones may go: the commit point has passed, and reads expose nothing).
+            self.release_all_but(st, |word| {
+                log.keep_locked(word, 0);
+                true
+            });
+        } else {
+            self.release_all(st);
+        }
         Ok(())
     }
 

@@ -262,7 +262,7 @@ impl<P: Protocol> Engine<P> {
         let wal = Arc::new(Wal::new(log_storage, log, generation));
         if wal.holds_locks() && !self.proto.can_hold_locks() {
             return Err(Error::Config(format!(
-                "P-WAL with NLR and group commit (paper 001, Algorithm 3) holds locks across commits, which {} cannot do: use group 1, ELR, or TicToc",
+                "P-WAL with NLR and group commit (paper 001, Algorithm 3) holds locks across commits, which {} cannot do: use group 1, ELR, TicToc or 2PL",
                 self.proto.name()
             )));
         }
@@ -492,13 +492,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Ends the transaction after a conflict met during an operation.
     fn fail<T>(&mut self, c: Conflict) -> Result<T, Error> {
         self.rollback();
-        // NLR group commit: the conflict may be with this worker's own held locks, which
-        // only its flush releases (Algorithm 3: flush early when a lock is busy).
+        // NLR group commit: the conflict may be with held locks (this worker's own, or an
+        // idle one's) that only a flush releases (Algorithm 3: flush early when a lock is
+        // busy); a no-wait retry would otherwise meet them again.
         if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
             // SAFETY: the slot outlives the transaction (see `worker`).
             if let Some(lane) = unsafe { &*self.slot }.lane.get() {
                 d.wal.flush_now(lane)?;
             }
+            crate::wal::lock_wait_hook();
         }
         Err(Error::Conflict(c))
     }
