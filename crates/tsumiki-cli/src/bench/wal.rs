@@ -6,7 +6,6 @@
 //! `raw-sync` / `raw-append`, programs that only write the same volume (the upper bound).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -156,77 +155,60 @@ fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Du
     drop(loader);
     let before = db.wal_stats().unwrap_or_default();
     let per_thread = args.txns / s.threads as u64;
-    let barrier = Barrier::new(s.threads + 1);
-    let done = AtomicU64::new(0);
-    let elapsed = std::thread::scope(|sc| -> Result<Duration, String> {
-        let handles: Vec<_> = (0..s.threads)
-            .map(|t| {
-                let (db, barrier, value, done) = (&db, &barrier, &value, &done);
-                sc.spawn(move || -> Result<(), String> {
-                    let mut r = rng(args.seed, run as u64, t as u64);
-                    let mut w = db.worker();
-                    let mut tickets = Vec::new();
-                    // Outside the timed part: the worker's first commit creates its lane
-                    // (a preallocated segment).
-                    loop {
-                        let mut txn = w.begin();
-                        match txn.put(&(t as u64 % args.rows).to_be_bytes(), value).and_then(|()| txn.commit()) {
-                            Ok(()) => break,
-                            Err(e) if e.is_retryable() => std::thread::yield_now(),
-                            Err(e) => return Err(e.to_string()),
-                        }
-                    }
-                    barrier.wait();
-                    for _ in 0..per_thread {
-                        let keys: Vec<u64> =
-                            (0..s.mix.reads + s.mix.updates).map(|_| r.random_range(0..args.rows)).collect();
-                        let ticket = loop {
-                            let mut txn = w.begin();
-                            let mut res = Ok(());
-                            for (i, k) in keys.iter().enumerate() {
-                                res = if i < s.mix.reads {
-                                    txn.get(&k.to_be_bytes()).map(|v| drop(std::hint::black_box(v)))
-                                } else {
-                                    txn.put(&k.to_be_bytes(), value)
-                                };
-                                if res.is_err() {
-                                    break;
-                                }
-                            }
-                            let res = res.and_then(|()| {
-                                if s.group > 1 {
-                                    txn.commit_deferred()
-                                } else {
-                                    txn.commit().map(|()| tsumiki::CommitTicket::done())
-                                }
-                            });
-                            match res {
-                                Ok(t) => break t,
-                                Err(e) if e.is_retryable() => std::thread::yield_now(),
-                                Err(e) => return Err(e.to_string()),
-                            }
-                        };
-                        tickets.push(ticket);
-                        if tickets.len() >= s.group {
-                            for t in tickets.drain(..) {
-                                t.wait().map_err(|e| e.to_string())?;
-                            }
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    for t in tickets.drain(..) {
-                        t.wait().map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        barrier.wait();
-        let t0 = Instant::now();
-        for h in handles {
-            h.join().map_err(|_| "a worker panicked".to_string())??;
+    let elapsed = timed_threads(s.threads, |t, ready| {
+        let mut r = rng(args.seed, run as u64, t as u64);
+        let mut w = db.worker();
+        let mut tickets = Vec::new();
+        // Outside the timed part: the worker's first commit creates its lane
+        // (a preallocated segment).
+        loop {
+            let mut txn = w.begin();
+            match txn.put(&(t as u64 % args.rows).to_be_bytes(), &value).and_then(|()| txn.commit()) {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.to_string()),
+            }
         }
-        Ok(t0.elapsed())
+        ready();
+        for _ in 0..per_thread {
+            let keys: Vec<u64> = (0..s.mix.reads + s.mix.updates).map(|_| r.random_range(0..args.rows)).collect();
+            let ticket = loop {
+                let mut txn = w.begin();
+                let mut res = Ok(());
+                for (i, k) in keys.iter().enumerate() {
+                    res = if i < s.mix.reads {
+                        txn.get(&k.to_be_bytes()).map(|v| drop(std::hint::black_box(v)))
+                    } else {
+                        txn.put(&k.to_be_bytes(), &value)
+                    };
+                    if res.is_err() {
+                        break;
+                    }
+                }
+                let res = res.and_then(|()| {
+                    if s.group > 1 {
+                        txn.commit_deferred()
+                    } else {
+                        txn.commit().map(|()| tsumiki::CommitTicket::done())
+                    }
+                });
+                match res {
+                    Ok(t) => break t,
+                    Err(e) if e.is_retryable() => std::thread::yield_now(),
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            tickets.push(ticket);
+            if tickets.len() >= s.group {
+                for t in tickets.drain(..) {
+                    t.wait().map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        for t in tickets.drain(..) {
+            t.wait().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     })?;
     let after = db.wal_stats().unwrap_or_default();
     drop(db);
@@ -262,31 +244,44 @@ fn run_raw(args: &WalArgs, s: &Setting, dir: &Path, preallocate: bool) -> Result
             Ok(f)
         })
         .collect::<Result<_, String>>()?;
-    let barrier = Barrier::new(s.threads + 1);
-    let elapsed = std::thread::scope(|sc| -> Result<Duration, String> {
-        let handles: Vec<_> = files
-            .iter()
-            .map(|f| {
-                let barrier = &barrier;
-                sc.spawn(move || -> Result<(), String> {
-                    let buf = vec![0xABu8; write_len];
-                    barrier.wait();
-                    for i in 0..flushes {
-                        f.write_at(&buf, i * write_len as u64).map_err(|e| e.to_string())?;
-                        f.sync_data().map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
+    let elapsed = timed_threads(s.threads, |t, ready| {
+        let f = &files[t];
+        let buf = vec![0xABu8; write_len];
+        ready();
+        for i in 0..flushes {
+            f.write_at(&buf, i * write_len as u64).map_err(|e| e.to_string())?;
+            f.sync_data().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })?;
+    Ok((elapsed, flushes * s.threads as u64, 0))
+}
+
+/// Runs `work(t, ready)` on `threads` threads; each calls `ready()` once its untimed setup
+/// is done. Returns the time from when all are ready until all have finished.
+fn timed_threads<F>(threads: usize, work: F) -> Result<Duration, String>
+where
+    F: Fn(usize, &dyn Fn()) -> Result<(), String> + Sync,
+{
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (work, barrier) = (&work, &barrier);
+                sc.spawn(move || {
+                    work(t, &|| {
+                        barrier.wait();
+                    })
                 })
             })
             .collect();
         barrier.wait();
         let t0 = Instant::now();
         for h in handles {
-            h.join().map_err(|_| "a writer panicked".to_string())??;
+            h.join().map_err(|_| "a worker panicked".to_string())??;
         }
         Ok(t0.elapsed())
-    })?;
-    Ok((elapsed, flushes * s.threads as u64, 0))
+    })
 }
 
 pub fn run(args: &WalArgs) -> Result<(), String> {

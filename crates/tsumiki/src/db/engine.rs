@@ -498,7 +498,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
             // SAFETY: the slot outlives the transaction (see `worker`).
             if let Some(lane) = unsafe { &*self.slot }.lane.get() {
-                d.wal.flush_now(lane)?;
+                d.wal.flush_lane(lane, false)?;
             }
             crate::wal::lock_wait_hook();
         }

@@ -480,7 +480,7 @@ impl Wal {
 
     /// Writes (and syncs, per the durability) everything pending in `lane`. `force` writes
     /// a block even with nothing pending, to make a new watermark durable.
-    fn flush_lane(&self, lane: &Lane, force: bool) -> Result<(), Error> {
+    pub(crate) fn flush_lane(&self, lane: &Lane, force: bool) -> Result<(), Error> {
         if lane.serialize {
             let mut p = lane.pending.lock();
             let mut io = lane.io.lock();
@@ -719,11 +719,6 @@ impl Wal {
         for l in self.lanes.read().iter() {
             l.release_held(u64::MAX);
         }
-    }
-
-    /// Flushes `lane` now (Algorithm 3: before waiting, release the group's locks).
-    pub(crate) fn flush_now(&self, lane: &Lane) -> Result<(), Error> {
-        self.flush_lane(lane, false)
     }
 
     /// What a commit that logged nothing waits for: the worker's own earlier deferred

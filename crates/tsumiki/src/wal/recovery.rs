@@ -89,8 +89,7 @@ pub fn read_lane(
         if data.len() as u64 != segment_size {
             // Data goes into a segment only after its preallocation was synced: a short
             // last segment without a single valid block is one whose creation was cut.
-            let any_valid = data.chunks_exact(BLOCK).any(|b| format::open_block(b).is_some_and(|t| t.lane == lane));
-            if !last || any_valid {
+            if !last || holds_blocks(&data) {
                 return Err(corrupt(format!("{name} is {} bytes, expected {segment_size} (truncated?)", data.len())));
             }
             break 'segs;
