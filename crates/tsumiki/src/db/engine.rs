@@ -617,8 +617,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !eng.proto.gap_protection() {
                 return Ok(Some(r));
             }
+            // A follower this transaction already wrote had the records beyond it written
+            // then (see `gap_write_beyond`): walking them again made big transactions of
+            // new keys quadratic.
+            let walked = self.b().own(next as *const P::Record).is_some();
             self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
-            if eng.proto.is_fresh(next) {
+            if !walked && eng.proto.is_fresh(next) {
                 if let Some(k) = nk {
                     self.gap_write_beyond(&k)?;
                 }
@@ -637,6 +641,13 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let mut at_key = key.to_vec();
         loop {
             let (k, next) = eng.next_record(&at_key, true, guard);
+            if self.b().own(next as *const P::Record).is_some() {
+                // Already in the write set: whenever a fresh record enters it, the records
+                // beyond it up to a committed one are written too, and a record inserted
+                // beyond it since then did not exist when a reader could have relied on it
+                // for this gap (this one stood in between).
+                return Ok(());
+            }
             self.add_write(k.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
             match k {
                 Some(k) if eng.proto.is_fresh(next) => at_key = k,
