@@ -35,6 +35,8 @@ pub mod twopl;
 
 use std::sync::atomic::Ordering;
 
+use std::mem::MaybeUninit;
+
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
 /// Why an operation of a transaction could not go on.
@@ -90,7 +92,7 @@ pub enum UnlinkLatch {
 
 /// One entry of a transaction's write set, as the engine hands it to [`Protocol::commit`].
 pub struct WriteEntry<R> {
-    /// The record; it stays valid while the transaction's epoch guard is held.
+    /// The record; it stays allocated while the transaction runs.
     pub rec: *const R,
     /// The key (for logging and unlinking).
     pub key: Box<[u8]>,
@@ -99,11 +101,11 @@ pub struct WriteEntry<R> {
 }
 
 impl WriteKind {
-    /// The value to install, moved out (a written value is left empty, a delete stays a
-    /// delete, so the engine can still tell which entries deleted).
-    pub(crate) fn take_value(&mut self) -> Option<Vec<u8>> {
+    /// The value to install: `Some(bytes)` for a put, `None` for a delete or a gap write.
+    #[inline]
+    pub(crate) fn value(&self) -> Option<&[u8]> {
         match self {
-            WriteKind::Value(Some(v)) => Some(std::mem::take(v)),
+            WriteKind::Value(Some(v)) => Some(v),
             _ => None,
         }
     }
@@ -123,11 +125,11 @@ impl<R> WriteEntry<R> {
     /// The record.
     ///
     /// # Safety
-    /// The caller holds the epoch guard the transaction was pinned with.
+    /// The caller runs inside the transaction this entry belongs to.
     #[inline]
     pub unsafe fn record<'g>(&self) -> &'g R {
-        // SAFETY: records are freed only through the epoch after they left the index, and
-        // the transaction is pinned for its whole life (caller's contract).
+        // SAFETY: a record is freed only after it left the index and every transaction that
+        // began before that has ended (the engine's `retire`); this one is running.
         unsafe { &*self.rec }
     }
 }
@@ -279,10 +281,20 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 
 /// The value of a single-version record: a pointer to an immutable buffer, swapped whole by
 /// a writer and freed through the epoch, so optimistic readers never see a torn value.
-/// Null means absent; the tag marks a record unlinked from the index.
-pub(crate) struct ValueCell(Atomic<Vec<u8>>);
+/// Null means absent; the tag marks a record unlinked from the index. The buffer is one
+/// allocation holding its length and the bytes (crossbeam's slice `Pointable`), so a small
+/// value costs one small block, not a `Vec` header plus a buffer.
+pub(crate) struct ValueCell(Atomic<[MaybeUninit<u8>]>);
 
 const REMOVED_TAG: usize = 1;
+
+/// The bytes of a loaded value buffer.
+#[inline]
+fn value_bytes<'g>(p: Shared<'g, [MaybeUninit<u8>]>) -> Option<&'g [u8]> {
+    // SAFETY: buffers are freed only through `guard.defer_destroy` after being replaced, and
+    // every byte of a published buffer was written before it was published (`store`).
+    unsafe { p.as_ref().map(|s| &*(s as *const [MaybeUninit<u8>] as *const [u8])) }
+}
 
 impl ValueCell {
     pub(crate) fn absent() -> Self {
@@ -292,9 +304,7 @@ impl ValueCell {
     /// Copies the value into `out`; returns whether it is present.
     #[inline]
     pub(crate) fn load_into(&self, out: Option<&mut Vec<u8>>, guard: &Guard) -> bool {
-        let p = self.0.load(Ordering::Acquire, guard);
-        // SAFETY: buffers are freed only through `guard.defer_destroy` after being replaced.
-        match unsafe { p.as_ref() } {
+        match value_bytes(self.0.load(Ordering::Acquire, guard)) {
             Some(v) => {
                 if let Some(out) = out {
                     out.clear();
@@ -317,9 +327,14 @@ impl ValueCell {
     }
 
     /// Replaces the value; only the holder of the record's exclusive lock calls this.
-    pub(crate) fn store(&self, value: Option<Vec<u8>>, guard: &Guard) {
+    pub(crate) fn store(&self, value: Option<&[u8]>, guard: &Guard) {
         let new = match value {
-            Some(v) => Owned::new(v).into_shared(guard),
+            Some(v) => {
+                let mut buf = Owned::<[MaybeUninit<u8>]>::init(v.len());
+                // SAFETY: `buf` holds exactly `v.len()` bytes and does not overlap `v`.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.as_mut_ptr().cast::<u8>(), v.len()) };
+                buf.into_shared(guard)
+            }
             None => Shared::null(),
         };
         let old = self.0.swap(new, Ordering::AcqRel, guard);

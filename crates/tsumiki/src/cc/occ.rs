@@ -26,7 +26,7 @@ impl OccRecord {
     /// A committed record with word `word` holding `value`.
     pub(crate) fn loaded(word: u64, value: Vec<u8>) -> Self {
         let r = OccRecord { word: AtomicU64::new(word), value: ValueCell::absent() };
-        r.value.store(Some(value), &crossbeam_epoch::pin());
+        r.value.store(Some(&value), &crossbeam_epoch::pin());
         r
     }
 
@@ -125,7 +125,7 @@ impl OccRecord {
 /// it was before the lock).
 pub(crate) fn unlock_prefix(writes: &[WriteEntry<OccRecord>], locked: &[u64], n: usize) {
     for (w, &word) in writes[..n].iter().zip(locked) {
-        // SAFETY: pinned by the transaction's guard (held by the caller's caller).
+        // SAFETY: records stay allocated while their transaction runs (the engine's retire).
         unsafe { w.record() }.word.store(word, Ordering::Release);
     }
 }

@@ -427,7 +427,9 @@ impl Protocol for Si {
             match r.status.load(Ordering::Acquire) {
                 ABORTED => v = r.prev.load(Ordering::Acquire),
                 COMMITTED if r.commit_ts.load(Ordering::Acquire) < st.begin => break,
-                _ if self.skip_validation => break,
+                // The planted bug skips first-committer-wins, not the pending check: a
+                // write over another's pending version would be a dirty write.
+                COMMITTED if self.skip_validation => break,
                 _ => {
                     // Another writer's pending version, or one committed after we began.
                     rec.unlock();
@@ -484,7 +486,7 @@ impl Protocol for Si {
                     // SAFETY: our own PENDING version: no one else reads or writes its value.
                     unsafe { *(*v).value.get() = Some(val.as_slice().into()) };
                 }
-                // SAFETY: our own version, alive while the transaction is pinned.
+                // SAFETY: our own version: pruning keeps unsettled versions, so it lives until we settle it.
                 unsafe { &*v }.status.store(COMMITTING, Ordering::SeqCst);
             }
             let ts = self.clock.fetch_add(1, Ordering::SeqCst);
@@ -505,7 +507,7 @@ impl Protocol for Si {
 
     fn abort(&self, st: &mut SiState, _writes: &[WriteEntry<SiRecord>]) {
         for &(_, v) in &st.installed {
-            // SAFETY: our own version, alive while the transaction is pinned.
+            // SAFETY: our own version: pruning keeps unsettled versions, so it lives until we settle it.
             unsafe { &*v }.status.store(ABORTED, Ordering::Release);
         }
         if !st.worker.is_null() {

@@ -36,7 +36,7 @@ pub struct SiloState {
     locked: Vec<u64>,
 }
 
-// SAFETY: the raw pointers name records kept alive by the transaction's epoch guard; the
+// SAFETY: the raw pointers name records kept allocated while the transaction runs; the
 // state moves between threads only between transactions.
 unsafe impl Send for SiloState {}
 
@@ -195,7 +195,7 @@ impl Protocol for Silo {
     ) -> Result<(), CommitFail> {
         st.locked.clear();
         for (i, w) in writes.iter().enumerate() {
-            // SAFETY: pinned by the transaction's guard.
+            // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             match unsafe { w.record() }.lock_spin() {
                 Ok(t) => st.locked.push(t),
                 Err(_) => {
@@ -209,7 +209,7 @@ impl Protocol for Silo {
         let mut floor = 0;
         if !self.skip_validation {
             for r in &st.reads {
-                // SAFETY: pinned by the transaction's guard.
+                // SAFETY: records stay allocated while the transaction runs (the engine's retire).
                 let cur = unsafe { &*r.rec }.word.load(Ordering::Acquire);
                 if cur & !LOCK != r.tid || (cur & LOCK != 0 && !in_sorted_writes(writes, r.rec)) {
                     unlock_prefix(writes, &st.locked, writes.len());
@@ -229,10 +229,10 @@ impl Protocol for Silo {
             return Err(CommitFail::Log);
         }
         for w in writes.iter_mut() {
-            // SAFETY: pinned by the transaction's guard.
+            // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             let rec = unsafe { w.record() };
             if let WriteKind::Value(_) = w.kind {
-                rec.value.store(w.kind.take_value(), guard);
+                rec.value.store(w.kind.value(), guard);
             }
             rec.word.store(tid, Ordering::Release);
         }

@@ -49,7 +49,7 @@ struct ReadEntry {
     rts: u64,
 }
 
-// SAFETY: the raw pointers name records kept alive by the transaction's epoch guard; the
+// SAFETY: the raw pointers name records kept allocated while the transaction runs; the
 // state moves between threads only between transactions.
 unsafe impl Send for TicTocState {}
 
@@ -160,7 +160,7 @@ impl Protocol for TicToc {
         // Lock the write set in address order, without waiting.
         st.locked.clear();
         for (i, w) in writes.iter().enumerate() {
-            // SAFETY: pinned by the transaction's guard.
+            // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             let rec = unsafe { w.record() };
             let mut cur = rec.word.load(Ordering::Acquire);
             loop {
@@ -188,7 +188,7 @@ impl Protocol for TicToc {
                 if r.rts >= commit_ts {
                     continue;
                 }
-                // SAFETY: pinned by the transaction's guard.
+                // SAFETY: records stay allocated while the transaction runs (the engine's retire).
                 let rec = unsafe { &*r.rec };
                 loop {
                     let cur = rec.word.load(Ordering::Acquire);
@@ -223,10 +223,10 @@ impl Protocol for TicToc {
         }
         let hold = log.hold();
         for w in writes.iter_mut() {
-            // SAFETY: pinned by the transaction's guard.
+            // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             let rec = unsafe { w.record() };
             if let WriteKind::Value(_) = w.kind {
-                rec.value.store(w.kind.take_value(), guard);
+                rec.value.store(w.kind.value(), guard);
             }
             if hold {
                 // Algorithm 3: readers keep waiting until the group is durable.

@@ -54,7 +54,7 @@ pub struct TwoPlState {
     by_rec: HashMap<usize, usize>,
 }
 
-// SAFETY: the raw pointers name records kept alive by the transaction's epoch guard; the
+// SAFETY: the raw pointers name records kept allocated while the transaction runs; the
 // state moves between threads only between transactions.
 unsafe impl Send for TwoPlState {}
 
@@ -232,7 +232,7 @@ impl Protocol for TwoPl {
 
     fn new_loaded(&self, value: Vec<u8>) -> TwoPlRecord {
         let r = TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() };
-        r.value.store(Some(value), &crossbeam_epoch::pin());
+        r.value.store(Some(&value), &crossbeam_epoch::pin());
         r
     }
 
@@ -295,8 +295,8 @@ impl Protocol for TwoPl {
         }
         for w in writes.iter_mut() {
             if let WriteKind::Value(_) = w.kind {
-                // SAFETY: pinned by the transaction's guard; we hold its exclusive lock.
-                unsafe { w.record() }.value.store(w.kind.take_value(), guard);
+                // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
+                unsafe { w.record() }.value.store(w.kind.value(), guard);
             }
         }
         if log.hold() {

@@ -36,7 +36,13 @@ pub(crate) struct Slot<P: Protocol> {
     pub(crate) worker: P::Worker,
     /// The slot's log lane, made at its first logged commit.
     lane: OnceLock<Arc<Lane>>,
+    /// The record clock when the slot's running transaction began ([`IDLE`] between
+    /// transactions): records retired at or after it stay allocated (see [`Engine::retire`]).
+    since: AtomicU64,
 }
+
+/// [`Slot::since`] of a slot with no transaction running.
+const IDLE: u64 = u64::MAX;
 
 /// Reusable buffers of one transaction at a time.
 pub(crate) struct TxnBufs<P: Protocol> {
@@ -95,6 +101,16 @@ pub struct Engine<P: Protocol> {
     has_pending: AtomicBool,
     pub(crate) counters: Counters,
     pub(crate) durable: Option<Durable>,
+    /// Every slot ever made (slots are pooled, never dropped before the engine): scanned
+    /// for the oldest running transaction before retired records are freed.
+    slots: Mutex<Vec<Arc<Slot<P>>>>,
+    /// Ticks at every record retirement; a transaction publishes its value at begin.
+    record_clock: AtomicU64,
+    /// Records out of the index, with the clock value of their retirement, waiting for
+    /// every transaction that began before it to end.
+    retired: Mutex<Vec<(u64, RecPtr<P::Record>)>>,
+    /// Whether `retired` may hold records (spares transactions its mutex).
+    has_retired: AtomicBool,
 }
 
 /// The files behind a database opened with a path.
@@ -163,6 +179,10 @@ impl<P: Protocol> Engine<P> {
             has_pending: AtomicBool::new(false),
             counters: Counters::default(),
             durable: None,
+            slots: Mutex::new(Vec::new()),
+            record_clock: AtomicU64::new(0),
+            retired: Mutex::new(Vec::new()),
+            has_retired: AtomicBool::new(false),
         })
     }
 
@@ -311,26 +331,83 @@ impl<P: Protocol> Engine<P> {
     }
 
     pub(crate) fn take_slot(&self) -> Arc<Slot<P>> {
-        self.free_slots
-            .lock()
-            .pop()
-            .unwrap_or_else(|| Arc::new(Slot { worker: self.proto.new_worker(), lane: OnceLock::new() }))
+        if let Some(s) = self.free_slots.lock().pop() {
+            return s;
+        }
+        let s = Arc::new(Slot { worker: self.proto.new_worker(), lane: OnceLock::new(), since: AtomicU64::new(IDLE) });
+        self.slots.lock().push(Arc::clone(&s));
+        s
+    }
+
+    /// Publishes the start of a transaction on `slot`: records retired from now on stay
+    /// allocated until it ends. Re-checked like a hazard pointer: either a retirer's scan
+    /// sees the published value, or this transaction reads a clock past the retirement
+    /// (and so, through the clock, sees the record already out of the index).
+    fn enter(&self, slot: &Slot<P>) {
+        let mut c = self.record_clock.load(Ordering::SeqCst);
+        loop {
+            slot.since.store(c, Ordering::SeqCst);
+            let now = self.record_clock.load(Ordering::SeqCst);
+            if now == c {
+                return;
+            }
+            c = now;
+        }
+    }
+
+    /// Ends the transaction on `slot`, then frees what no running transaction can hold.
+    fn leave(&self, slot: &Slot<P>) {
+        slot.since.store(IDLE, Ordering::SeqCst);
+        if self.has_retired.load(Ordering::Acquire) {
+            self.reclaim();
+        }
+    }
+
+    /// A record has left the index: it is freed once every transaction running now ended.
+    /// Transactions hold records (read and write sets) across operations without an epoch
+    /// pin, so that a long or idle transaction never stalls the epoch (index nodes and value
+    /// buffers, which no transaction holds across operations, go through the epoch).
+    fn retire(&self, rec: RecPtr<P::Record>) {
+        let stamp = self.record_clock.fetch_add(1, Ordering::SeqCst);
+        self.retired.lock().push((stamp, rec));
+        self.has_retired.store(true, Ordering::Release);
+    }
+
+    /// Frees the retired records older than every running transaction.
+    fn reclaim(&self) {
+        let Some(mut retired) = self.retired.try_lock() else { return };
+        let oldest = self.slots.lock().iter().map(|s| s.since.load(Ordering::SeqCst)).min().unwrap_or(IDLE);
+        retired.retain(|&(stamp, rec)| {
+            if stamp < oldest {
+                // SAFETY: out of the index since `stamp`; every transaction that could have
+                // loaded it began before and has ended (`enter`); nothing else holds records.
+                drop(unsafe { Box::from_raw(rec.0 as *mut P::Record) });
+                false
+            } else {
+                true
+            }
+        });
+        if retired.is_empty() {
+            self.has_retired.store(false, Ordering::Release);
+        }
     }
 
     pub(crate) fn return_slot(&self, slot: Arc<Slot<P>>) {
         self.free_slots.lock().push(slot);
     }
 
-    /// The record stored under `key`.
+    /// The record stored under `key`. The caller runs a transaction (or has the engine to
+    /// itself), which keeps every record it can load allocated (see [`Engine::retire`]).
     #[inline]
-    fn lookup<'g>(&self, key: &[u8], _guard: &'g Guard) -> Option<&'g P::Record> {
-        // SAFETY: the caller is pinned for 'g; records leave memory only through the epoch.
+    fn lookup(&self, key: &[u8], _guard: &Guard) -> Option<&P::Record> {
+        // SAFETY: records are freed only after every transaction that began before they left
+        // the index has ended; the caller's transaction is running.
         self.index.get(key).ok().flatten().map(|p| unsafe { &*p.0 })
     }
 
     /// The first record at or after `key` (after, when `exclusive`), or the sentinel.
     #[inline]
-    fn next_record<'g>(&'g self, key: &[u8], exclusive: bool, _guard: &'g Guard) -> (Option<Vec<u8>>, &'g P::Record) {
+    fn next_record(&self, key: &[u8], exclusive: bool, _guard: &Guard) -> (Option<Vec<u8>>, &P::Record) {
         match self.index.first_from(key, exclusive) {
             // SAFETY: as in `lookup`.
             Some((k, p)) => (Some(k), unsafe { &*p.0 }),
@@ -378,9 +455,7 @@ impl<P: Protocol> Engine<P> {
             self.proto.unlink(worker, r, next, guard);
             let removed = self.index.delete(key).unwrap_or(false);
             debug_assert!(removed, "a latched record stays in the index until its unlink");
-            let p = rec as usize;
-            // SAFETY: `rec` is out of the index; whoever still holds the pointer is pinned.
-            unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p as *mut P::Record))) };
+            self.retire(RecPtr(rec));
             self.counters.unlinked.fetch_add(1, Ordering::Relaxed);
             return true;
         }
@@ -426,6 +501,10 @@ impl<P: Protocol> Drop for Engine<P> {
             // SAFETY: `drop` has exclusive access; each record is owned by its index entry.
             drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
         }
+        for (_, p) in self.retired.get_mut().drain(..) {
+            // SAFETY: as above; retired records are out of the index and owned by the list.
+            drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+        }
     }
 }
 
@@ -457,19 +536,44 @@ pub struct TypedTxn<'a, P: Protocol> {
     slot: *const Slot<P>,
     bufs: Option<Box<TxnBufs<P>>>,
     home: Option<Home<'a, P>>,
-    guard: Guard,
     active: bool,
+    /// Operations since the last explicit collection of epoch garbage.
+    ops: u32,
 }
+
+// SAFETY: a transaction holds no epoch guard (each operation pins its own) and no
+// thread-local state; its raw pointers name records kept allocated while it runs (see
+// `Engine::retire`) and its slot, kept alive by `home`. The C and Python bindings hold
+// transactions across calls from any thread.
+unsafe impl<P: Protocol> Send for TypedTxn<'_, P> {}
+
+/// Operations between explicit epoch collections: crossbeam collects a few bags of garbage
+/// every 128 outermost pins, slower than index operations make garbage, so a transaction
+/// helps it along.
+const OPS_PER_COLLECT: u32 = 32;
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
     pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, mut bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {
-        if let Some(d) = eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
-            crate::wal::set_own_lane(Some(&d.wal), slot.lane.get());
-        }
-        let guard = epoch::pin();
+        eng.enter(slot);
         bufs.clear();
         eng.proto.begin(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), guard, active: true }
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0 }
+    }
+
+    /// Pins the epoch for one operation. Under NLR group commit it also names this
+    /// transaction's lane to the lock-wait hook of the thread running the operation.
+    fn pin(&mut self) -> Guard {
+        if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            // SAFETY: the slot outlives the transaction (see `worker`).
+            crate::wal::set_own_lane(Some(&d.wal), unsafe { &*self.slot }.lane.get());
+        }
+        let guard = epoch::pin();
+        self.ops += 1;
+        if self.ops >= OPS_PER_COLLECT {
+            self.ops = 0;
+            guard.flush();
+        }
+        guard
     }
 
     fn worker(&self) -> &P::Worker {
@@ -506,7 +610,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Reads `rec` (own write first). `Ok(None)`: absent.
-    fn read_rec(&mut self, rec: &P::Record, want: bool) -> Result<Option<Vec<u8>>, Access> {
+    fn read_rec(&mut self, rec: &P::Record, want: bool, guard: &Guard) -> Result<Option<Vec<u8>>, Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
         let b = self.bufs.as_mut().expect("buffers");
@@ -516,23 +620,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         let mut value = Vec::new();
-        let present = eng.proto.read(&mut b.st, rec, want.then_some(&mut value), &self.guard)?;
+        let present = eng.proto.read(&mut b.st, rec, want.then_some(&mut value), guard)?;
         Ok(present.then_some(value))
     }
 
     /// Reads the gap where `key` would be. `Ok(Some(rec))`: the key exists after all.
-    fn read_missing(&mut self, key: &[u8]) -> Result<Option<&'a P::Record>, Access> {
+    fn read_missing(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
         if !eng.proto.gap_protection() {
             return Ok(None);
         }
-        let guard: &'a Guard = self.guard_ref();
         loop {
             let (k, next) = eng.next_record(key, false, guard);
             if k.as_deref() == Some(key) {
                 return Ok(Some(next));
             }
-            match self.read_rec(next, false) {
+            match self.read_rec(next, false, guard) {
                 Ok(_) => {}
                 Err(Access::Removed) => continue,
                 Err(e) => return Err(e),
@@ -543,13 +646,6 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 return Ok(None);
             }
         }
-    }
-
-    fn guard_ref(&self) -> &'a Guard {
-        // SAFETY: the guard lives as long as the transaction, and every record reference
-        // derived from it is used only while the transaction lives (`'a` outlives it only
-        // nominally: references never escape the transaction's methods).
-        unsafe { &*(&self.guard as *const Guard) }
     }
 
     /// Adds (or upgrades) a write-set entry.
@@ -578,9 +674,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// Puts a placeholder for `key` into the index. `Ok(None)`: another transaction's
     /// record appeared first (look it up again).
-    fn create(&mut self, key: &[u8]) -> Result<Option<&'a P::Record>, Access> {
+    fn create(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
-        let guard: &'a Guard = self.guard_ref();
         loop {
             if eng.lookup(key, guard).is_some() {
                 return Ok(None);
@@ -610,7 +705,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 drop(unsafe { Box::from_raw(rec) });
                 return Ok(None);
             }
-            // SAFETY: published in the index; freed only through the epoch.
+            // SAFETY: published in the index; freed only after this transaction ended.
             let r: &'a P::Record = unsafe { &*rec };
             eng.proto.created(&mut self.b().st, r);
             self.b().created.push((key.into(), rec));
@@ -624,7 +719,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
             if !walked && eng.proto.is_fresh(next) {
                 if let Some(k) = nk {
-                    self.gap_write_beyond(&k)?;
+                    self.gap_write_beyond(&k, guard)?;
                 }
             }
             return Ok(Some(r));
@@ -635,9 +730,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// committed (or the sentinel). Needed when the transaction makes a key present that
     /// an uncommitted placeholder stood for: readers that saw the gap before the placeholder
     /// existed relied on that farther record.
-    fn gap_write_beyond(&mut self, key: &[u8]) -> Result<(), Access> {
+    fn gap_write_beyond(&mut self, key: &[u8], guard: &Guard) -> Result<(), Access> {
         let eng = self.eng;
-        let guard = self.guard_ref();
         let mut at_key = key.to_vec();
         loop {
             let (k, next) = eng.next_record(&at_key, true, guard);
@@ -659,11 +753,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// A value write of an existing record; if that record is an uncommitted placeholder
     /// (someone else's insert, pending or aborted), the write is an insert into the gap it
     /// stands in, so the gap owner beyond it is written too.
-    fn write_existing(&mut self, key: &[u8], rec: &P::Record, value: Option<&[u8]>) -> Result<(), Access> {
+    fn write_existing(
+        &mut self,
+        key: &[u8],
+        rec: &P::Record,
+        value: Option<&[u8]>,
+        guard: &Guard,
+    ) -> Result<(), Access> {
         let fresh = value.is_some() && self.eng.proto.gap_protection() && self.eng.proto.is_fresh(rec);
         self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec)))?;
         if fresh {
-            self.gap_write_beyond(key)?;
+            self.gap_write_beyond(key, guard)?;
         }
         Ok(())
     }
@@ -672,18 +772,18 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         self.check_active()?;
         check_key(key)?;
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         loop {
             let rec = match self.eng.lookup(key, guard) {
                 Some(r) => r,
-                None => match self.read_missing(key) {
+                None => match self.read_missing(key, guard) {
                     Ok(None) => return Ok(None),
                     Ok(Some(r)) => r,
                     Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
                 },
             };
-            match self.read_rec(rec, true) {
+            match self.read_rec(rec, true, guard) {
                 Ok(v) => return Ok(v),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
@@ -696,11 +796,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         self.check_active()?;
         check_key(key)?;
         check_value(value)?;
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         loop {
             let step = match self.eng.lookup(key, guard) {
-                Some(r) => self.write_existing(key, r, Some(value)),
-                None => match self.create(key) {
+                Some(r) => self.write_existing(key, r, Some(value), guard),
+                None => match self.create(key, guard) {
                     Ok(Some(r)) => self.add_write(key, r, WriteKind::Value(Some(value.to_vec()))),
                     Ok(None) => Err(Access::Removed),
                     Err(e) => Err(e),
@@ -722,20 +822,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         if let Some(v) = value {
             check_value(v)?;
         }
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         loop {
             let step = match self.eng.lookup(key, guard) {
-                Some(rec) => match self.read_rec(rec, false) {
-                    Ok(cur) if cur.is_some() == want_present => self.write_existing(key, rec, value).map(|()| true),
+                Some(rec) => match self.read_rec(rec, false, guard) {
+                    Ok(cur) if cur.is_some() == want_present => {
+                        self.write_existing(key, rec, value, guard).map(|()| true)
+                    }
                     Ok(_) => Ok(false),
                     Err(e) => Err(e),
                 },
-                None if want_present => match self.read_missing(key) {
+                None if want_present => match self.read_missing(key, guard) {
                     Ok(None) => Ok(false),
                     Ok(Some(_)) => Err(Access::Removed), // appeared: look again
                     Err(e) => Err(e),
                 },
-                None => match self.create(key) {
+                None => match self.create(key, guard) {
                     Ok(Some(rec)) => {
                         self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
                     }
@@ -775,15 +877,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Option<Vec<u8>>, Error> {
         let eng = self.eng;
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         'retry: loop {
             out.clear();
             let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, end).take(SCAN_CHUNK).collect();
             let last = recs.len() < SCAN_CHUNK;
             for (k, p) in &recs {
-                // SAFETY: pinned by the transaction's guard.
+                // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 let rec = unsafe { &*p.0 };
-                match self.read_rec(rec, true) {
+                match self.read_rec(rec, true, guard) {
                     Ok(Some(v)) => out.push((k.clone(), v)),
                     Ok(None) => {}
                     Err(Access::Removed) => continue 'retry,
@@ -799,7 +901,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Some(e) => eng.next_record(e, false, guard).1,
                     None => &*eng.sentinel,
                 };
-                match self.read_rec(t, false) {
+                match self.read_rec(t, false, guard) {
                     Ok(_) => {}
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
@@ -850,7 +952,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let worker = self.worker() as *const P::Worker;
         // SAFETY: the slot outlives the transaction (see `worker`).
         let worker = unsafe { &*worker };
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         let b = self.bufs.as_mut().expect("buffers");
         b.writes.sort_unstable_by_key(|w| w.rec as usize);
         let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.opts.mode != LogMode::None);
@@ -957,7 +1059,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let worker = self.worker() as *const P::Worker;
         // SAFETY: as in `commit`.
         let worker = unsafe { &*worker };
-        let guard = self.guard_ref();
+        let guard = &self.pin();
         let b = self.bufs.as_mut().expect("buffers");
         eng.proto.abort(&mut b.st, &b.writes);
         eng.counters.aborts.fetch_add(1, Ordering::Relaxed);
@@ -975,6 +1077,8 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
         if self.eng.durable.as_ref().is_some_and(|d| d.wal.holds_locks()) {
             crate::wal::set_own_lane(None, None);
         }
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        self.eng.leave(unsafe { &*self.slot });
         let bufs = self.bufs.take();
         match self.home.take() {
             Some(Home::Worker(slot)) => *slot = bufs,

@@ -425,8 +425,9 @@ impl Db {
         dispatch!(&self.inner, db => db.recovery_stats())
     }
 
-    /// Starts a transaction. It may be used from this thread only, and ends when
-    /// committed, aborted or dropped (dropping rolls back).
+    /// Starts a transaction. It ends when committed, aborted or dropped (dropping rolls
+    /// back). It is `Send`: it may move to another thread between calls, and an idle open
+    /// transaction does not hold back memory reclamation for others.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
@@ -517,6 +518,14 @@ impl<'a> From<TypedTxn<'a, Si>> for AnyTxn<'a> {
         AnyTxn::Si(t)
     }
 }
+
+// Transactions move between threads (the C and Python bindings hold them across calls).
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Txn<'static>>();
+    assert_send::<TypedTxn<'static, TicToc>>();
+    assert_send::<TypedTxn<'static, Si>>();
+};
 
 /// A transaction. Reads see the transaction's own writes. Under TicToc, Silo and 2PL every
 /// transaction is serializable, scans included (no phantoms); under MVCC-SI it reads the

@@ -117,7 +117,12 @@ pub(crate) fn keep_plan(states: &[(Option<u64>, bool)], active: &[u64], reclaim_
         out[i] = !(states[i].1 && reclaim_aborted);
     }
     out[first] = true;
-    // Below it: only the versions some active timestamp sees.
+    // Below it: versions not settled yet (a writer that skipped first-committer-wins in
+    // the planted-bug tests can bury a pending one; it is still its owner's), and the
+    // versions some active timestamp sees.
+    for i in first + 1..states.len() {
+        out[i] = states[i] == (None, false);
+    }
     for &a in &active[1..] {
         if let Some(v) = visible(a) {
             out[v] = true;

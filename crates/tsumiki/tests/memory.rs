@@ -1,0 +1,128 @@
+//! Memory does not depend on transaction size: filling the same records with 1, 100 or
+//! 10,000 records per transaction leaves the same live heap (a counting allocator measures
+//! it), and an idle open transaction does not stop reclamation for everyone.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use tsumiki::{Cc, Db, Options};
+
+#[path = "common/counting.rs"]
+mod counting;
+use counting::{Counting, LIVE};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The live-byte counter is process-wide: the tests take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn records() -> u32 {
+    std::env::var("TSUMIKI_MEMORY_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) {
+        20_000
+    } else {
+        1_000_000
+    })
+}
+
+/// Live bytes held by a database after filling `n` ascending 4-byte keys with 8-byte
+/// values, `per_txn` per transaction, and the peak seen while filling.
+fn fill(cc: Cc, n: u32, per_txn: u32) -> (isize, isize) {
+    counting::collect_garbage(64);
+    let base = LIVE.load(Ordering::SeqCst);
+    let db = Db::open_in_memory(Options::with_cc(cc)).unwrap();
+    let mut peak = 0;
+    let mut i = 0;
+    while i < n {
+        let mut txn = db.begin();
+        for k in i..(i + per_txn).min(n) {
+            txn.put(&k.to_be_bytes(), &u64::from(k).to_le_bytes()).unwrap();
+        }
+        txn.commit().unwrap();
+        i += per_txn;
+        peak = peak.max(LIVE.load(Ordering::Relaxed) - base);
+    }
+    counting::collect_garbage(64);
+    let live = LIVE.load(Ordering::SeqCst) - base;
+    let mut txn = db.begin();
+    assert_eq!(txn.scan(b"", None).count(), n as usize);
+    txn.commit().unwrap();
+    drop(db);
+    (live, peak)
+}
+
+#[test]
+fn live_memory_is_independent_of_transaction_size() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = records();
+    for cc in [Cc::TicToc, Cc::MvccSi(tsumiki::Gc::EpoR)] {
+        let mut lives = Vec::new();
+        for per_txn in [1, 100, 10_000] {
+            let (live, peak) = fill(cc, n, per_txn);
+            println!(
+                "{:8} {n} records, {per_txn:>6} per transaction: live {:.1} B/record, peak {:.1} B/record",
+                cc.name(),
+                live as f64 / f64::from(n),
+                peak as f64 / f64::from(n)
+            );
+            lives.push(live);
+        }
+        let (lo, hi) = (*lives.iter().min().unwrap(), *lives.iter().max().unwrap());
+        assert!(
+            (hi - lo) as f64 <= 0.10 * lo as f64,
+            "{}: live bytes differ by more than 10% across transaction sizes: {lives:?}",
+            cc.name()
+        );
+    }
+}
+
+/// Live bytes gained over `rounds` rounds of overwriting `n` keys, 100 per transaction.
+fn churn_with(db: &Db, n: u32, rounds: u32) -> isize {
+    counting::collect_garbage(64);
+    let base = LIVE.load(Ordering::SeqCst);
+    for r in 0..rounds {
+        let mut i = 0;
+        while i < n {
+            db.run(|txn| {
+                for k in i..(i + 100).min(n) {
+                    txn.put(&k.to_be_bytes(), &u64::from(k + r).to_le_bytes())?;
+                }
+                Ok(())
+            })
+            .unwrap();
+            i += 100;
+        }
+    }
+    counting::collect_garbage(64);
+    LIVE.load(Ordering::SeqCst) - base
+}
+
+#[test]
+fn an_idle_open_transaction_does_not_stop_reclamation() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = records().min(100_000);
+    for cc in [Cc::TicToc, Cc::Silo, Cc::MvccSi(tsumiki::Gc::EpoR)] {
+        let db = Db::open_in_memory(Options::with_cc(cc)).unwrap();
+        churn_with(&db, n, 1); // load
+        let free = churn_with(&db, n, 4);
+        let mut idle = db.begin();
+        idle.get(&7u32.to_be_bytes()).unwrap();
+        // The idle transaction moves to another thread and back (it is `Send`).
+        let mut idle = std::thread::scope(|s| s.spawn(move || idle).join().unwrap());
+        let held = churn_with(&db, n, 4);
+        println!(
+            "{:8} overwriting {n} keys 4 times: {free} live bytes after, {held} with an idle transaction open",
+            cc.name()
+        );
+        // Every overwrite makes garbage (old values, consolidated leaves): had the idle
+        // transaction stalled the epoch, 4 x n overwrites would leave hundreds of bytes each.
+        assert!(
+            held <= free + 50 * n as isize,
+            "{}: an idle transaction held back reclamation: {held} live bytes vs {free}",
+            cc.name()
+        );
+        assert!(idle.get(&7u32.to_be_bytes()).unwrap().is_some());
+        drop(idle);
+    }
+}
