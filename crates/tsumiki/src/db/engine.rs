@@ -677,9 +677,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     fn create(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
         loop {
-            if eng.lookup(key, guard).is_some() {
-                return Ok(None);
-            }
+            // The first record at or after `key` also tells whether `key` exists.
             let (nk, next) = eng.next_record(key, false, guard);
             if nk.as_deref() == Some(key) {
                 return Ok(None);
