@@ -210,6 +210,8 @@ pub struct FillResult {
     pub fill_s: f64,
     /// `write_bytes` of /proc/self/io over the timed fill.
     pub write_bytes: u64,
+    /// `wchar` of /proc/self/io over the timed fill: bytes handed to write calls.
+    pub wchar: u64,
     pub close_s: f64,
     pub reopen_s: f64,
     pub disk_bytes: u64,
@@ -241,6 +243,7 @@ fn run_child(engine: &str, args: &FillArgs) -> Result<Value, String> {
         "txns": r.txns,
         "fill_s": r.fill_s,
         "write_bytes": r.write_bytes,
+        "wchar": r.wchar,
         "close_s": r.close_s,
         "reopen_s": r.reopen_s,
         "disk_bytes": r.disk_bytes,
@@ -288,7 +291,7 @@ fn fill<E: FillEngine>(
     // Progress is counted in steps, so that a tiny transaction does not pay for the bar.
     let step = 1024u64.max(cfg.per_txn as u64);
     let (mut done, mut shown, mut txns) = (0u64, 0u64, 0u64);
-    let io_before = write_bytes()?;
+    let (io_before, wchar_before) = (write_bytes()?, wchar()?);
     let t0 = Instant::now();
     for batch in records.batches(cfg.per_txn) {
         db.write_batch(&batch)?;
@@ -300,7 +303,7 @@ fn fill<E: FillEngine>(
         }
     }
     let fill_s = t0.elapsed().as_secs_f64();
-    let io_after = write_bytes()?;
+    let (io_after, wchar_after) = (write_bytes()?, wchar()?);
     bar.inc(done - shown);
     let t1 = Instant::now();
     db.close()?;
@@ -323,6 +326,7 @@ fn fill<E: FillEngine>(
         txns,
         fill_s,
         write_bytes: io_after.saturating_sub(io_before),
+        wchar: wchar_after.saturating_sub(wchar_before),
         close_s,
         reopen_s,
         disk_bytes,
@@ -331,9 +335,17 @@ fn fill<E: FillEngine>(
 }
 
 /// Bytes this process has caused to be sent to the block layer (`write_bytes` of
-/// /proc/self/io; counted when pages are dirtied, so later writeback counts too).
+/// /proc/self/io; counted when pages are dirtied, so later writeback counts too). Kernels
+/// with large page-cache folios (ext4 since 6.x) count the whole folio a write dirties, so
+/// a 4 KiB write into a file written in large pieces can count hundreds of KiB.
 fn write_bytes() -> Result<u64, String> {
     proc_field("/proc/self/io", "write_bytes:").map(|v| v.unwrap_or(0))
+}
+
+/// Bytes this process has passed to write calls (`wchar` of /proc/self/io): the logical
+/// volume, whatever the page cache makes of it (stores through mmap are not counted).
+fn wchar() -> Result<u64, String> {
+    proc_field("/proc/self/io", "wchar:").map(|v| v.unwrap_or(0))
 }
 
 /// The peak resident set of this process (VmHWM of /proc/self/status), in bytes.
@@ -371,6 +383,7 @@ fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
     let tx = col(&|r| num(r, "txns") / num(r, "fill_s"));
     let rec = col(&|r| num(r, "records") / num(r, "fill_s"));
     let bpc = col(&|r| num(r, "write_bytes") / num(r, "txns"));
+    let wpc = col(&|r| num(r, "wchar") / num(r, "txns"));
     json!({
         "bench": "fill",
         "engine": engine,
@@ -386,6 +399,7 @@ fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
         "tx_per_s_runs": tx,
         "rec_per_s_runs": rec,
         "bytes_per_commit": median(&bpc),
+        "wchar_per_commit": median(&wpc),
         "peak_rss_bytes": median(&col(&|r| num(r, "peak_rss_bytes"))) as u64,
         "close_s": median(&col(&|r| num(r, "close_s"))),
         "reopen_s": median(&col(&|r| num(r, "reopen_s"))),
@@ -403,7 +417,8 @@ fn print_table(rows: &[Value], args: &FillArgs) {
         if args.no_sync { "no sync" } else { "sync at every commit" },
         args.rounds
     );
-    let header = ["engine", "tx/s", "rec/s", "bytes/commit", "peak RSS MiB", "close s", "reopen s", "disk MiB"];
+    let header =
+        ["engine", "tx/s", "rec/s", "bytes/commit", "wchar/commit", "peak RSS MiB", "close s", "reopen s", "disk MiB"];
     let mib = |v: &Value| format!("{:.1}", v.as_f64().unwrap_or(0.0) / (1 << 20) as f64);
     let f = |v: &Value, prec: usize| format!("{:.prec$}", v.as_f64().unwrap_or(0.0));
     let table: Vec<Vec<String>> = rows
@@ -414,6 +429,7 @@ fn print_table(rows: &[Value], args: &FillArgs) {
                 f(&r["tx_per_s"], 0),
                 f(&r["rec_per_s"], 0),
                 f(&r["bytes_per_commit"], 0),
+                f(&r["wchar_per_commit"], 0),
                 mib(&r["peak_rss_bytes"]),
                 f(&r["close_s"], 3),
                 f(&r["reopen_s"], 3),
