@@ -49,6 +49,12 @@ pub struct IndexArgs {
     /// Timed runs per structure; throughput is their mean.
     #[arg(long, default_value_t = 5)]
     pub runs: u64,
+    /// Each thread repeats its operation list (whole passes) until the run has lasted at
+    /// least this long, so that short runs are not dominated by thread start and stop; the
+    /// rate counts every operation done. Later passes repeat the same operations, so on
+    /// insert or delete mixes they mostly find the key already there (or gone). 0: one pass.
+    #[arg(long, default_value_t = 1000)]
+    pub min_run_ms: u64,
     /// Structures, comma-separated, or `all`: bwtree (the paper's), bwtree-opt (both
     /// improvements), bwtree-a (numbered deltas only), bwtree-b (split delta at head only),
     /// btree-rwlock, skiplist, scc, art (8-byte keys only).
@@ -373,54 +379,66 @@ fn run_combo<I: BenchIndex>(
         ));
         let done = AtomicU64::new(0);
         let barrier = Barrier::new(combo.threads + 1);
-        let (elapsed, hists, oks) = std::thread::scope(|s| {
+        let min_run = Duration::from_millis(args.min_run_ms);
+        // Each thread reads the clock itself when released and when done: the run lasts
+        // from the first start to the last end, whatever the main thread's scheduling.
+        let (elapsed, ops_done, hists, oks) = std::thread::scope(|s| {
             let handles: Vec<_> = ops
                 .iter()
                 .map(|my_ops| {
                     let (barrier, done) = (&barrier, &done);
                     s.spawn(move || {
                         let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
-                        let mut ok = 0u64;
+                        let (mut ok, mut n) = (0u64, 0u64);
                         barrier.wait();
-                        for (i, &(kind, k)) in my_ops.iter().enumerate() {
-                            let key = keys.get(k);
-                            let t0 = (i % LATENCY_SAMPLE == 0).then(Instant::now);
-                            let hit = match kind {
-                                OpKind::Read => idx.get(key),
-                                OpKind::Scan => idx.scan(key, args.scan_len) > 0,
-                                OpKind::Upsert => {
-                                    idx.upsert(key, i as u64);
-                                    true
+                        let start = Instant::now();
+                        loop {
+                            for (i, &(kind, k)) in my_ops.iter().enumerate() {
+                                let key = keys.get(k);
+                                let t0 = (i % LATENCY_SAMPLE == 0).then(Instant::now);
+                                let hit = match kind {
+                                    OpKind::Read => idx.get(key),
+                                    OpKind::Scan => idx.scan(key, args.scan_len) > 0,
+                                    OpKind::Upsert => {
+                                        idx.upsert(key, i as u64);
+                                        true
+                                    }
+                                    OpKind::Insert => idx.insert(key, i as u64),
+                                    OpKind::Update => idx.update(key, i as u64),
+                                    OpKind::Delete => idx.delete(key),
+                                };
+                                ok += hit as u64;
+                                if let Some(t0) = t0 {
+                                    let _ = h.record(t0.elapsed().as_nanos() as u64);
                                 }
-                                OpKind::Insert => idx.insert(key, i as u64),
-                                OpKind::Update => idx.update(key, i as u64),
-                                OpKind::Delete => idx.delete(key),
-                            };
-                            ok += hit as u64;
-                            if let Some(t0) = t0 {
-                                let _ = h.record(t0.elapsed().as_nanos() as u64);
+                                if i % 4096 == 4095 {
+                                    done.fetch_add(4096, Ordering::Relaxed);
+                                }
                             }
-                            if i % 4096 == 4095 {
-                                done.fetch_add(4096, Ordering::Relaxed);
+                            n += my_ops.len() as u64;
+                            if my_ops.is_empty() || start.elapsed() >= min_run {
+                                break;
                             }
                         }
-                        (h, ok)
+                        (h, ok, n, start, Instant::now())
                     })
                 })
                 .collect();
             barrier.wait();
-            let start = Instant::now();
+            // The bar only: polling no longer decides the run's length.
             while !handles.iter().all(|h| h.is_finished()) {
                 bar.set_position(done.load(Ordering::Relaxed));
                 std::thread::sleep(Duration::from_millis(50));
             }
             let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-            let elapsed = start.elapsed();
-            let oks: u64 = results.iter().map(|(_, ok)| ok).sum();
-            (elapsed, results.into_iter().map(|(h, _)| h).collect::<Vec<_>>(), oks)
+            let first = results.iter().map(|r| r.3).min().unwrap();
+            let last = results.iter().map(|r| r.4).max().unwrap();
+            let oks: u64 = results.iter().map(|r| r.1).sum();
+            let ops_done: u64 = results.iter().map(|r| r.2).sum();
+            (last - first, ops_done, results.into_iter().map(|r| r.0).collect::<Vec<_>>(), oks)
         });
         bar.finish_and_clear();
-        throughputs.push(total_ops as f64 / elapsed.as_secs_f64());
+        throughputs.push(ops_done as f64 / elapsed.as_secs_f64());
         for h in hists {
             latency.add(h).unwrap();
         }

@@ -1,6 +1,7 @@
 //! Benchmarks. One runner per benchmark family, one result format, every structure or
 //! protocol behind one trait and monomorphised (no dynamic dispatch per operation).
 
+pub mod fill;
 pub mod index;
 mod report;
 pub mod txn;
@@ -12,6 +13,10 @@ use clap::Subcommand;
 /// `tsumiki bench ...`
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// The fill benchmark of paper 004: inserting records in transactions of a fixed size,
+    /// durable at every commit, against real peers (LevelDB, RocksDB, LMDB, SQLite, redb,
+    /// fjall) and a raw write + fdatasync floor.
+    Fill(fill::FillArgs),
     /// The index benchmark of paper 002: the Bw-tree against other concurrent ordered maps.
     Index(index::IndexArgs),
     /// The transaction benchmark (papers 000 and 001, YCSB): every concurrency-control
@@ -24,6 +29,7 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
+        BenchCommand::Fill(args) => fill::run(&args),
         BenchCommand::Index(args) => index::run(&args),
         BenchCommand::Txn(args) => txn::run(&args),
         BenchCommand::Wal(args) => wal::run(&args),

@@ -1,0 +1,37 @@
+//! `tsumiki bench fill` end to end: the parent runs each engine in a child process of the
+//! real binary and prints one JSON object per engine with the documented fields.
+
+use std::process::Command;
+
+#[test]
+fn fill_prints_one_json_object_per_engine() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki"))
+        .args(["bench", "fill", "--engine", "tsumiki,raw", "--records", "2000", "--per-txn", "100"])
+        .args(["--rounds", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (row, engine) in rows.iter().zip(["tsumiki", "raw"]) {
+        assert_eq!(row["engine"], engine);
+        assert_eq!(row["records"], 2000);
+        assert_eq!(row["txns"], 20);
+        assert_eq!(row["rounds"], 2);
+        assert_eq!(row["sync"], true);
+        assert_eq!(row["tx_per_s_runs"].as_array().unwrap().len(), 2);
+        for field in
+            ["tx_per_s", "rec_per_s", "bytes_per_commit", "peak_rss_bytes", "close_s", "reopen_s", "disk_bytes"]
+        {
+            assert!(row[field].as_f64().is_some_and(|v| v > 0.0), "{engine} {field}: {row}");
+        }
+    }
+}
+
+#[test]
+fn unknown_engine_is_an_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["bench", "fill", "--engine", "nope"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown --engine"));
+}
