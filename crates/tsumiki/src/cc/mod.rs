@@ -394,3 +394,31 @@ impl Backoff {
 pub(crate) fn in_sorted_writes<R>(writes: &[WriteEntry<R>], rec: *const R) -> bool {
     writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize).is_ok()
 }
+
+/// A map keyed by record address. Addresses are not attacker-chosen, so a multiplicative
+/// hash replaces SipHash, which was a visible share of big transactions' write path.
+pub(crate) type AddrMap<V> = std::collections::HashMap<usize, V, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// The hasher of [`AddrMap`]: Fibonacci hashing of one `usize`.
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        // Records are 8-byte aligned: drop the zero bits, then spread the rest.
+        self.0 = ((n as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}

@@ -8,13 +8,12 @@
 //! oldest holder; a bound that may be too old only makes a requester die more often, never
 //! wait for a younger one, so no cycle of waits can form.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
 use super::{
-    Access, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
+    Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
 };
 
 const WRITER: u64 = 1 << 63;
@@ -51,7 +50,7 @@ pub struct TwoPlState {
     ts: u64,
     held: Vec<(*const TwoPlRecord, Mode)>,
     /// Index into `held` by record, once `held` is long enough for a scan to be slow.
-    by_rec: HashMap<usize, usize>,
+    by_rec: AddrMap<usize>,
 }
 
 // SAFETY: the raw pointers name records kept allocated while the transaction runs; the
@@ -218,7 +217,7 @@ impl Protocol for TwoPl {
     fn new_worker(&self) {}
 
     fn new_txn_state(&self) -> TwoPlState {
-        TwoPlState { ts: 0, held: Vec::new(), by_rec: HashMap::new() }
+        TwoPlState { ts: 0, held: Vec::new(), by_rec: AddrMap::default() }
     }
 
     fn begin(&self, _worker: &(), st: &mut TwoPlState) {

@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_epoch::{self as epoch, Guard};
 use parking_lot::Mutex;
 
-use crate::cc::{Access, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use crate::cc::{
+    Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
+};
 use crate::index::{BwTree, BwTreeConfig, MAX_KEY_LEN};
 use crate::wal::format::Master;
 use crate::wal::recovery::{self, RecoveryStats};
@@ -49,7 +51,7 @@ pub(crate) struct TxnBufs<P: Protocol> {
     st: P::TxnState,
     writes: Vec<WriteEntry<P::Record>>,
     /// Position in `writes` by record address, kept once `writes` outgrows a linear scan.
-    write_pos: HashMap<usize, usize>,
+    write_pos: AddrMap<usize>,
     /// Placeholders this transaction put into the index (unlinked if they end absent).
     created: Vec<(Box<[u8]>, *const P::Record)>,
 }
@@ -62,7 +64,7 @@ const WRITE_SCAN_MAX: usize = 8;
 
 impl<P: Protocol> TxnBufs<P> {
     pub(crate) fn new(proto: &P) -> Self {
-        TxnBufs { st: proto.new_txn_state(), writes: Vec::new(), write_pos: HashMap::new(), created: Vec::new() }
+        TxnBufs { st: proto.new_txn_state(), writes: Vec::new(), write_pos: AddrMap::default(), created: Vec::new() }
     }
 
     fn clear(&mut self) {
