@@ -54,6 +54,18 @@ pub(crate) struct TxnBufs<P: Protocol> {
     write_pos: AddrMap<usize>,
     /// Placeholders this transaction put into the index (unlinked if they end absent).
     created: Vec<(Box<[u8]>, *const P::Record)>,
+    /// A follower's key, copied out of the index without allocating.
+    key_buf: Vec<u8>,
+}
+
+/// Where [`TypedTxn::place`] found or put a key's record.
+enum Place<'a, R> {
+    /// The key has a record (present or not).
+    Existing(&'a R),
+    /// A placeholder this transaction just put into the index.
+    New(&'a R),
+    /// Another transaction's record appeared meanwhile: look again.
+    Retry,
 }
 
 // SAFETY: the raw pointers name records kept alive by the epoch while a transaction runs;
@@ -64,7 +76,13 @@ const WRITE_SCAN_MAX: usize = 8;
 
 impl<P: Protocol> TxnBufs<P> {
     pub(crate) fn new(proto: &P) -> Self {
-        TxnBufs { st: proto.new_txn_state(), writes: Vec::new(), write_pos: AddrMap::default(), created: Vec::new() }
+        TxnBufs {
+            st: proto.new_txn_state(),
+            writes: Vec::new(),
+            write_pos: AddrMap::default(),
+            created: Vec::new(),
+            key_buf: Vec::new(),
+        }
     }
 
     fn clear(&mut self) {
@@ -407,14 +425,36 @@ impl<P: Protocol> Engine<P> {
         self.index.get(key).ok().flatten().map(|p| unsafe { &*p.0 })
     }
 
-    /// The first record at or after `key` (after, when `exclusive`), or the sentinel.
+    /// The first record at or after `key` (after, when `exclusive`), or the sentinel, and
+    /// whether its key is `key` itself. Its key is copied into `key_out` when given (left
+    /// empty for the sentinel): a buffer the caller reuses, so a lookup allocates nothing.
     #[inline]
-    fn next_record(&self, key: &[u8], exclusive: bool, _guard: &Guard) -> (Option<Vec<u8>>, &P::Record) {
-        match self.index.first_from(key, exclusive) {
-            // SAFETY: as in `lookup`.
-            Some((k, p)) => (Some(k), unsafe { &*p.0 }),
-            None => (None, &self.sentinel),
-        }
+    fn next_record(
+        &self,
+        key: &[u8],
+        exclusive: bool,
+        key_out: Option<&mut Vec<u8>>,
+        _guard: &Guard,
+    ) -> (bool, &P::Record) {
+        self.index.first_from_with(key, exclusive, |found| {
+            if let Some(out) = key_out {
+                out.clear();
+                if let Some((k, _)) = found {
+                    out.extend_from_slice(k);
+                }
+            }
+            match found {
+                // SAFETY: as in `lookup`.
+                Some((k, p)) => (k == key, unsafe { &*p.0 }),
+                None => (false, &*self.sentinel),
+            }
+        })
+    }
+
+    /// Whether `rec` is the sentinel (the gap owner after the last key).
+    #[inline]
+    fn is_sentinel(&self, rec: &P::Record) -> bool {
+        std::ptr::eq(rec, &*self.sentinel)
     }
 
     /// The protocol.
@@ -440,7 +480,8 @@ impl<P: Protocol> Engine<P> {
             }
         }
         loop {
-            let next = if self.proto.gap_protection() { self.next_record(key, true, guard).1 } else { &*self.sentinel };
+            let next =
+                if self.proto.gap_protection() { self.next_record(key, true, None, guard).1 } else { &*self.sentinel };
             match self.proto.latch_next(next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
@@ -450,7 +491,7 @@ impl<P: Protocol> Engine<P> {
                     return false;
                 }
             }
-            if self.proto.gap_protection() && !std::ptr::eq(self.next_record(key, true, guard).1, next) {
+            if self.proto.gap_protection() && !std::ptr::eq(self.next_record(key, true, None, guard).1, next) {
                 self.proto.unlatch_next(next);
                 continue;
             }
@@ -633,8 +674,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             return Ok(None);
         }
         loop {
-            let (k, next) = eng.next_record(key, false, guard);
-            if k.as_deref() == Some(key) {
+            let (exact, next) = eng.next_record(key, false, None, guard);
+            if exact {
                 return Ok(Some(next));
             }
             match self.read_rec(next, false, guard) {
@@ -644,7 +685,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             // Membership re-check: an insert that entered the index before this point has
             // to write `next` at its commit, which the read above then conflicts with.
-            if std::ptr::eq(eng.next_record(key, false, guard).1, next) {
+            if std::ptr::eq(eng.next_record(key, false, None, guard).1, next) {
                 return Ok(None);
             }
         }
@@ -674,26 +715,35 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         Ok(())
     }
 
-    /// Puts a placeholder for `key` into the index. `Ok(None)`: another transaction's
-    /// record appeared first (look it up again).
-    fn create(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
+    /// Finds the record of `key`, or puts a placeholder for it into the index: one descent
+    /// for a key that exists, and the follower found by the same descent for one that does
+    /// not.
+    fn place(&mut self, key: &[u8], guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
+        let mut nk = std::mem::take(&mut self.b().key_buf);
+        let r = self.place_with(key, &mut nk, guard);
+        self.b().key_buf = nk;
+        r
+    }
+
+    fn place_with(&mut self, key: &[u8], nk: &mut Vec<u8>, guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
         let eng = self.eng;
         loop {
-            // The first record at or after `key` also tells whether `key` exists.
-            let (nk, next) = eng.next_record(key, false, guard);
-            if nk.as_deref() == Some(key) {
-                return Ok(None);
+            let (exact, next) = eng.next_record(key, false, Some(nk), guard);
+            if exact {
+                // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
+                return Ok(Place::Existing(unsafe { &*(next as *const P::Record) }));
             }
             match eng.proto.latch_gap(&mut self.b().st, next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
                 Err(e) => return Err(e),
             }
-            let (nk2, next2) = eng.next_record(key, false, guard);
+            let (exact2, next2) = eng.next_record(key, false, None, guard);
             if !std::ptr::eq(next, next2) {
                 eng.proto.unlatch_gap(&mut self.b().st, next);
-                if nk2.as_deref() == Some(key) {
-                    return Ok(None);
+                if exact2 {
+                    // SAFETY: as above.
+                    return Ok(Place::Existing(unsafe { &*(next2 as *const P::Record) }));
                 }
                 continue;
             }
@@ -703,26 +753,24 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !inserted {
                 // SAFETY: never published.
                 drop(unsafe { Box::from_raw(rec) });
-                return Ok(None);
+                return Ok(Place::Retry);
             }
             // SAFETY: published in the index; freed only after this transaction ended.
             let r: &'a P::Record = unsafe { &*rec };
             eng.proto.created(&mut self.b().st, r);
             self.b().created.push((key.into(), rec));
             if !eng.proto.gap_protection() {
-                return Ok(Some(r));
+                return Ok(Place::New(r));
             }
             // A follower this transaction already wrote had the records beyond it written
             // then (see `gap_write_beyond`): walking them again made big transactions of
             // new keys quadratic.
             let walked = self.b().own(next as *const P::Record).is_some();
-            self.add_write(nk.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
-            if !walked && eng.proto.is_fresh(next) {
-                if let Some(k) = nk {
-                    self.gap_write_beyond(&k, guard)?;
-                }
+            self.add_write(nk, next, WriteKind::Gap)?;
+            if !walked && eng.proto.is_fresh(next) && !eng.is_sentinel(next) {
+                self.gap_write_beyond(nk, guard)?;
             }
-            return Ok(Some(r));
+            return Ok(Place::New(r));
         }
     }
 
@@ -733,8 +781,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     fn gap_write_beyond(&mut self, key: &[u8], guard: &Guard) -> Result<(), Access> {
         let eng = self.eng;
         let mut at_key = key.to_vec();
+        let mut k = Vec::new();
         loop {
-            let (k, next) = eng.next_record(&at_key, true, guard);
+            let (_, next) = eng.next_record(&at_key, true, Some(&mut k), guard);
             if self.b().own(next as *const P::Record).is_some() {
                 // Already in the write set: whenever a fresh record enters it, the records
                 // beyond it up to a committed one are written too, and a record inserted
@@ -742,11 +791,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 // for this gap (this one stood in between).
                 return Ok(());
             }
-            self.add_write(k.as_deref().unwrap_or(&[]), next, WriteKind::Gap)?;
-            match k {
-                Some(k) if eng.proto.is_fresh(next) => at_key = k,
-                _ => return Ok(()),
+            self.add_write(&k, next, WriteKind::Gap)?;
+            if eng.is_sentinel(next) || !eng.proto.is_fresh(next) {
+                return Ok(());
             }
+            std::mem::swap(&mut at_key, &mut k);
         }
     }
 
@@ -798,13 +847,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         check_value(value)?;
         let guard = &self.pin();
         loop {
-            let step = match self.eng.lookup(key, guard) {
-                Some(r) => self.write_existing(key, r, Some(value), guard),
-                None => match self.create(key, guard) {
-                    Ok(Some(r)) => self.add_write(key, r, WriteKind::Value(Some(value.to_vec()))),
-                    Ok(None) => Err(Access::Removed),
-                    Err(e) => Err(e),
-                },
+            let step = match self.place(key, guard) {
+                Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
+                Ok(Place::New(r)) => self.add_write(key, r, WriteKind::Value(Some(value.to_vec()))),
+                Ok(Place::Retry) => Err(Access::Removed),
+                Err(e) => Err(e),
             };
             match step {
                 Ok(()) => return Ok(()),
@@ -837,11 +884,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(Some(_)) => Err(Access::Removed), // appeared: look again
                     Err(e) => Err(e),
                 },
-                None => match self.create(key, guard) {
-                    Ok(Some(rec)) => {
+                None => match self.place(key, guard) {
+                    Ok(Place::New(rec)) => {
                         self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
                     }
-                    Ok(None) => Err(Access::Removed),
+                    Ok(Place::Existing(_) | Place::Retry) => Err(Access::Removed), // look again
                     Err(e) => Err(e),
                 },
             };
@@ -898,7 +945,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // The gap after the range belongs to the first record at or past its end.
             let terminal = if last {
                 let t = match end {
-                    Some(e) => eng.next_record(e, false, guard).1,
+                    Some(e) => eng.next_record(e, false, None, guard).1,
                     None => &*eng.sentinel,
                 };
                 match self.read_rec(t, false, guard) {
@@ -918,7 +965,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             if let Some(t) = terminal {
                 let t2 = match end {
-                    Some(e) => eng.next_record(e, false, guard).1 as *const P::Record,
+                    Some(e) => eng.next_record(e, false, None, guard).1 as *const P::Record,
                     None => &*eng.sentinel as *const P::Record,
                 };
                 if t != t2 {
