@@ -215,7 +215,7 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_sentinel(&self) -> Self::Record;
     /// A record holding `value` as committed before every transaction of this process
     /// (recovered at open).
-    fn new_loaded(&self, value: Vec<u8>) -> Self::Record;
+    fn new_loaded(&self, value: &[u8]) -> Self::Record;
     /// The latest committed value of `rec`, read with no transaction running (a snapshot
     /// at close).
     fn committed_value(&self, rec: &Self::Record, guard: &Guard) -> Option<Vec<u8>>;

@@ -24,9 +24,10 @@ impl OccRecord {
     }
 
     /// A committed record with word `word` holding `value`.
-    pub(crate) fn loaded(word: u64, value: Vec<u8>) -> Self {
+    pub(crate) fn loaded(word: u64, value: &[u8]) -> Self {
         let r = OccRecord { word: AtomicU64::new(word), value: ValueCell::absent() };
-        r.value.store(Some(&value), &crossbeam_epoch::pin());
+        // SAFETY: the record is not published yet, and its cell is empty: nothing is deferred.
+        r.value.store(Some(value), unsafe { crossbeam_epoch::unprotected() });
         r
     }
 

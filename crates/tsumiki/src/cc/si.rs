@@ -353,13 +353,13 @@ impl Protocol for Si {
         SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
-    fn new_loaded(&self, value: Vec<u8>) -> SiRecord {
+    fn new_loaded(&self, value: &[u8]) -> SiRecord {
         let v = Box::into_raw(Box::new(Version {
             prev: AtomicPtr::new(std::ptr::null_mut()),
             status: AtomicU8::new(COMMITTED),
             // Below every begin timestamp of this process (the clock starts at 1).
             commit_ts: AtomicU64::new(0),
-            value: UnsafeCell::new(Some(value.into_boxed_slice())),
+            value: UnsafeCell::new(Some(value.into())),
         }));
         SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(v) }
     }

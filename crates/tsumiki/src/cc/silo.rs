@@ -142,7 +142,7 @@ impl Protocol for Silo {
         OccRecord::absent()
     }
 
-    fn new_loaded(&self, value: Vec<u8>) -> SiloRecord {
+    fn new_loaded(&self, value: &[u8]) -> SiloRecord {
         // TID 1: committed (placeholders have 0), below every TID of this process.
         OccRecord::loaded(1, value)
     }

@@ -106,7 +106,7 @@ impl Protocol for TicToc {
         OccRecord::absent()
     }
 
-    fn new_loaded(&self, value: Vec<u8>) -> TicTocRecord {
+    fn new_loaded(&self, value: &[u8]) -> TicTocRecord {
         // wts 1: committed (placeholders have 0), before every commit of this process.
         OccRecord::loaded(pack(1, 1), value)
     }

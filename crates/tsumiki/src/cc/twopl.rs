@@ -229,9 +229,10 @@ impl Protocol for TwoPl {
         TwoPlRecord { lock: AtomicU64::new(WRITER | st.ts), value: ValueCell::absent() }
     }
 
-    fn new_loaded(&self, value: Vec<u8>) -> TwoPlRecord {
+    fn new_loaded(&self, value: &[u8]) -> TwoPlRecord {
         let r = TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() };
-        r.value.store(Some(&value), &crossbeam_epoch::pin());
+        // SAFETY: the record is not published yet, and its cell is empty: nothing is deferred.
+        r.value.store(Some(value), unsafe { crossbeam_epoch::unprotected() });
         r
     }
 

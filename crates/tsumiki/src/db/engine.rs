@@ -231,12 +231,27 @@ impl<P: Protocol> Engine<P> {
                 1
             }
             Some(m) => {
-                if m.has_snapshot {
-                    for r in recovery::read_snapshot(&*storage, m.generation)? {
-                        for w in r.writes {
-                            state.insert(w.key, w.value);
+                if m.has_snapshot && m.last_exit {
+                    // A clean exit's snapshot is the whole state, one put per key in key
+                    // order: straight into the index, with no map in between.
+                    let (index, proto) = (&self.index, &self.proto);
+                    let mut loaded = 0u64;
+                    recovery::read_snapshot(&*storage, m.generation, |k, v| {
+                        if let Some(v) = v {
+                            let rec = Box::into_raw(Box::new(proto.new_loaded(v)));
+                            if index.insert(k, RecPtr(rec)).unwrap_or(false) {
+                                loaded += 1;
+                            } else {
+                                // SAFETY: never published.
+                                drop(unsafe { Box::from_raw(rec) });
+                            }
                         }
-                    }
+                    })?;
+                    stats.keys = loaded;
+                } else if m.has_snapshot {
+                    recovery::read_snapshot(&*storage, m.generation, |k, v| {
+                        state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                    })?;
                 }
                 if m.last_exit {
                     // A clean exit: the snapshot holds everything; this generation's log
@@ -287,9 +302,9 @@ impl<P: Protocol> Engine<P> {
         };
         let mut live: Vec<(Vec<u8>, Vec<u8>)> = state.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
         live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        stats.keys = live.len() as u64;
+        stats.keys += live.len() as u64;
         for (k, v) in live {
-            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v)));
+            let rec = Box::into_raw(Box::new(self.proto.new_loaded(&v)));
             if !self.index.insert(&k, RecPtr(rec)).unwrap_or(false) {
                 // SAFETY: never published.
                 drop(unsafe { Box::from_raw(rec) });

@@ -8,7 +8,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::format::{self, LogRecord, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
+use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
 use super::storage::{read_all, Storage};
 use super::Release;
 use crate::db::Error;
@@ -147,16 +147,21 @@ pub fn read_lane(
     Ok(out)
 }
 
-/// Reads a snapshot: every block must be intact (it was synced before the master record
-/// named it).
-pub fn read_snapshot(storage: &dyn Storage, generation: u64) -> Result<Vec<LogRecord>, Error> {
+/// Reads the snapshot of `generation`, calling `f` on every write it holds, in order, with
+/// the key and value borrowed from the read buffer (no copy per record: opening a large
+/// database is bound by this loop).
+pub fn read_snapshot(
+    storage: &dyn Storage,
+    generation: u64,
+    mut f: impl FnMut(&[u8], Option<&[u8]>),
+) -> Result<(), Error> {
     let name = format::snapshot_name(generation);
-    let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-    let data = read_all(&*f).map_err(|e| io(&name, e))?;
+    let f_ = storage.open(&name, false).map_err(|e| io(&name, e))?;
+    let data = read_all(&*f_).map_err(|e| io(&name, e))?;
     if data.len() % BLOCK != 0 {
         return Err(corrupt(format!("{name} is {} bytes, not a whole number of blocks", data.len())));
     }
-    let mut stream = Vec::new();
+    let mut stream = Vec::with_capacity(data.len());
     for (b, block) in data.chunks(BLOCK).enumerate() {
         match format::open_block(block) {
             Some(t) if t.lane == format::SNAPSHOT_LANE && t.seq as usize == b => {
@@ -165,18 +170,18 @@ pub fn read_snapshot(storage: &dyn Storage, generation: u64) -> Result<Vec<LogRe
             _ => return Err(corrupt(format!("{name}: block {b} is damaged"))),
         }
     }
-    let mut out = Vec::new();
+    drop(data);
     let mut at = 0;
     while at < stream.len() {
-        match format::decode_record(&stream[at..]) {
-            Ok((r, n)) => {
-                out.push(r);
+        match format::parse_record(&stream[at..]) {
+            Ok((view, n)) => {
+                view.for_each(&mut f);
                 at += n;
             }
             Err(e) => return Err(corrupt(format!("{name}: {e:?}"))),
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Writes a snapshot of `items` (sorted or not) for `generation`, durably, under a
