@@ -88,6 +88,59 @@ fn run(cfg: BwTreeConfig, ops: &[Op]) {
     assert_eq!(all, want, "final contents");
 }
 
+/// Writes only, and after every step `first_from` (and `first_from_with`) for the written
+/// key, its neighbours and the fixed `probes`, both inclusive and exclusive, against the
+/// model's `range`.
+fn run_first_from(cfg: BwTreeConfig, ops: &[Op], probes: &[u16]) {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let tree = BwTree::with_config(cfg).unwrap();
+    let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        let n = match *op {
+            Op::Upsert(n, v) => {
+                tree.upsert(&k(n), v).unwrap();
+                model.insert(k(n), v);
+                n
+            }
+            Op::Insert(n, v) => {
+                if tree.insert(&k(n), v).unwrap() {
+                    model.insert(k(n), v);
+                }
+                n
+            }
+            Op::Delete(n) => {
+                tree.delete(&k(n)).unwrap();
+                model.remove(&k(n));
+                n
+            }
+            _ => continue,
+        };
+        let near = [n, n.saturating_sub(1), n.saturating_add(1), n.saturating_add(4)];
+        for key in near.iter().chain(probes).map(|&p| k(p)).chain([Vec::new(), vec![0xff; 9]]) {
+            for exclusive in [false, true] {
+                let want = if exclusive {
+                    model.range::<[u8], _>((Excluded(&key[..]), Unbounded)).next()
+                } else {
+                    model.range::<[u8], _>((Included(&key[..]), Unbounded)).next()
+                }
+                .map(|(a, b)| (a.clone(), *b));
+                assert_eq!(tree.first_from(&key, exclusive), want, "op {i} {op:?} probe {key:?} exclusive {exclusive}");
+                let borrowed = tree.first_from_with(&key, exclusive, |r| r.map(|(a, b)| (a.to_vec(), *b)));
+                assert_eq!(borrowed, want, "first_from_with: op {i} {op:?} probe {key:?}");
+            }
+        }
+    }
+}
+
+/// Writes weighted so leaves fill, empty out and refill.
+fn write_op(keys: u16) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..keys, any::<u32>()).prop_map(|(k, v)| Op::Upsert(k, v)),
+        2 => (0..keys, any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        4 => (0..keys).prop_map(Op::Delete),
+    ]
+}
+
 fn cases() -> u32 {
     if cfg!(miri) {
         2
@@ -110,6 +163,30 @@ proptest! {
     fn default_nodes_match_btreemap(ops in proptest::collection::vec(op(2000), 1..if cfg!(miri) { 60 } else { 3000 })) {
         for (_, cfg) in common::variants(BwTreeConfig { leaf_max: 16, inner_max: 8, merge_threshold: 4, delta_threshold: 5, ..BwTreeConfig::default() }) {
             run(cfg, &ops);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn first_from_matches_btreemap_tiny(
+        ops in proptest::collection::vec(write_op(200), 1..if cfg!(miri) { 30 } else { 1000 }),
+        probes in proptest::collection::vec(0..200u16, 4),
+    ) {
+        for (_, cfg) in common::variants(BwTreeConfig::tiny()) {
+            run_first_from(cfg, &ops, &probes);
+        }
+    }
+
+    #[test]
+    fn first_from_matches_btreemap_default(
+        ops in proptest::collection::vec(write_op(600), 1..if cfg!(miri) { 30 } else { 1500 }),
+        probes in proptest::collection::vec(0..600u16, 4),
+    ) {
+        for (_, cfg) in common::variants(BwTreeConfig::default()) {
+            run_first_from(cfg, &ops, &probes);
         }
     }
 }

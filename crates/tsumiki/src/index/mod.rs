@@ -232,9 +232,30 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
 
     /// The first record with a key at or after `key` (strictly after when `exclusive` is
     /// set): one descent, without the copy of a whole leaf that a [`scan`](Self::scan) makes.
+    /// Copies the key out; [`first_from_with`](Self::first_from_with) borrows it instead.
     pub fn first_from(&self, key: &[u8], exclusive: bool) -> Option<(Vec<u8>, V)> {
+        self.first_from_with(key, exclusive, |r| r.map(|(k, v)| (k.to_vec(), v.clone())))
+    }
+
+    /// Calls `f` with the first record at or after `key` (strictly after when `exclusive`
+    /// is set), or `None` if there is none, and returns what `f` returns.
+    ///
+    /// The key and value are borrowed from the tree's nodes while the thread is pinned, so
+    /// nothing is allocated or cloned: the leaf's deltas are merged with a binary search of
+    /// its sorted base in place. The borrow ends with `f`; copy out what must outlive it.
+    ///
+    /// ```
+    /// use tsumiki::index::BwTree;
+    ///
+    /// let tree = BwTree::new();
+    /// tree.upsert(b"b", 2).unwrap();
+    /// tree.upsert(b"d", 4).unwrap();
+    /// assert_eq!(tree.first_from_with(b"b", true, |r| r.map(|(k, v)| (k.len(), *v))), Some((1, 4)));
+    /// assert!(tree.first_from_with(b"d", true, |r| r.is_none()));
+    /// ```
+    pub fn first_from_with<R>(&self, key: &[u8], exclusive: bool, f: impl FnOnce(Option<(&[u8], &V)>) -> R) -> R {
         let guard = &epoch::pin();
-        self.tree.first_from(key, exclusive, guard).map(|(k, v)| (k.into_vec(), v))
+        f(self.tree.first_from(key, exclusive, guard))
     }
 
     /// Calls `f` with the first record at or after `key` (strictly after when `exclusive`),

@@ -1005,23 +1005,23 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     }
 
     /// The first record whose key is at or after `key` (strictly after when `exclusive`),
-    /// walking right across leaves that hold nothing in range.
-    pub(crate) fn first_from(&self, key: &[u8], exclusive: bool, guard: &Guard) -> Option<(Box<[u8]>, V)> {
-        let mut start: Option<Box<[u8]>> = None;
+    /// walking right across leaves that hold nothing in range. The key and value are
+    /// borrowed from the tree's nodes, valid while `guard` stays pinned.
+    pub(crate) fn first_from<'g>(&self, key: &[u8], exclusive: bool, guard: &'g Guard) -> Option<(&'g [u8], &'g V)> {
+        let mut at = key;
         loop {
-            let at = start.as_deref().unwrap_or(key);
             let mut path = Path::new();
             let (_, head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
             // SAFETY: non-null head from `descend`.
             let h = unsafe { node_ref(head) };
             let range = self.inspect(h, guard).range;
-            for (k, v) in leaf_entries(h, range, guard) {
-                if k < key || (exclusive && k == key) {
-                    continue;
-                }
-                return Some((k.into(), v.clone()));
+            // Bounded by the caller's `key`, not `at`: a leaf reached by moving right may have
+            // absorbed its left neighbour meanwhile, and records below `key` are not wanted.
+            if let Some(found) = leaf_first_from(h, range, key, exclusive, guard) {
+                return Some(found);
             }
-            start = Some(range.high.clone()?);
+            // The range lives as long as the chain reporting it, so under `guard`.
+            at = range.high.as_deref()?;
         }
     }
 
@@ -1151,6 +1151,65 @@ mod tests {
         let (_, head) = tree.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
         // SAFETY: non-null head from `descend`, protected by `guard`.
         unsafe { node_ref(head) }.depth
+    }
+
+    /// The leaf covering `key`: its head and range.
+    fn leaf_of<'g>(tree: &Tree<u64>, key: &[u8], guard: &'g Guard) -> (&'g Node<u64>, &'g Range) {
+        let mut path = Path::new();
+        let (_, head) = tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        // SAFETY: non-null head from `descend`, protected by `guard`.
+        let h = unsafe { node_ref(head) };
+        (h, tree.inspect(h, guard).range)
+    }
+
+    /// Deleting a leaf's last record leaves a delete delta over its base: the leaf itself
+    /// has nothing at or after that key, and `first_from` must move on to the next leaf.
+    #[test]
+    fn first_from_moves_right_past_a_deleted_last_record() {
+        for numbered_deltas in [false, true] {
+            for split_delta_at_head in [false, true] {
+                let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+                let tree = Tree::new(cfg.clone());
+                let n = cfg.leaf_max as u64 * 3;
+                for i in 0..n {
+                    tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+                }
+                let guard = &epoch::pin();
+                let (_, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+                let high = u64::from_be_bytes(range.high.as_deref().expect("several leaves").try_into().unwrap());
+                let last = high - 2;
+                // A delete that happened to trigger a consolidation is redone, until one stays
+                // a delta on the chain.
+                let has_delete = |h: &Node<u64>| {
+                    let mut n = h;
+                    while !n.is_base() {
+                        if matches!(n.kind, Kind::Delete { .. }) {
+                            return true;
+                        }
+                        // SAFETY: deltas have a non-null next under `guard`.
+                        n = unsafe { node_ref(n.next(guard)) };
+                    }
+                    false
+                };
+                for _ in 0..=cfg.delta_threshold {
+                    assert!(tree.write(&last.to_be_bytes(), WriteOp::Delete).unwrap());
+                    if has_delete(leaf_of(&tree, &0u64.to_be_bytes(), guard).0) {
+                        break;
+                    }
+                    tree.write(&last.to_be_bytes(), WriteOp::Upsert(last / 2)).unwrap();
+                }
+                let (h, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+                assert!(has_delete(h), "the delete is a delta on the leaf");
+                let probe = (last - 1).to_be_bytes();
+                assert_eq!(leaf_first_from(h, range, &probe, false, guard), None);
+                assert_eq!(leaf_entries(h, range, guard).iter().find(|(k, _)| *k >= &probe[..]), None);
+                let want = (&high.to_be_bytes()[..], &(high / 2));
+                assert_eq!(tree.first_from(&probe, false, guard), Some(want));
+                assert_eq!(tree.first_from(&(last - 2).to_be_bytes(), true, guard), Some(want));
+                let before = (last - 2).to_be_bytes();
+                assert_eq!(tree.first_from(&before, false, guard), Some((&before[..], &(last / 2 - 1))));
+            }
+        }
     }
 
     /// Rewriting the same keys over and over must not let chain depths drift upwards, with

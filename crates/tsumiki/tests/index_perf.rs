@@ -1,0 +1,58 @@
+//! Rough timings of the index, printed rather than asserted:
+//! `cargo test --release -p tsumiki --test index_perf -- --ignored --nocapture`.
+
+use std::time::Instant;
+
+use tsumiki::index::BwTree;
+
+/// A bijection on `u64` (an odd multiplier), so `spread(0..n)` are `n` distinct keys in a
+/// random-looking order.
+fn spread(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// One million `first_from` calls (half of them exclusive) at random keys of a tree of one
+/// million 8-byte keys inserted in random order, some leaves carrying deltas.
+#[test]
+#[ignore]
+fn first_from_rate() {
+    let n: u64 = std::env::var("TSUMIKI_FIRST_FROM_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let tree = BwTree::new();
+    for i in 0..n {
+        tree.insert(&spread(i).to_be_bytes(), i).unwrap();
+    }
+    // Rewrites leave short delta chains on many leaves, as a running workload does.
+    for i in 0..n / 10 {
+        tree.upsert(&spread(i * 7 % n).to_be_bytes(), i).unwrap();
+    }
+    let probes: Vec<[u8; 8]> = (0..n).map(|i| spread(i ^ 0x5555).wrapping_add(1).to_be_bytes()).collect();
+
+    // The same descents without the successor search, for scale.
+    let t = Instant::now();
+    let hits = probes.iter().filter(|p| tree.get(&p[..]).unwrap().is_some()).count();
+    let get = t.elapsed();
+
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for (i, p) in probes.iter().enumerate() {
+        if let Some((k, v)) = tree.first_from(p, i % 2 == 1) {
+            sum = sum.wrapping_add(k[7] as u64 + v);
+        }
+    }
+    let owned = t.elapsed();
+
+    let t = Instant::now();
+    let mut sum2 = 0u64;
+    for (i, p) in probes.iter().enumerate() {
+        sum2 = sum2.wrapping_add(tree.first_from_with(p, i % 2 == 1, |r| r.map_or(0, |(k, v)| k[7] as u64 + v)));
+    }
+    let borrowed = t.elapsed();
+    assert_eq!(sum, sum2);
+    println!(
+        "first_from on {n} keys: {:.0} ns/call owned (first_from), {:.0} ns/call borrowed \
+         (first_from_with); get {:.0} ns/call ({hits} hits)",
+        owned.as_nanos() as f64 / n as f64,
+        borrowed.as_nanos() as f64 / n as f64,
+        get.as_nanos() as f64 / n as f64,
+    );
+}
