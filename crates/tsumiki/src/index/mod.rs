@@ -258,14 +258,6 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         f(self.tree.first_from(key, exclusive, guard))
     }
 
-    /// Calls `f` with the first record at or after `key` (strictly after when `exclusive`),
-    /// or `None`, and returns what `f` returns.
-    pub fn first_from_with<R>(&self, key: &[u8], exclusive: bool, f: impl FnOnce(Option<(&[u8], &V)>) -> R) -> R {
-        let guard = &epoch::pin();
-        let r = self.tree.first_from(key, exclusive, guard);
-        f(r.as_ref().map(|(k, v)| (&k[..], v)))
-    }
-
     /// A human-readable listing of every node, level by level. For debugging and tests; call
     /// it only while no other thread modifies the tree.
     #[doc(hidden)]
