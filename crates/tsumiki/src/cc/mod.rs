@@ -95,7 +95,7 @@ pub struct WriteEntry<R> {
     /// The record; it stays allocated while the transaction runs.
     pub rec: *const R,
     /// The key (for logging and unlinking).
-    pub key: Box<[u8]>,
+    pub key: Vec<u8>,
     /// What the transaction writes.
     pub kind: WriteKind,
 }

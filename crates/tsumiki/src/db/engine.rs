@@ -52,8 +52,13 @@ pub(crate) struct TxnBufs<P: Protocol> {
     writes: Vec<WriteEntry<P::Record>>,
     /// Position in `writes` by record address, kept once `writes` outgrows a linear scan.
     write_pos: AddrMap<usize>,
-    /// Placeholders this transaction put into the index (unlinked if they end absent).
-    created: Vec<(Box<[u8]>, *const P::Record)>,
+    /// Placeholders this transaction put into the index (unlinked if they end absent):
+    /// the record and its key's range in `created_keys`.
+    created: Vec<(u32, u32, *const P::Record)>,
+    created_keys: Vec<u8>,
+    /// Key and value buffers of earlier write sets, reused so that a write allocates
+    /// nothing in the steady state.
+    spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
 }
@@ -73,6 +78,18 @@ enum Place<'a, R> {
 unsafe impl<P: Protocol> Send for TxnBufs<P> {}
 
 const WRITE_SCAN_MAX: usize = 8;
+/// Spare write-set buffers kept between transactions, and the largest one kept.
+const SPARE_MAX: usize = 4096;
+const SPARE_BYTES: usize = 4096;
+
+/// A write as the engine's callers ask for it (the write set keeps its own copies).
+#[derive(Clone, Copy)]
+enum Write<'v> {
+    /// Set the value (`None` deletes).
+    Value(Option<&'v [u8]>),
+    /// Write the gap before the record (an insert next to it).
+    Gap,
+}
 
 impl<P: Protocol> TxnBufs<P> {
     pub(crate) fn new(proto: &P) -> Self {
@@ -81,14 +98,43 @@ impl<P: Protocol> TxnBufs<P> {
             writes: Vec::new(),
             write_pos: AddrMap::default(),
             created: Vec::new(),
+            created_keys: Vec::new(),
+            spare: Vec::new(),
             key_buf: Vec::new(),
         }
     }
 
     fn clear(&mut self) {
-        self.writes.clear();
+        for w in self.writes.drain(..) {
+            Self::recycle(&mut self.spare, w.key);
+            if let WriteKind::Value(Some(v)) = w.kind {
+                Self::recycle(&mut self.spare, v);
+            }
+        }
         self.write_pos.clear();
         self.created.clear();
+        self.created_keys.clear();
+    }
+
+    /// Keeps a small buffer for the next write set (bounded: a huge transaction does not
+    /// leave its memory behind).
+    fn recycle(spare: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
+        if spare.len() < SPARE_MAX && buf.capacity() <= SPARE_BYTES {
+            spare.push(buf);
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`, reused when one is spare.
+    fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// The placeholders this transaction created, with their keys.
+    fn created(&self) -> impl Iterator<Item = (&[u8], *const P::Record)> {
+        self.created.iter().map(|&(at, len, rec)| (&self.created_keys[at as usize..(at + len) as usize], rec))
     }
 
     fn own(&self, rec: *const P::Record) -> Option<usize> {
@@ -707,18 +753,26 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Adds (or upgrades) a write-set entry.
-    fn add_write(&mut self, key: &[u8], rec: &P::Record, kind: WriteKind) -> Result<(), Access> {
+    fn add_write(&mut self, key: &[u8], rec: &P::Record, write: Write<'_>) -> Result<(), Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
         let b = self.b();
+        let kind = |b: &mut TxnBufs<P>| match write {
+            Write::Value(v) => WriteKind::Value(v.map(|v| b.copy_of(v))),
+            Write::Gap => WriteKind::Gap,
+        };
         if let Some(i) = b.own(p) {
-            if matches!(kind, WriteKind::Value(_)) {
-                b.writes[i].kind = kind;
+            if let Write::Value(_) = write {
+                let new = kind(b);
+                if let WriteKind::Value(Some(old)) = std::mem::replace(&mut b.writes[i].kind, new) {
+                    TxnBufs::<P>::recycle(&mut b.spare, old);
+                }
             }
             return Ok(());
         }
         eng.proto.write(&mut b.st, rec)?;
-        b.writes.push(WriteEntry { rec: p, key: key.into(), kind });
+        let (key, kind) = (b.copy_of(key), kind(b));
+        b.writes.push(WriteEntry { rec: p, key, kind });
         let n = b.writes.len();
         if n == WRITE_SCAN_MAX + 1 {
             for (i, w) in b.writes.iter().enumerate() {
@@ -773,7 +827,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // SAFETY: published in the index; freed only after this transaction ended.
             let r: &'a P::Record = unsafe { &*rec };
             eng.proto.created(&mut self.b().st, r);
-            self.b().created.push((key.into(), rec));
+            let b = self.b();
+            b.created.push((b.created_keys.len() as u32, key.len() as u32, rec));
+            b.created_keys.extend_from_slice(key);
             if !eng.proto.gap_protection() {
                 return Ok(Place::New(r));
             }
@@ -781,7 +837,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // then (see `gap_write_beyond`): walking them again made big transactions of
             // new keys quadratic.
             let walked = self.b().own(next as *const P::Record).is_some();
-            self.add_write(nk, next, WriteKind::Gap)?;
+            self.add_write(nk, next, Write::Gap)?;
             if !walked && eng.proto.is_fresh(next) && !eng.is_sentinel(next) {
                 self.gap_write_beyond(nk, guard)?;
             }
@@ -806,7 +862,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 // for this gap (this one stood in between).
                 return Ok(());
             }
-            self.add_write(&k, next, WriteKind::Gap)?;
+            self.add_write(&k, next, Write::Gap)?;
             if eng.is_sentinel(next) || !eng.proto.is_fresh(next) {
                 return Ok(());
             }
@@ -825,7 +881,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         guard: &Guard,
     ) -> Result<(), Access> {
         let fresh = value.is_some() && self.eng.proto.gap_protection() && self.eng.proto.is_fresh(rec);
-        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec)))?;
+        self.add_write(key, rec, Write::Value(value))?;
         if fresh {
             self.gap_write_beyond(key, guard)?;
         }
@@ -864,7 +920,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         loop {
             let step = match self.place(key, guard) {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
-                Ok(Place::New(r)) => self.add_write(key, r, WriteKind::Value(Some(value.to_vec()))),
+                Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
                 Ok(Place::Retry) => Err(Access::Removed),
                 Err(e) => Err(e),
             };
@@ -900,9 +956,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(e) => Err(e),
                 },
                 None => match self.place(key, guard) {
-                    Ok(Place::New(rec)) => {
-                        self.add_write(key, rec, WriteKind::Value(value.map(<[u8]>::to_vec))).map(|()| true)
-                    }
+                    Ok(Place::New(rec)) => self.add_write(key, rec, Write::Value(value)).map(|()| true),
                     Ok(Place::Existing(_) | Place::Retry) => Err(Access::Removed), // look again
                     Err(e) => Err(e),
                 },
@@ -1099,9 +1153,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 eng.try_unlink(worker, &w.key, w.rec, guard);
             }
         }
-        for (key, rec) in &b.created {
-            if b.writes.binary_search_by_key(&(*rec as usize), |w| w.rec as usize).is_err() {
-                eng.try_unlink(worker, key, *rec, guard);
+        for (key, rec) in b.created() {
+            if b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize).is_err() {
+                eng.try_unlink(worker, key, rec, guard);
             }
         }
         eng.drain_pending_unlinks(worker, guard);
@@ -1125,8 +1179,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let b = self.bufs.as_mut().expect("buffers");
         eng.proto.abort(&mut b.st, &b.writes);
         eng.counters.aborts.fetch_add(1, Ordering::Relaxed);
-        for (key, rec) in &b.created {
-            eng.try_unlink(worker, key, *rec, guard);
+        for (key, rec) in b.created() {
+            eng.try_unlink(worker, key, rec, guard);
         }
     }
 }
