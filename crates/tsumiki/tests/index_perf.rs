@@ -56,3 +56,34 @@ fn first_from_rate() {
         get.as_nanos() as f64 / n as f64,
     );
 }
+
+/// A sequential load (one million ascending 8-byte keys), in every configuration: pages
+/// allocated (mostly leaves) and mean records per page, i.e. how full the leaves are.
+#[test]
+#[ignore]
+fn ascending_fill() {
+    use tsumiki::index::BwTreeConfig;
+    let n: u64 = std::env::var("TSUMIKI_ASCENDING_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    for (name, cfg) in [
+        ("default", BwTreeConfig::default()),
+        ("paper", BwTreeConfig::paper()),
+        ("numbered", BwTreeConfig { split_delta_at_head: false, ..BwTreeConfig::default() }),
+        ("split-at-head", BwTreeConfig { numbered_deltas: false, ..BwTreeConfig::default() }),
+    ] {
+        let tree = BwTree::with_config(cfg).unwrap();
+        let t = Instant::now();
+        for i in 0..n {
+            tree.insert(&i.to_be_bytes(), i).unwrap();
+        }
+        let took = t.elapsed();
+        let s = tree.stats();
+        assert_eq!(tree.scan(b"", None).count() as u64, n);
+        println!(
+            "{name}: {n} ascending inserts in {took:.2?}: {} pages, {:.1} records/page, {} splits, height {}",
+            s.pages_allocated,
+            n as f64 / s.pages_allocated as f64,
+            s.splits,
+            s.height
+        );
+    }
+}

@@ -504,6 +504,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             self.resolve_index_deletes(h, guard);
             inner_base(&inner_entries(h, range, guard), new_range)
         };
+        let appending = h.level == 0 && appended_last(h, &base, guard);
         let new = Owned::new(Node::base(h.level, base));
         sched::point();
         match self.map.slot(pid).compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, guard) {
@@ -511,7 +512,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 bump(&self.counters.consolidations);
                 // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
                 unsafe { retire_chain(head, &self.map, guard) };
-                self.after_consolidation(pid, nb, path, guard, help);
+                self.after_consolidation(pid, nb, path, guard, help, appending);
                 true
             }
             Err(_) => {
@@ -615,14 +616,23 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             || (level > 0 && len == 1 && self.root.load(Ordering::Acquire) == pid)
     }
 
-    fn after_consolidation(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+    /// `appending`: see `try_split`.
+    fn after_consolidation(
+        &self,
+        pid: Pid,
+        nb: Shared<'_, Node<V>>,
+        path: &Path,
+        guard: &Guard,
+        help: u32,
+        appending: bool,
+    ) {
         // SAFETY: just installed, protected by `guard`.
         let n = unsafe { node_ref(nb) };
         let b = n.as_base().expect("base");
         let max = if n.level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
         let is_root = self.root.load(Ordering::Acquire) == pid;
         if b.len() > max {
-            self.try_split(pid, nb, path, guard, help);
+            self.try_split(pid, nb, path, guard, help, appending);
         } else if is_root {
             if n.level > 0 && b.len() == 1 {
                 self.try_collapse(pid, nb, guard);
@@ -634,11 +644,23 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 
     // ----- split -----------------------------------------------------------------------
 
-    fn try_split(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32) {
+    /// Splits the base `nb` just installed at `pid`, at its middle record, or, when
+    /// `appending` (the rightmost leaf, whose newest write was its greatest key), near its
+    /// end: a sequential load only ever appends to the rightmost leaf, so halves would stay
+    /// half full for good, while a left part kept nearly full is never written again. The
+    /// right part keeps at least `merge_threshold` records, so it does not merge back; where
+    /// that is over a quarter of the records (tiny test nodes), the split stays in the middle.
+    fn try_split(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32, appending: bool) {
         // SAFETY: `nb` is the base we just installed, protected by `guard`.
         let n = unsafe { node_ref(nb) };
         let b = n.as_base().expect("base");
-        let mid = b.len() / 2;
+        // The split point is the only change: the protocol is the same for any record.
+        let right = (b.len() / 10).max(self.cfg.merge_threshold);
+        let mid = if appending && n.level == 0 && b.range.high.is_none() && right <= b.len() / 4 {
+            b.len() - right
+        } else {
+            b.len() / 2
+        };
         let sep: Box<[u8]> = b.keys.get(mid).into();
         let Some(q) = self.map.alloc() else { return };
         let q_range = Arc::new(Range::new(sep.clone(), b.range.high.clone(), b.range.right));
@@ -1108,6 +1130,20 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 }
 
 /// Before a consolidation may absorb merge deltas, record that they were posted.
+/// Whether the newest data delta of leaf chain `head` is an upsert of the greatest key of
+/// `base`, its consolidation: the mark of an append at the end of the key space.
+fn appended_last<V>(head: &Node<V>, base: &Base<V>, guard: &Guard) -> bool {
+    let mut node = head;
+    while node.is_smo() {
+        // SAFETY: SMO deltas have a non-null next under `guard`.
+        node = unsafe { node_ref(node.next(guard)) };
+    }
+    match (&node.kind, base.len()) {
+        (Kind::Upsert { key, .. }, n) if n > 0 => **key == *base.keys.get(n - 1),
+        _ => false,
+    }
+}
+
 fn mark_merges_posted<V>(head: &Node<V>, guard: &Guard) {
     let mut node = head;
     while !node.is_base() {
@@ -1208,6 +1244,43 @@ mod tests {
                 assert_eq!(tree.first_from(&(last - 2).to_be_bytes(), true, guard), Some(want));
                 let before = (last - 2).to_be_bytes();
                 assert_eq!(tree.first_from(&before, false, guard), Some((&before[..], &(last / 2 - 1))));
+            }
+        }
+    }
+
+    /// A sequential load splits the rightmost leaf near its end, so the leaves it leaves
+    /// behind are nearly full; every record is still there, in order.
+    #[test]
+    fn ascending_load_fills_leaves() {
+        for numbered_deltas in [false, true] {
+            for split_delta_at_head in [false, true] {
+                let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+                let tree = Tree::new(cfg.clone());
+                let n = cfg.leaf_max as u64 * if cfg!(miri) { 3 } else { 40 };
+                for i in 0..n {
+                    tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+                }
+                let guard = &epoch::pin();
+                let (mut at, mut leaves, mut seen) = (0u64.to_be_bytes().to_vec(), 0u64, 0u64);
+                loop {
+                    let (h, range) = leaf_of(&tree, &at, guard);
+                    let entries = leaf_entries(h, range, guard);
+                    for (k, v) in &entries {
+                        assert_eq!((*k, **v), (&seen.to_be_bytes()[..], seen));
+                        seen += 1;
+                    }
+                    leaves += 1;
+                    match &range.high {
+                        Some(h) => {
+                            // Every leaf but the last holds about 90% of `leaf_max`.
+                            assert!(entries.len() * 10 >= cfg.leaf_max * 8, "{} records", entries.len());
+                            at = h.to_vec();
+                        }
+                        None => break,
+                    }
+                }
+                assert_eq!(seen, n);
+                assert!(leaves * cfg.leaf_max as u64 * 8 <= n * 10 + cfg.leaf_max as u64 * 8, "{leaves} leaves");
             }
         }
     }
