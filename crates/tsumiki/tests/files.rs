@@ -29,6 +29,51 @@ fn files_are_private_locked_and_reopenable() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A session that commits nothing closes without writing a new snapshot, and every later
+/// open still finds the data; a session that commits after one writes its snapshot.
+#[test]
+fn reopen_chains_keep_data_with_and_without_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("snap-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.close().unwrap(); // an empty database, nothing committed
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.begin().scan(b"", None).count(), 0);
+    for i in 0..1000u32 {
+        db.run(|t| t.put(&i.to_be_bytes(), &i.to_le_bytes())).unwrap();
+    }
+    db.close().unwrap();
+    let after_writes = snaps();
+    assert_eq!(after_writes.len(), 1, "{after_writes:?}");
+    for round in 0..3 {
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let mut t = db.begin();
+        assert_eq!(t.scan(b"", None).count(), 1000, "round {round}");
+        assert_eq!(t.get(&999u32.to_be_bytes()).unwrap(), Some(999u32.to_le_bytes().to_vec()));
+        t.commit().unwrap();
+        db.close().unwrap();
+        assert_eq!(snaps(), after_writes, "a read-only session rewrote the snapshot");
+    }
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.run(|t| t.delete(&0u32.to_be_bytes())).unwrap();
+    db.close().unwrap();
+    assert_ne!(snaps(), after_writes, "a session with a commit writes a new snapshot");
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.begin().scan(b"", None).count(), 999);
+    // A crash after a read-only session: recovery still finds everything.
+    db.abandon_for_tests();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.begin().scan(b"", None).count(), 999);
+}
+
 /// Measures the replay rate of recovery (`cargo test --release --test files -- --ignored
 /// --nocapture`): one million one-put commits, abandoned, then reopened.
 #[test]

@@ -187,6 +187,8 @@ pub(crate) struct Durable {
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
+    /// Whether this generation started from a snapshot (else from an empty database).
+    started_from_snapshot: bool,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -230,6 +232,9 @@ impl<R> CommitLog<R> for LogHook<'_> {
     }
 }
 
+/// Records per chunk of the scan that writes the snapshot at close.
+const CLOSE_CHUNK: usize = 4096;
+
 /// Records per chunk of a scan: each chunk is read, then its membership re-checked.
 const SCAN_CHUNK: usize = 64;
 
@@ -264,7 +269,7 @@ impl<P: Protocol> Engine<P> {
         let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
         let mut stats = RecoveryStats::default();
         let master = recovery::read_master(&*storage)?;
-        let generation = match master {
+        let (generation, started_from_snapshot) = match master {
             None => {
                 let m = Master {
                     generation: 1,
@@ -274,7 +279,7 @@ impl<P: Protocol> Engine<P> {
                     segment_size: log.segment_size,
                 };
                 recovery::write_master(&*storage, &m)?;
-                1
+                (1, false)
             }
             Some(m) => {
                 if m.has_snapshot && m.last_exit {
@@ -310,7 +315,7 @@ impl<P: Protocol> Engine<P> {
                     }
                     let next = Master { last_exit: false, elr, segment_size: log.segment_size, ..m };
                     recovery::write_master(&*storage, &next)?;
-                    m.generation
+                    (m.generation, m.has_snapshot)
                 } else {
                     let release = if m.elr { Release::Elr } else { Release::Nlr };
                     stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |k, v| {
@@ -342,7 +347,7 @@ impl<P: Protocol> Engine<P> {
                     };
                     recovery::write_master(&*storage, &next)?;
                     recovery::remove_stale(&storage, g)?;
-                    g
+                    (g, true)
                 }
             }
         };
@@ -368,8 +373,15 @@ impl<P: Protocol> Engine<P> {
             )));
         }
         wal.register_holder();
-        self.durable =
-            Some(Durable { storage, wal, generation, _lock: lock, closed: AtomicBool::new(false), recovery: stats });
+        self.durable = Some(Durable {
+            storage,
+            wal,
+            generation,
+            _lock: lock,
+            closed: AtomicBool::new(false),
+            recovery: stats,
+            started_from_snapshot,
+        });
         Ok(())
     }
 
@@ -382,16 +394,44 @@ impl<P: Protocol> Engine<P> {
         }
         d.wal.check()?;
         d.wal.flush_all()?;
-        let guard = epoch::pin();
-        let mut items: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for (k, p) in self.index.scan(b"", None) {
-            // SAFETY: pinned; no transaction runs at close.
-            if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
-                items.push((k, v));
-            }
+        if d.wal.opts.mode != LogMode::None && d.wal.stats().records == 0 {
+            // Nothing was committed since open: the state is still the one this generation
+            // started from (its snapshot, or nothing), so mark the exit clean without
+            // writing the same snapshot again.
+            let m = Master {
+                generation: d.generation,
+                has_snapshot: d.started_from_snapshot,
+                last_exit: true,
+                elr: d.wal.opts.release == Release::Elr,
+                segment_size: d.wal.opts.segment_size,
+            };
+            return recovery::write_master(&*d.storage, &m);
         }
         let g = d.generation + 1;
-        recovery::write_snapshot(&*d.storage, g, items.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))?;
+        // Streamed leaf by leaf: closing must not hold a second copy of the database.
+        let mut w = recovery::SnapshotWriter::new(&*d.storage, g)?;
+        let mut value = Vec::new();
+        let mut from: Vec<u8> = Vec::new();
+        let mut first = true;
+        loop {
+            let guard = epoch::pin();
+            let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
+                self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
+            first = false;
+            for (k, p) in &chunk {
+                // SAFETY: no transaction runs at close, so nothing is unlinked or freed.
+                if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
+                    value = v;
+                    w.put(k, &value)?;
+                }
+            }
+            match chunk.last() {
+                Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
+                _ => break,
+            }
+        }
+        drop(value);
+        w.finish()?;
         let m = Master {
             generation: g,
             has_snapshot: true,

@@ -191,66 +191,121 @@ pub fn write_snapshot<'a>(
     generation: u64,
     items: impl Iterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<(), Error> {
-    let name = format::snapshot_name(generation);
-    let tmp = format!("{name}.tmp");
-    let _ = storage.remove(&tmp);
-    let f = storage.open(&tmp, true).map_err(|e| io(&tmp, e))?;
-    let mut stream: Vec<u8> = Vec::new();
-    let mut block = vec![0u8; BLOCK];
-    let mut out: Vec<u8> = Vec::new();
-    let mut seq = 0u32;
-    let mut off = 0u64;
-    let mut rec = Vec::new();
-    let mut in_rec = 0usize;
-    let mut enc_buf = Vec::new();
-    let mut emit = |stream: &mut Vec<u8>, all: bool, out: &mut Vec<u8>, off: &mut u64| -> Result<(), Error> {
-        let mut taken = 0;
-        while stream.len() - taken >= format::PAYLOAD || (all && taken < stream.len()) {
-            let n = (stream.len() - taken).min(format::PAYLOAD);
-            block.fill(0);
-            block[..n].copy_from_slice(&stream[taken..taken + n]);
-            let t = format::Trailer { lane: format::SNAPSHOT_LANE, used: n as u16, seq, ..Default::default() };
-            format::seal_block(&mut block, &t);
-            out.extend_from_slice(&block);
-            seq += 1;
-            taken += n;
-        }
-        stream.drain(..taken);
-        if out.len() >= 1 << 20 || all {
-            f.write_at(out, *off).map_err(|e| io(&tmp, e))?;
-            *off += out.len() as u64;
-            out.clear();
-        }
-        Ok(())
-    };
+    let mut w = SnapshotWriter::new(storage, generation)?;
     for (k, v) in items {
-        rec.push((k, v));
-        in_rec += k.len() + v.len() + 9;
-        if in_rec >= 64 << 10 {
-            encode_batch(&mut enc_buf, &rec);
-            stream.append(&mut enc_buf);
-            rec.clear();
-            in_rec = 0;
-            emit(&mut stream, false, &mut out, &mut off)?;
-        }
+        w.put(k, v)?;
     }
-    if !rec.is_empty() {
-        encode_batch(&mut enc_buf, &rec);
-        stream.append(&mut enc_buf);
-    }
-    emit(&mut stream, true, &mut out, &mut off)?;
-    f.sync_data().map_err(|e| io(&tmp, e))?;
-    drop(f);
-    storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
-    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+    w.finish()
 }
 
-fn encode_batch(buf: &mut Vec<u8>, items: &[(&[u8], &[u8])]) {
-    let mut enc = format::RecordEncoder::begin(buf, 0);
-    for (k, v) in items {
-        enc.write(k, Some(v));
+/// Writes a snapshot one record at a time, holding at most a batch and a megabyte of
+/// blocks in memory (closing a large database must not copy it whole first).
+pub struct SnapshotWriter<'s> {
+    storage: &'s dyn Storage,
+    name: String,
+    tmp: String,
+    file: Box<dyn crate::wal::storage::StorageFile>,
+    /// Keys and values of the batch being gathered, and their lengths.
+    batch: Vec<u8>,
+    lens: Vec<(u32, u32)>,
+    /// Encoded records not yet cut into blocks.
+    stream: Vec<u8>,
+    block: Vec<u8>,
+    /// Sealed blocks not yet written.
+    out: Vec<u8>,
+    seq: u32,
+    off: u64,
+    enc: Vec<u8>,
+}
+
+/// Bytes of keys and values encoded as one snapshot record.
+const SNAPSHOT_BATCH: usize = 64 << 10;
+
+impl<'s> SnapshotWriter<'s> {
+    /// Starts the snapshot of `generation` under a temporary name.
+    pub fn new(storage: &'s dyn Storage, generation: u64) -> Result<Self, Error> {
+        let name = format::snapshot_name(generation);
+        let tmp = format!("{name}.tmp");
+        let _ = storage.remove(&tmp);
+        let file = storage.open(&tmp, true).map_err(|e| io(&tmp, e))?;
+        Ok(SnapshotWriter {
+            storage,
+            name,
+            tmp,
+            file,
+            batch: Vec::new(),
+            lens: Vec::new(),
+            stream: Vec::new(),
+            block: vec![0u8; BLOCK],
+            out: Vec::new(),
+            seq: 0,
+            off: 0,
+            enc: Vec::new(),
+        })
     }
-    enc.finish().expect("a snapshot batch stays far below the record limit");
+
+    /// Adds one record.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.batch.extend_from_slice(key);
+        self.batch.extend_from_slice(value);
+        self.lens.push((key.len() as u32, value.len() as u32));
+        if self.batch.len() + 9 * self.lens.len() >= SNAPSHOT_BATCH {
+            self.encode();
+            self.emit(false)?;
+        }
+        Ok(())
+    }
+
+    fn encode(&mut self) {
+        if self.lens.is_empty() {
+            return;
+        }
+        let mut enc = format::RecordEncoder::begin(&mut self.enc, 0);
+        let mut at = 0;
+        for &(k, v) in &self.lens {
+            let (k, v) = (k as usize, v as usize);
+            enc.write(&self.batch[at..at + k], Some(&self.batch[at + k..at + k + v]));
+            at += k + v;
+        }
+        enc.finish().expect("a snapshot batch stays far below the record limit");
+        self.stream.append(&mut self.enc);
+        self.batch.clear();
+        self.lens.clear();
+    }
+
+    /// Cuts the stream into sealed blocks (all of it when `all`), writing them out per MiB.
+    fn emit(&mut self, all: bool) -> Result<(), Error> {
+        let mut taken = 0;
+        while self.stream.len() - taken >= format::PAYLOAD || (all && taken < self.stream.len()) {
+            let n = (self.stream.len() - taken).min(format::PAYLOAD);
+            self.block.fill(0);
+            self.block[..n].copy_from_slice(&self.stream[taken..taken + n]);
+            let t =
+                format::Trailer { lane: format::SNAPSHOT_LANE, used: n as u16, seq: self.seq, ..Default::default() };
+            format::seal_block(&mut self.block, &t);
+            self.out.extend_from_slice(&self.block);
+            self.seq += 1;
+            taken += n;
+        }
+        self.stream.drain(..taken);
+        if self.out.len() >= 1 << 20 || all {
+            self.file.write_at(&self.out, self.off).map_err(|e| io(&self.tmp, e))?;
+            self.off += self.out.len() as u64;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the rest, syncs, and renames the snapshot into place (directory synced).
+    pub fn finish(mut self) -> Result<(), Error> {
+        self.encode();
+        self.emit(true)?;
+        self.file.sync_data().map_err(|e| io(&self.tmp, e))?;
+        let (storage, tmp, name) = (self.storage, std::mem::take(&mut self.tmp), std::mem::take(&mut self.name));
+        drop(self);
+        storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
+        storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+    }
 }
 
 /// Reads the master record; `Ok(None)` for a new (empty) directory.
