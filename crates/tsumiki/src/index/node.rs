@@ -162,7 +162,7 @@ const FENCE_STRIDE: usize = 8;
 /// stored prefixes are those of the bytes after them, so keys with a long common start
 /// (64-byte keys that differ in their last 8 bytes) still compare as integers; a search
 /// compares the shared bytes once.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct KeyVec {
     prefixes: Vec<u64>,
     fence: Vec<u64>,
@@ -905,6 +905,9 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
     guard: &'g Guard,
     new_range: Arc<Range>,
 ) -> Base<V> {
+    if let Some(b) = consolidate_appends(head, range, guard, &new_range) {
+        return b;
+    }
     let mut keys = KeyVec::default();
     let mut vals = Vec::new();
     // Sized by the chain's entry count (exact for a whole node, an upper bound for a half),
@@ -920,6 +923,55 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
     });
     keys.finish();
     Base { range: new_range, keys, vals, children: Vec::new() }
+}
+
+/// The ascending-insert fast path of [`consolidate_leaf`]: when the chain is one base with
+/// only upserts of keys above its last key (a bulk load in key order), the new base is the
+/// old one copied whole (a few `memcpy`s) with the new keys pushed after it, instead of a
+/// merge that pushes every key one by one (the fill profile's largest cost). `None` when
+/// the chain is anything else.
+fn consolidate_appends<'g, V: Clone>(
+    head: &'g Node<V>,
+    range: &Range,
+    guard: &'g Guard,
+    new_range: &Arc<Range>,
+) -> Option<Base<V>> {
+    let g = gather(head, guard);
+    let base = g.left;
+    if !g.rights.is_empty() || g.cut.is_some() || base.keys.skip != 0 || g.deltas.len() > 64 {
+        return None;
+    }
+    let mut ds: SmallVec<[(u64, &'g [u8], &'g V); 16]> = SmallVec::new();
+    for d in &g.deltas {
+        match &d.kind {
+            Kind::Upsert { key, val } => ds.push((d.kp, &key[..], val)),
+            _ => return None,
+        }
+    }
+    // Stable: the newest delta stays first among equal keys.
+    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
+    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
+    let n = base.len();
+    let (&(fp, fk, _), &(lp, lk, _)) = (ds.first()?, ds.last()?);
+    let above_base = n == 0 || cmp_prefixed(fp, fk, base.keys.prefix(n - 1), base.keys.get(n - 1)).is_gt();
+    // Every record must lie in the range, as `merge_leaf` would keep it.
+    let in_range =
+        |p: u64, k: &[u8]| cmp_prefixed(p, k, range.low_p, &range.low).is_ge() && !range.beyond_prefixed(p, k);
+    let base_in_range = n == 0
+        || (in_range(base.keys.prefix(0), base.keys.get(0)) && in_range(base.keys.prefix(n - 1), base.keys.get(n - 1)));
+    if !above_base || !base_in_range || !in_range(fp, fk) || !in_range(lp, lk) {
+        return None;
+    }
+    let mut keys = base.keys.clone();
+    let mut vals = Vec::with_capacity(n + ds.len());
+    vals.extend_from_slice(&base.vals);
+    keys.reserve(ds.len(), ds.iter().map(|d| d.1.len()).sum());
+    for &(_, k, v) in &ds {
+        keys.push(k);
+        vals.push(v.clone());
+    }
+    keys.finish();
+    Some(Base { range: Arc::clone(new_range), keys, vals, children: Vec::new() })
 }
 
 /// Every (separator, child) of an inner chain, sorted, restricted to `range`. Index-delete
