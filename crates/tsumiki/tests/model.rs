@@ -304,6 +304,11 @@ fn run_bulk(cfg: BwTreeConfig, keys: &[Vec<u8>], ops: &[Op], space: u16, probes:
     } else if model.len() > cfg.leaf_max {
         assert!(s.height >= 2, "{name}: {s:?}");
     }
+    // Every page is reachable through the right links of its level (the listing walks
+    // them), and exactly the last node of each level has no high key.
+    let dump = tree.dump_structure();
+    assert_eq!(dump.lines().count() as u64, s.pages_allocated, "{name}:\n{dump}");
+    assert_eq!(dump.lines().filter(|l| l.contains(", None) size")).count(), s.height, "{name}:\n{dump}");
     check_against(&tree, &model, space, probes, &format!("{name} after load"));
     for (i, op) in ops.iter().enumerate() {
         match *op {
