@@ -87,3 +87,37 @@ fn ascending_fill() {
         );
     }
 }
+
+/// Loading a sorted snapshot: 1M 4-byte big-endian keys with `u64` values through
+/// `BwTreeBuilder` against `insert` in ascending order.
+#[test]
+#[ignore]
+fn bulk_load_rate() {
+    let n: u32 = std::env::var("TSUMIKI_BULK_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let t = Instant::now();
+    let mut b = tsumiki::index::BwTreeBuilder::new(tsumiki::index::BwTreeConfig::default()).unwrap();
+    for i in 0..n {
+        b.push(&i.to_be_bytes(), i as u64).unwrap();
+    }
+    let bulk = b.finish().unwrap();
+    let built = t.elapsed();
+
+    let t = Instant::now();
+    let ins = BwTree::new();
+    for i in 0..n {
+        ins.insert(&i.to_be_bytes(), i as u64).unwrap();
+    }
+    let inserted = t.elapsed();
+
+    assert_eq!(bulk.get(&(n / 2).to_be_bytes()).unwrap(), Some(n as u64 / 2));
+    let (bs, is) = (bulk.stats(), ins.stats());
+    println!(
+        "{n} keys: builder {built:?} ({:.2} M/s, {} pages, height {}); insert {inserted:?} ({:.2} M/s, {} pages, height {})",
+        n as f64 / built.as_secs_f64() / 1e6,
+        bs.pages_allocated,
+        bs.height,
+        n as f64 / inserted.as_secs_f64() / 1e6,
+        is.pages_allocated,
+        is.height,
+    );
+}

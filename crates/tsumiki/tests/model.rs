@@ -294,3 +294,206 @@ fn ascending_appends_with_overwrites_and_deletes_match_the_model() {
         assert_eq!(tree.scan(b"", None).count(), model.len(), "{name}");
     }
 }
+
+// ----- bulk loading ------------------------------------------------------------------------
+
+/// `get` of every key of the space (and a few outside it), full and partial `scan`s, and
+/// `first_from` at the probes, against the model.
+fn check_against(tree: &BwTree<u32>, model: &BTreeMap<Vec<u8>, u32>, space: u16, probes: &[u16], what: &str) {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let all: Vec<_> = tree.scan(b"", None).collect();
+    let want: Vec<_> = model.iter().map(|(a, b)| (a.clone(), *b)).collect();
+    assert_eq!(all, want, "{what}: full scan");
+    for n in 0..space {
+        assert_eq!(tree.get(&k(n)).unwrap(), model.get(&k(n)).copied(), "{what}: get {n}");
+    }
+    for key in model.keys() {
+        assert_eq!(tree.get(key).unwrap(), model.get(key).copied(), "{what}: get {key:?}");
+    }
+    for p in probes.iter().map(|&p| k(p)).chain([Vec::new(), vec![0xff; 9], b"shared8_".to_vec()]) {
+        for exclusive in [false, true] {
+            let bound = if exclusive { Excluded(&p[..]) } else { Included(&p[..]) };
+            let want = model.range::<[u8], _>((bound, Unbounded)).next().map(|(a, b)| (a.clone(), *b));
+            assert_eq!(tree.first_from(&p, exclusive), want, "{what}: first_from {p:?} {exclusive}");
+        }
+        let got: Vec<_> = tree.scan(&p, None).take(5).collect();
+        let want: Vec<_> =
+            model.range::<[u8], _>((Included(&p[..]), Unbounded)).take(5).map(|(a, b)| (a.clone(), *b)).collect();
+        assert_eq!(got, want, "{what}: scan from {p:?}");
+    }
+}
+
+/// Bulk-loads `keys` (any order; sorted here), checks the tree, runs `ops`, checks again.
+fn run_bulk(cfg: BwTreeConfig, keys: &[Vec<u8>], ops: &[Op], space: u16, probes: &[u16], name: &str) {
+    let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        model.insert(key.clone(), i as u32);
+    }
+    let tree = BwTree::from_sorted(cfg.clone(), model.iter().map(|(a, b)| (a, *b))).unwrap();
+    assert_eq!(tree.config(), &cfg);
+    let s = tree.stats();
+    assert_eq!((s.splits, s.merges, s.consolidations, s.restarts), (0, 0, 0, 0), "{name}: {s:?}");
+    // Leaves are filled to 7/8 of `leaf_max`.
+    if model.len() <= cfg.leaf_max * 7 / 8 {
+        assert_eq!(s.height, 1, "{name}: {} keys fit in one leaf", model.len());
+    } else if model.len() > cfg.leaf_max {
+        assert!(s.height >= 2, "{name}: {s:?}");
+    }
+    // Every page is reachable through the right links of its level (the listing walks
+    // them), and exactly the last node of each level has no high key.
+    let dump = tree.dump_structure();
+    assert_eq!(dump.lines().count() as u64, s.pages_allocated, "{name}:\n{dump}");
+    assert_eq!(dump.lines().filter(|l| l.contains(", None) size")).count(), s.height, "{name}:\n{dump}");
+    check_against(&tree, &model, space, probes, &format!("{name} after load"));
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Get(n) => assert_eq!(tree.get(&k(n)).unwrap(), model.get(&k(n)).copied(), "{name} op {i} {op:?}"),
+            Op::Upsert(n, v) => {
+                assert_eq!(tree.upsert(&k(n), v).unwrap(), model.insert(k(n), v).is_none(), "{name} op {i}")
+            }
+            Op::Insert(n, v) => {
+                let absent = !model.contains_key(&k(n));
+                if absent {
+                    model.insert(k(n), v);
+                }
+                assert_eq!(tree.insert(&k(n), v).unwrap(), absent, "{name} op {i} {op:?}");
+            }
+            Op::Update(n, v) => {
+                let present = model.contains_key(&k(n));
+                if present {
+                    model.insert(k(n), v);
+                }
+                assert_eq!(tree.update(&k(n), v).unwrap(), present, "{name} op {i} {op:?}");
+            }
+            Op::Delete(n) => assert_eq!(tree.delete(&k(n)).unwrap(), model.remove(&k(n)).is_some(), "{name} op {i}"),
+            Op::Scan(..) => {}
+        }
+    }
+    check_against(&tree, &model, space, probes, &format!("{name} after ops"));
+}
+
+const BULK_SPACE: u16 = 1200;
+
+/// Key sets: exactly 0, 1, 4, 5 (tiny `leaf_max` and one over), 128, 129 (the default's)
+/// or a random number of keys from `k`'s space (varying lengths, shared prefixes, the empty
+/// key), sometimes plus arbitrary short byte strings.
+fn bulk_keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let count = prop_oneof![Just(0usize), Just(1), Just(4), Just(5), Just(128), Just(129), 0..BULK_SPACE as usize];
+    let extra =
+        prop_oneof![Just(Vec::new()), proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..12), 0..40)];
+    (count, extra).prop_flat_map(|(n, extra)| {
+        proptest::sample::subsequence((0..BULK_SPACE).collect::<Vec<_>>(), n)
+            .prop_map(move |ns| ns.into_iter().map(k).chain(extra.iter().cloned()).collect::<Vec<_>>())
+    })
+}
+
+fn bulk_cfgs() -> Vec<(String, BwTreeConfig)> {
+    let medium =
+        BwTreeConfig { leaf_max: 16, inner_max: 8, merge_threshold: 4, delta_threshold: 5, ..BwTreeConfig::default() };
+    [("tiny", BwTreeConfig::tiny()), ("medium", medium), ("default", BwTreeConfig::default())]
+        .into_iter()
+        .flat_map(|(size, base)| common::variants(base).into_iter().map(move |(v, c)| (format!("{size}/{v}"), c)))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn bulk_load_matches_btreemap(
+        keys in bulk_keys(),
+        ops in proptest::collection::vec(op(BULK_SPACE), 0..if cfg!(miri) { 30 } else { 2500 }),
+        probes in proptest::collection::vec(0..BULK_SPACE, 6),
+    ) {
+        for (name, cfg) in bulk_cfgs() {
+            run_bulk(cfg, &keys, &ops, BULK_SPACE, &probes, &name);
+        }
+    }
+}
+
+/// The exact sizes around a leaf's capacity, with an empty op list and with deletes of every
+/// key then reinserts: the tree shrinks to one leaf (merges, root collapses) and grows again.
+#[test]
+fn bulk_load_edge_sizes_then_shrink_and_regrow() {
+    for (name, cfg) in bulk_cfgs() {
+        let lm = cfg.leaf_max;
+        for n in [0, 1, 2, lm - 1, lm, lm + 1, 2 * lm, 2 * lm + 1, lm * cfg.inner_max + 3] {
+            let keys: Vec<Vec<u8>> = (0..n as u64).map(|i| common::key(i, 8)).collect();
+            run_bulk(cfg.clone(), &keys, &[], 0, &[], &format!("{name} n={n}"));
+        }
+    }
+    let n: u64 = if cfg!(miri) { 40 } else { 3000 };
+    for (name, cfg) in common::variants(BwTreeConfig::tiny()) {
+        let tree = BwTree::from_sorted(cfg, (0..n).map(|i| (common::key(i, 8), i))).unwrap();
+        let h = tree.stats().height;
+        assert!(h >= 4, "{name}: height {h}");
+        for i in (0..n).rev() {
+            assert!(tree.delete(&common::key(i, 8)).unwrap(), "{name} delete {i}");
+        }
+        for _ in 0..50 {
+            tree.upsert(b"x", 0).unwrap();
+            tree.delete(b"x").unwrap();
+        }
+        let s = tree.stats();
+        assert!(s.merges > 10 && s.root_collapses >= 1 && s.height < h, "{name}: {s:?}");
+        assert_eq!(tree.scan(b"", None).count(), 0, "{name}");
+        for i in 0..n {
+            assert!(tree.insert(&common::key(i * 7 % n, 8), i).unwrap(), "{name} reinsert {i}");
+        }
+        let s = tree.stats();
+        assert!(s.splits > 10 && s.root_splits >= 1, "{name}: {s:?}");
+        assert_eq!(tree.scan(b"", None).count() as u64, n, "{name}");
+    }
+}
+
+#[test]
+fn bulk_load_rejects_unsorted_duplicate_and_long_keys() {
+    for (name, cfg) in bulk_cfgs() {
+        let unsorted = BwTree::from_sorted(cfg.clone(), [(&b"a"[..], 1u32), (b"c", 2), (b"b", 3)]);
+        assert_eq!(unsorted.err(), Some(IndexError::NotSorted { index: 2 }), "{name}");
+        let dup = BwTree::from_sorted(cfg.clone(), [(&b"a"[..], 1u32), (b"b", 2), (b"b", 3)]);
+        assert_eq!(dup.err(), Some(IndexError::NotSorted { index: 2 }), "{name}");
+        // Prefix ties: "ab\0" > "ab" > "a", the empty key is the least.
+        let ok = BwTree::from_sorted(cfg.clone(), [(&b""[..], 0u32), (b"a", 1), (b"ab", 2), (b"ab\0", 3)]).unwrap();
+        assert_eq!(ok.scan(b"", None).count(), 4, "{name}");
+        let tie = BwTree::from_sorted(cfg.clone(), [(&b"ab\0"[..], 1u32), (b"ab", 2)]);
+        assert_eq!(tie.err(), Some(IndexError::NotSorted { index: 1 }), "{name}");
+        let empty_twice = BwTree::from_sorted(cfg.clone(), [(&b""[..], 1u32), (b"", 2)]);
+        assert_eq!(empty_twice.err(), Some(IndexError::NotSorted { index: 1 }), "{name}");
+
+        // Far into the load (after many leaves), and the builder stays usable after a rejection.
+        let mut b = tsumiki::index::BwTreeBuilder::new(cfg.clone()).unwrap();
+        for i in 0..1000u64 {
+            b.push(&common::key(i * 2, 8), i).unwrap();
+        }
+        assert_eq!(b.push(&common::key(1000, 8), 0), Err(IndexError::NotSorted { index: 1000 }), "{name}");
+        assert_eq!(b.push(&common::key(1998, 8), 0), Err(IndexError::NotSorted { index: 1000 }), "{name}");
+        let long = vec![0xffu8; MAX_KEY_LEN + 1];
+        assert_eq!(b.push(&long, 0), Err(IndexError::KeyTooLong { len: MAX_KEY_LEN + 1, max: MAX_KEY_LEN }), "{name}");
+        b.push(&vec![0xffu8; MAX_KEY_LEN], 7).unwrap();
+        assert_eq!(b.len(), 1001);
+        let tree = b.finish().unwrap();
+        assert_eq!(tree.scan(b"", None).count(), 1001, "{name}");
+        assert_eq!(tree.get(&vec![0xffu8; MAX_KEY_LEN]).unwrap(), Some(7), "{name}");
+        assert_eq!(tree.get(&common::key(1000, 8)).unwrap(), Some(500), "{name}");
+        assert_eq!(tree.get(&common::key(1001, 8)).unwrap(), None, "{name}");
+        assert!(IndexError::NotSorted { index: 3 }.to_string().contains("not greater"));
+    }
+    assert!(matches!(
+        tsumiki::index::BwTreeBuilder::<u8>::new(BwTreeConfig { leaf_max: 2, ..BwTreeConfig::default() }),
+        Err(IndexError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn bulk_load_of_nothing_is_an_empty_tree() {
+    for (name, cfg) in bulk_cfgs() {
+        let a = BwTree::<u32>::from_sorted(cfg.clone(), std::iter::empty::<(&[u8], u32)>()).unwrap();
+        let b = BwTree::<u32>::with_config(cfg).unwrap();
+        assert_eq!(a.dump_structure(), b.dump_structure(), "{name}");
+        assert_eq!(a.stats(), b.stats(), "{name}");
+        assert_eq!(a.scan(b"", None).count(), 0, "{name}");
+        a.upsert(b"k", 1).unwrap();
+        assert_eq!(a.get(b"k").unwrap(), Some(1), "{name}");
+    }
+}

@@ -210,3 +210,55 @@ fn race_waves(name: &str, cfg: BwTreeConfig) -> tsumiki::index::BwTreeStats {
     assert!(s.splits > 50 && s.merges > 50 || cfg!(miri), "{name}: {s:?}");
     s
 }
+
+/// A bulk-loaded tree of 100K keys, then threads upserting, deleting and reading their own
+/// interleaved keys (half of them loaded, half new): exact final contents.
+#[test]
+fn bulk_loaded_tree_under_concurrent_writes() {
+    let n = scale(100_000);
+    for (name, cfg) in
+        variants(BwTreeConfig { leaf_max: 16, inner_max: 8, merge_threshold: 4, ..BwTreeConfig::default() })
+            .into_iter()
+            .chain([("default", BwTreeConfig::default())])
+    {
+        // Loaded: the even numbers.
+        let tree = BwTree::from_sorted(cfg, (0..n).map(|i| (key(i * 2, 8), i * 2))).unwrap();
+        let barrier = Barrier::new(THREADS);
+        let models: Vec<BTreeMap<Vec<u8>, u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS as u64)
+                .map(|t| {
+                    let (tree, barrier) = (&tree, &barrier);
+                    s.spawn(move || {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(t + 100);
+                        // Thread t owns the numbers congruent to t mod THREADS.
+                        let mut model: BTreeMap<Vec<u8>, u64> = (0..2 * n)
+                            .filter(|i| i % 2 == 0 && i % THREADS as u64 == t)
+                            .map(|i| (key(i, 8), i))
+                            .collect();
+                        barrier.wait();
+                        for i in 0..scale(60_000) {
+                            let k = key(rng.random_range(0..2 * n / THREADS as u64) * THREADS as u64 + t, 8);
+                            match rng.random_range(0..10) {
+                                0..=3 => assert_eq!(tree.upsert(&k, i).unwrap(), model.insert(k, i).is_none()),
+                                4..=7 => assert_eq!(tree.delete(&k).unwrap(), model.remove(&k).is_some()),
+                                _ => assert_eq!(tree.get(&k).unwrap(), model.get(&k).copied()),
+                            }
+                        }
+                        model
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut want: Vec<(Vec<u8>, u64)> = models.into_iter().flatten().collect();
+        want.sort();
+        let got: Vec<_> = tree.scan(b"", None).collect();
+        assert_eq!(got.len(), want.len(), "{name}: {:?}", tree.stats());
+        assert!(got == want, "{name}: contents differ");
+        for (k, v) in want.iter().step_by(7) {
+            assert_eq!(tree.get(k).unwrap(), Some(*v), "{name}");
+        }
+        let s = tree.stats();
+        assert!(s.splits > 0 || cfg!(miri), "{name}: {s:?}");
+    }
+}

@@ -24,6 +24,7 @@
 //! assert_eq!(all, vec![(b"apple".to_vec(), 1), (b"banana".to_vec(), 3)]);
 //! ```
 
+mod bulk;
 mod mapping;
 mod node;
 mod sched;
@@ -50,6 +51,13 @@ pub enum IndexError {
     },
     /// A [`BwTreeConfig`] value is out of range.
     InvalidConfig(String),
+    /// A bulk load ([`BwTreeBuilder`]) was given a key not greater than the one before it.
+    NotSorted {
+        /// Records accepted before the rejected one (its position, if nothing else failed).
+        index: u64,
+    },
+    /// The mapping table is full (2^28 pages): the bulk load does not fit in one tree.
+    TooManyPages,
 }
 
 impl fmt::Display for IndexError {
@@ -57,6 +65,10 @@ impl fmt::Display for IndexError {
         match self {
             IndexError::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than the {max}-byte limit"),
             IndexError::InvalidConfig(why) => write!(f, "invalid Bw-tree configuration: {why}"),
+            IndexError::NotSorted { index } => {
+                write!(f, "bulk load: record {index} has a key not greater than the one before it")
+            }
+            IndexError::TooManyPages => write!(f, "the Bw-tree's mapping table is full"),
         }
     }
 }
@@ -181,6 +193,27 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         Ok(BwTree { tree: Tree::new(cfg) })
     }
 
+    /// A tree holding `items`, whose keys must be strictly increasing, built bottom-up
+    /// without a single insert (see [`BwTreeBuilder`], which this wraps).
+    ///
+    /// ```
+    /// use tsumiki::index::{BwTree, BwTreeConfig};
+    ///
+    /// let tree = BwTree::from_sorted(BwTreeConfig::default(), [(b"a", 1), (b"b", 2)]).unwrap();
+    /// assert_eq!(tree.get(b"b").unwrap(), Some(2));
+    /// assert!(BwTree::from_sorted(BwTreeConfig::default(), [(b"b", 1), (b"a", 2)]).is_err());
+    /// ```
+    pub fn from_sorted<K: AsRef<[u8]>>(
+        cfg: BwTreeConfig,
+        items: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, IndexError> {
+        let mut b = BwTreeBuilder::new(cfg)?;
+        for (k, v) in items {
+            b.push(k.as_ref(), v)?;
+        }
+        b.finish()
+    }
+
     /// The configuration the tree was built with.
     pub fn config(&self) -> &BwTreeConfig {
         &self.tree.cfg
@@ -268,6 +301,60 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
     /// Counters of consolidations and structure modifications.
     pub fn stats(&self) -> BwTreeStats {
         self.tree.stats()
+    }
+}
+
+/// Builds a [`BwTree`] from records given in strictly increasing key order (loading a
+/// snapshot), much faster than inserting them: base nodes are built directly, bottom-up.
+///
+/// Leaves and inner nodes are filled to 7/8 of `leaf_max` / `inner_max` (never under
+/// `merge_threshold`), so later inserts find room without splitting at once. Keys are
+/// copied from the borrowed slices; values are moved in.
+///
+/// ```
+/// use tsumiki::index::{BwTreeBuilder, BwTreeConfig};
+///
+/// let mut b = BwTreeBuilder::new(BwTreeConfig::default()).unwrap();
+/// for i in 0u32..1000 {
+///     b.push(&i.to_be_bytes(), i).unwrap();
+/// }
+/// assert!(b.push(&5u32.to_be_bytes(), 5).is_err()); // not sorted: rejected, not added
+/// let tree = b.finish().unwrap();
+/// assert_eq!(tree.get(&7u32.to_be_bytes()).unwrap(), Some(7));
+/// tree.upsert(b"x", 1).unwrap(); // an ordinary tree from here on
+/// ```
+pub struct BwTreeBuilder<V> {
+    inner: bulk::Builder<V>,
+}
+
+impl<V: Clone + Send + Sync + 'static> BwTreeBuilder<V> {
+    /// A builder for a tree with configuration `cfg` (validated here).
+    pub fn new(cfg: BwTreeConfig) -> Result<Self, IndexError> {
+        cfg.validate()?;
+        Ok(BwTreeBuilder { inner: bulk::Builder::new(cfg)? })
+    }
+
+    /// Adds a record. `key` must be greater than every key pushed before, else
+    /// [`IndexError::NotSorted`]; a key over [`MAX_KEY_LEN`] is [`IndexError::KeyTooLong`].
+    /// A rejected record is not added, and the builder stays usable.
+    pub fn push(&mut self, key: &[u8], val: V) -> Result<(), IndexError> {
+        self.inner.push(key, val)
+    }
+
+    /// Records pushed so far.
+    pub fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// True when nothing was pushed yet.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len() == 0
+    }
+
+    /// Builds the inner levels and returns the tree (with no records, the same as
+    /// [`BwTree::with_config`]). Fails only with [`IndexError::TooManyPages`].
+    pub fn finish(self) -> Result<BwTree<V>, IndexError> {
+        Ok(BwTree { tree: self.inner.finish()? })
     }
 }
 

@@ -591,7 +591,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 // SAFETY: our CAS unlinked the old sub-chain; the claim protocol guarantees
                 // no retirement of the enclosing chain took it first.
                 unsafe { retire_chain(below, &self.map, guard) };
-                if self.wants_smo(pid, d.level, len) {
+                // `d` itself is not in the new base: a node whose number-0 delta took it
+                // under the merge threshold (or over the split size) must be consolidated
+                // whole now, or it would only be at the next number-0 delta, if ever.
+                if self.wants_smo(pid, d.level, len) || self.wants_smo(pid, d.level, d.size as usize) {
                     self.consolidate(pid, path, guard, help);
                 }
             }
