@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
-use crate::index::{BwTree, BwTreeConfig, MAX_KEY_LEN};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, MAX_KEY_LEN};
 use crate::wal::format::Master;
 use crate::wal::recovery::{self, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
@@ -284,20 +284,30 @@ impl<P: Protocol> Engine<P> {
             Some(m) => {
                 if m.has_snapshot && m.last_exit {
                     // A clean exit's snapshot is the whole state, one put per key in key
-                    // order: straight into the index, with no map in between.
-                    let (index, proto) = (&self.index, &self.proto);
-                    let mut loaded = 0u64;
+                    // order: bulk-loaded into full leaves, with no map in between.
+                    let proto = &self.proto;
+                    let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
+                    let mut bad = None;
                     recovery::read_snapshot(&*storage, m.generation, |k, v| {
-                        if let Some(v) = v {
+                        if let (Some(v), None) = (v, &bad) {
                             let rec = Box::into_raw(Box::new(proto.new_loaded(v)));
-                            if index.insert(k, RecPtr(rec)).unwrap_or(false) {
-                                loaded += 1;
-                            } else {
+                            if let Err(e) = builder.push(k, RecPtr(rec)) {
                                 // SAFETY: never published.
                                 drop(unsafe { Box::from_raw(rec) });
+                                bad = Some(e);
                             }
                         }
                     })?;
+                    let loaded = builder.len();
+                    let index = builder.finish();
+                    if let Some(e) = bad {
+                        // Records already loaded are freed with the partial tree.
+                        if let Ok(t) = index {
+                            free_records(&t);
+                        }
+                        return Err(Error::Corrupt(format!("the snapshot of generation {}: {e}", m.generation)));
+                    }
+                    self.index = index.map_err(Error::Index)?;
                     stats.keys = loaded;
                 } else if m.has_snapshot {
                     recovery::read_snapshot(&*storage, m.generation, |k, v| {
@@ -635,16 +645,21 @@ impl<P: Protocol> Engine<P> {
     }
 }
 
+/// Frees the records of an index no transaction can reach.
+fn free_records<R: Send + Sync + 'static>(index: &BwTree<RecPtr<R>>) {
+    for (_, p) in index.scan(b"", None) {
+        // SAFETY: the caller owns the index exclusively; each record is owned by its entry.
+        drop(unsafe { Box::from_raw(p.0 as *mut R) });
+    }
+}
+
 impl<P: Protocol> Drop for Engine<P> {
     fn drop(&mut self) {
         if let Some(d) = &self.durable {
             // Held lock words live in the records freed below.
             d.wal.release_all_held();
         }
-        for (_, p) in self.index.scan(b"", None) {
-            // SAFETY: `drop` has exclusive access; each record is owned by its index entry.
-            drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
-        }
+        free_records(&self.index);
         for (_, p) in self.retired.get_mut().drain(..) {
             // SAFETY: as above; retired records are out of the index and owned by the list.
             drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
