@@ -717,6 +717,28 @@ fn gather<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Gathered<'g, V> {
     }
 }
 
+/// The chain's data deltas as (prefix, key, value or `None` for a delete), sorted by key,
+/// one per key (the newest), restricted to the keys `keep` accepts.
+fn newest_data_deltas<'g, V>(
+    g: &Gathered<'g, V>,
+    keep: impl Fn(u64, &[u8]) -> bool,
+) -> DeltaVec<(u64, &'g [u8], Option<&'g V>)> {
+    // Gathered newest first; the stable sort keeps the newest first among equal keys.
+    let mut ds: DeltaVec<(u64, &'g [u8], Option<&'g V>)> = g
+        .deltas
+        .iter()
+        .filter_map(|d| match &d.kind {
+            Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
+            Kind::Delete { key } => Some((d.kp, &key[..], None)),
+            _ => None,
+        })
+        .filter(|&(p, k, _)| keep(p, k))
+        .collect();
+    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
+    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
+    ds
+}
+
 /// Calls `emit` on every record of a leaf chain within `range`, in key order: the base
 /// records (below any split) and those of absorbed siblings, overridden by the newest delta
 /// naming each key.
@@ -727,19 +749,7 @@ fn merge_leaf<'g, V>(
     mut emit: impl FnMut(&'g [u8], &'g V),
 ) -> usize {
     let g = gather(head, guard);
-    // (prefix, key, value or None for a delete), newest first before the sort.
-    let mut ds: DeltaVec<(u64, &'g [u8], Option<&'g V>)> = g
-        .deltas
-        .iter()
-        .filter_map(|d| match &d.kind {
-            Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
-            Kind::Delete { key } => Some((d.kp, &key[..], None)),
-            _ => None,
-        })
-        .collect();
-    // Stable sort keeps the newest delta first among equal keys.
-    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
-    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
+    let ds = newest_data_deltas(&g, |_, _| true);
 
     let left = g.left;
     let base_iter = (0..g.left_len())
@@ -819,20 +829,8 @@ pub(crate) fn leaf_first_from<'g, V>(
     };
 
     let g = gather(head, guard);
-    // As in merge_leaf: (prefix, key, value or None for a delete), newest first among equal
-    // keys after the stable sort, then one per key; only those within the bound.
-    let mut ds: DeltaVec<(u64, &'g [u8], Option<&'g V>)> = g
-        .deltas
-        .iter()
-        .filter_map(|d| match &d.kind {
-            Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
-            Kind::Delete { key } => Some((d.kp, &key[..], None)),
-            _ => None,
-        })
-        .filter(|&(p, k, _)| wanted(p, k))
-        .collect();
-    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
-    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
+    // As in merge_leaf, only those within the bound.
+    let ds = newest_data_deltas(&g, wanted);
 
     let left = g.left;
     let left_len = g.left_len();
@@ -942,15 +940,9 @@ fn consolidate_appends<'g, V: Clone>(
         return None;
     }
     let mut ds: SmallVec<[(u64, &'g [u8], &'g V); 16]> = SmallVec::new();
-    for d in &g.deltas {
-        match &d.kind {
-            Kind::Upsert { key, val } => ds.push((d.kp, &key[..], val)),
-            _ => return None,
-        }
+    for (p, k, v) in newest_data_deltas(&g, |_, _| true) {
+        ds.push((p, k, v?)); // a delete: not an append
     }
-    // Stable: the newest delta stays first among equal keys.
-    ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
-    ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
     let n = base.len();
     let (&(fp, fk, _), &(lp, lk, _)) = (ds.first()?, ds.last()?);
     let above_base = n == 0 || cmp_prefixed(fp, fk, base.keys.prefix(n - 1), base.keys.get(n - 1)).is_gt();
