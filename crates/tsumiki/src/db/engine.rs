@@ -973,6 +973,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         check_value(value)?;
         let guard = &self.pin();
         loop {
+            // An existing key (an update) is found by a plain lookup, cheaper than the
+            // successor search that `place` needs for a new key.
+            if let Some(r) = self.eng.lookup(key, guard) {
+                match self.write_existing(key, r, Some(value), guard) {
+                    Ok(()) => return Ok(()),
+                    Err(Access::Removed) => continue,
+                    Err(Access::Conflict(c)) => return self.fail(c),
+                }
+            }
             let step = match self.place(key, guard) {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
                 Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
