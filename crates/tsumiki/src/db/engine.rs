@@ -420,7 +420,6 @@ impl<P: Protocol> Engine<P> {
         let g = d.generation + 1;
         // Streamed leaf by leaf: closing must not hold a second copy of the database.
         let mut w = recovery::SnapshotWriter::new(&*d.storage, g)?;
-        let mut value = Vec::new();
         let mut from: Vec<u8> = Vec::new();
         let mut first = true;
         loop {
@@ -431,8 +430,7 @@ impl<P: Protocol> Engine<P> {
             for (k, p) in &chunk {
                 // SAFETY: no transaction runs at close, so nothing is unlinked or freed.
                 if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
-                    value = v;
-                    w.put(k, &value)?;
+                    w.put(k, &v)?;
                 }
             }
             match chunk.last() {
@@ -440,7 +438,6 @@ impl<P: Protocol> Engine<P> {
                 _ => break,
             }
         }
-        drop(value);
         w.finish()?;
         let m = Master {
             generation: g,

@@ -156,8 +156,8 @@ pub fn read_snapshot(
     mut f: impl FnMut(&[u8], Option<&[u8]>),
 ) -> Result<(), Error> {
     let name = format::snapshot_name(generation);
-    let f_ = storage.open(&name, false).map_err(|e| io(&name, e))?;
-    let data = read_all(&*f_).map_err(|e| io(&name, e))?;
+    let file = storage.open(&name, false).map_err(|e| io(&name, e))?;
+    let data = read_all(&*file).map_err(|e| io(&name, e))?;
     if data.len() % BLOCK != 0 {
         return Err(corrupt(format!("{name} is {} bytes, not a whole number of blocks", data.len())));
     }
