@@ -497,3 +497,118 @@ fn bulk_load_of_nothing_is_an_empty_tree() {
         assert_eq!(a.get(b"k").unwrap(), Some(1), "{name}");
     }
 }
+
+// ----- cursors and append runs ---------------------------------------------------------------
+
+/// A cursor's answers (`get`, `first_from` both ways, `insert`) against the model, with
+/// ordinary writes in between so the cursor's leaf gains deltas, splits and merges; and a
+/// `refresh` that reports no change must mean the answers are still the model's.
+fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let tree = BwTree::with_config(cfg).unwrap();
+    let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    let next = |model: &BTreeMap<Vec<u8>, u32>, key: &[u8], exclusive: bool| {
+        let b = if exclusive { Excluded(key) } else { Included(key) };
+        model.range::<[u8], _>((b, Unbounded)).next().map(|(a, b)| (a.clone(), *b))
+    };
+    for (i, (op, via_cursor)) in ops.iter().enumerate() {
+        let (n, v) = match *op {
+            Op::Upsert(n, v) | Op::Insert(n, v) | Op::Update(n, v) => (n, v),
+            Op::Get(n) | Op::Delete(n) | Op::Scan(n, _) => {
+                assert_eq!(tree.delete(&k(n)).unwrap(), model.remove(&k(n)).is_some(), "op {i}");
+                continue;
+            }
+        };
+        if !via_cursor {
+            tree.upsert(&k(n), v).unwrap();
+            model.insert(k(n), v);
+            continue;
+        }
+        let key = k(n);
+        let guard = crossbeam_epoch::pin();
+        let mut at = tree.cursor(&key, &guard);
+        let seen = (at.get().copied(), at.first_from(false).map(|(a, b)| (a.to_vec(), *b)));
+        assert_eq!(seen.0, model.get(&key).copied(), "op {i}: get");
+        assert_eq!(seen.1, next(&model, &key, false), "op {i}: first_from");
+        let excl = at.first_from(true).map(|(a, b)| (a.to_vec(), *b));
+        assert_eq!(excl, next(&model, &key, true), "op {i}: first_from exclusive");
+        // A write between the look and the insert, at the key's neighbour, sometimes in
+        // the same leaf: `refresh` must notice whatever changes the answers.
+        let other = k(n.wrapping_add(1) % 2000);
+        if v % 3 == 0 && other != key {
+            tree.upsert(&other, v).unwrap();
+            model.insert(other, v);
+        }
+        if !at.refresh() {
+            assert_eq!(at.get().copied(), seen.0, "op {i}: unchanged get");
+            assert_eq!(at.first_from(false).map(|(a, b)| (a.to_vec(), *b)), seen.1, "op {i}: unchanged");
+        }
+        assert_eq!(at.first_from(false).map(|(a, b)| (a.to_vec(), *b)), next(&model, &key, false), "op {i}");
+        let absent = !model.contains_key(&key);
+        assert_eq!(at.insert(v), Ok(absent), "op {i}: insert");
+        model.entry(key).or_insert(v);
+    }
+    let all: Vec<_> = tree.scan(b"", None).collect();
+    assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "final contents");
+}
+
+/// Ascending appends (the runs that consolidate on a longer threshold) interleaved with
+/// writes anywhere, checked by `get`, `first_from` and full scans as they go.
+fn run_append_runs(cfg: BwTreeConfig, steps: &[(u8, u32)]) {
+    let tree = BwTree::with_config(cfg).unwrap();
+    let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    let mut top = 0u32;
+    for (i, &(what, x)) in steps.iter().enumerate() {
+        match what % 8 {
+            0..=4 => {
+                top += 1 + x % 3;
+                let key = top.to_be_bytes();
+                assert_eq!(tree.upsert(&key, x).unwrap(), model.insert(key.to_vec(), x).is_none(), "step {i}");
+            }
+            5 => {
+                let key = (x % (top + 1)).to_be_bytes();
+                assert_eq!(tree.upsert(&key, x).unwrap(), model.insert(key.to_vec(), x).is_none(), "step {i}");
+            }
+            6 => {
+                let key = (x % (top + 1)).to_be_bytes();
+                assert_eq!(tree.delete(&key).unwrap(), model.remove(&key[..]).is_some(), "step {i}");
+            }
+            _ => {
+                let key = (x % (top + 2)).to_be_bytes();
+                assert_eq!(tree.get(&key).unwrap(), model.get(&key[..]).copied(), "step {i}");
+                let want = model.range(key.to_vec()..).next().map(|(a, b)| (a.clone(), *b));
+                assert_eq!(tree.first_from(&key, false), want, "step {i}: first_from");
+            }
+        }
+        if i % 256 == 255 {
+            let got: Vec<_> = tree.scan(b"", None).collect();
+            assert_eq!(got, model.iter().map(|(a, b)| (a.clone(), *b)).collect::<Vec<_>>(), "step {i}: scan");
+        }
+    }
+    let got: Vec<_> = tree.scan(b"", None).collect();
+    assert_eq!(got, model.into_iter().collect::<Vec<_>>(), "final contents");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn cursor_matches_btreemap(
+        ops in proptest::collection::vec((write_op(300), any::<bool>()), 1..if cfg!(miri) { 40 } else { 2000 })
+    ) {
+        for (_, cfg) in common::variants(BwTreeConfig::tiny()) {
+            run_cursor(cfg, &ops);
+        }
+        run_cursor(BwTreeConfig::default(), &ops);
+    }
+
+    #[test]
+    fn append_runs_match_btreemap(
+        steps in proptest::collection::vec((any::<u8>(), any::<u32>()), 1..if cfg!(miri) { 60 } else { 4000 })
+    ) {
+        for (_, cfg) in common::variants(BwTreeConfig::default()) {
+            run_append_runs(cfg, &steps);
+        }
+        run_append_runs(BwTreeConfig { leaf_max: 64, merge_threshold: 8, ..BwTreeConfig::default() }, &steps);
+    }
+}

@@ -33,11 +33,11 @@ pub mod silo;
 pub mod tictoc;
 pub mod twopl;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{Guard, Owned, Pointer, Shared};
 
 /// Why an operation of a transaction could not go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,87 +279,124 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn unlatch_absent(&self, rec: &Self::Record);
 }
 
-/// The value of a single-version record: a pointer to an immutable buffer, swapped whole by
-/// a writer and freed through the epoch, so optimistic readers never see a torn value.
-/// Null means absent; the tag marks a record unlinked from the index. The buffer is one
-/// allocation holding its length and the bytes (crossbeam's slice `Pointable`), so a small
-/// value costs one small block, not a `Vec` header plus a buffer.
-pub(crate) struct ValueCell(Atomic<[MaybeUninit<u8>]>);
+/// The value of a single-version record. A value of up to [`INLINE_MAX`] bytes sits in the
+/// cell itself, so the record is its only allocation (a 4 + 8-byte record costs one 32-byte
+/// block instead of two); a longer one is a pointer to an immutable buffer, swapped whole by
+/// a writer and freed through the epoch. The buffer is one allocation holding its length and
+/// the bytes (crossbeam's slice `Pointable`).
+///
+/// Writers hold the record's exclusive lock. Optimistic readers may see inline bytes torn
+/// by a writer: they re-check the record's word after [`ValueCell::load_into`], which ends
+/// with an acquire fence, and `store` issues a release fence before it writes inline bytes,
+/// so a reader that saw any of them also sees the writer's lock (the seqlock argument).
+pub(crate) struct ValueCell {
+    /// `ABSENT`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`), or a heap
+    /// buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0).
+    state: AtomicUsize,
+    inline: AtomicU64,
+}
 
-const REMOVED_TAG: usize = 1;
+/// The longest value kept inline in its record.
+pub(crate) const INLINE_MAX: usize = 8;
+const ABSENT: usize = 0;
+const REMOVED: usize = 1;
+const INLINE: usize = 2;
+const TAG_MASK: usize = 7;
 
-/// The bytes of a loaded value buffer.
+/// A state word that names a heap buffer.
 #[inline]
-fn value_bytes<'g>(p: Shared<'g, [MaybeUninit<u8>]>) -> Option<&'g [u8]> {
-    // SAFETY: buffers are freed only through `guard.defer_destroy` after being replaced, and
-    // every byte of a published buffer was written before it was published (`store`).
-    unsafe { p.as_ref().map(|s| &*(s as *const [MaybeUninit<u8>] as *const [u8])) }
+fn is_heap(state: usize) -> bool {
+    state != ABSENT && state & TAG_MASK == 0
 }
 
 impl ValueCell {
     pub(crate) fn absent() -> Self {
-        ValueCell(Atomic::null())
+        ValueCell { state: AtomicUsize::new(ABSENT), inline: AtomicU64::new(0) }
     }
 
     /// Copies the value into `out`; returns whether it is present.
     #[inline]
     pub(crate) fn load_into(&self, out: Option<&mut Vec<u8>>, guard: &Guard) -> bool {
-        match value_bytes(self.0.load(Ordering::Acquire, guard)) {
-            Some(v) => {
-                if let Some(out) = out {
-                    out.clear();
-                    out.extend_from_slice(v);
-                }
-                true
+        let s = self.state.load(Ordering::Acquire);
+        if is_heap(s) {
+            // SAFETY: a heap state came from `Owned::into_usize` in `store`; the buffer is
+            // freed only through `guard.defer_destroy` after being replaced, and all its
+            // bytes were written before it was published.
+            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
+            if let Some(out) = out {
+                // SAFETY: as above; `guard` keeps the buffer allocated while we copy.
+                let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
+                out.clear();
+                out.extend_from_slice(bytes);
             }
-            None => false,
+            let _ = guard;
+            return true;
         }
+        if s & TAG_MASK != INLINE {
+            return false;
+        }
+        if let Some(out) = out {
+            let bytes = self.inline.load(Ordering::Relaxed).to_le_bytes();
+            out.clear();
+            out.extend_from_slice(&bytes[..s >> 3]);
+            // Orders the inline load before the caller's re-check of the record's word.
+            fence(Ordering::Acquire);
+        }
+        true
     }
 
     #[inline]
-    pub(crate) fn is_present(&self, guard: &Guard) -> bool {
-        !self.0.load(Ordering::Acquire, guard).is_null()
+    pub(crate) fn is_present(&self, _guard: &Guard) -> bool {
+        let s = self.state.load(Ordering::Acquire);
+        s != ABSENT && s != REMOVED
     }
 
     #[inline]
-    pub(crate) fn is_removed(&self, guard: &Guard) -> bool {
-        self.0.load(Ordering::Acquire, guard).tag() == REMOVED_TAG
+    pub(crate) fn is_removed(&self, _guard: &Guard) -> bool {
+        self.state.load(Ordering::Acquire) == REMOVED
     }
 
     /// Replaces the value; only the holder of the record's exclusive lock calls this.
     pub(crate) fn store(&self, value: Option<&[u8]>, guard: &Guard) {
         let new = match value {
+            Some(v) if v.len() <= INLINE_MAX => {
+                let mut bytes = [0u8; 8];
+                bytes[..v.len()].copy_from_slice(v);
+                // Pairs with the fence at the end of `load_into` (see the type's comment).
+                fence(Ordering::Release);
+                self.inline.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+                INLINE | v.len() << 3
+            }
             Some(v) => {
                 let mut buf = Owned::<[MaybeUninit<u8>]>::init(v.len());
                 // SAFETY: `buf` holds exactly `v.len()` bytes and does not overlap `v`.
                 unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.as_mut_ptr().cast::<u8>(), v.len()) };
-                buf.into_shared(guard)
+                buf.into_usize()
             }
-            None => Shared::null(),
+            None => ABSENT,
         };
-        let old = self.0.swap(new, Ordering::AcqRel, guard);
-        if !old.is_null() {
-            // SAFETY: `old` is unreachable from now on; readers that loaded it are pinned.
-            unsafe { guard.defer_destroy(old) };
+        let old = self.state.swap(new, Ordering::AcqRel);
+        if is_heap(old) {
+            // SAFETY: `old` came from `into_usize` in an earlier `store` and is unreachable
+            // from now on; readers that loaded it are pinned.
+            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
         }
     }
 
     /// Marks the (absent) record removed.
-    pub(crate) fn mark_removed(&self, guard: &Guard) {
-        self.0.store(Shared::null().with_tag(REMOVED_TAG), Ordering::Release);
-        let _ = guard;
+    pub(crate) fn mark_removed(&self, _guard: &Guard) {
+        debug_assert!(!is_heap(self.state.load(Ordering::Relaxed)));
+        self.state.store(REMOVED, Ordering::Release);
     }
 }
 
 impl Drop for ValueCell {
     fn drop(&mut self) {
-        // SAFETY: `drop` has exclusive access; no reader can reach the record any more.
-        unsafe {
-            let g = crossbeam_epoch::unprotected();
-            let p = self.0.load(Ordering::Relaxed, g);
-            if !p.is_null() {
-                drop(p.into_owned());
-            }
+        let s = *self.state.get_mut();
+        if is_heap(s) {
+            // SAFETY: `drop` has exclusive access and no reader can reach the record any
+            // more; the state came from `into_usize` and is converted back once.
+            drop(unsafe { Owned::<[MaybeUninit<u8>]>::from_usize(s) });
         }
     }
 }

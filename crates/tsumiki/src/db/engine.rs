@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
-use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, MAX_KEY_LEN};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
 use crate::wal::format::Master;
 use crate::wal::recovery::{self, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
@@ -42,6 +42,9 @@ pub(crate) struct Slot<P: Protocol> {
     /// transactions): records retired at or after it stay allocated (see [`Engine::retire`]).
     since: AtomicU64,
 }
+
+/// A pooled slot and the buffers its last transaction left.
+type IdleSlot<P> = (Arc<Slot<P>>, Option<Box<TxnBufs<P>>>);
 
 /// [`Slot::since`] of a slot with no transaction running.
 const IDLE: u64 = u64::MAX;
@@ -81,6 +84,8 @@ const WRITE_SCAN_MAX: usize = 8;
 /// Spare write-set buffers kept between transactions, and the largest one kept.
 const SPARE_MAX: usize = 4096;
 const SPARE_BYTES: usize = 4096;
+/// The largest write set whose buffers are kept for the next transaction.
+const KEEP_ENTRIES: usize = 1 << 14;
 
 /// A write as the engine's callers ask for it (the write set keeps its own copies).
 #[derive(Clone, Copy)]
@@ -114,6 +119,13 @@ impl<P: Protocol> TxnBufs<P> {
         self.write_pos.clear();
         self.created.clear();
         self.created_keys.clear();
+        // A huge transaction does not leave its write set's memory behind in the pool.
+        if self.writes.capacity() > KEEP_ENTRIES {
+            self.writes = Vec::new();
+            self.write_pos = AddrMap::default();
+            self.created = Vec::new();
+            self.created_keys = Vec::new();
+        }
     }
 
     /// Keeps a small buffer for the next write set (bounded: a huge transaction does not
@@ -159,7 +171,9 @@ pub struct Engine<P: Protocol> {
     index: BwTree<RecPtr<P::Record>>,
     sentinel: Box<P::Record>,
     pub(crate) proto: P,
-    free_slots: Mutex<Vec<Arc<Slot<P>>>>,
+    /// Idle slots, each with the buffers of its last transaction (reused: a pooled
+    /// transaction then allocates no write set).
+    free_slots: Mutex<Vec<IdleSlot<P>>>,
     /// Keys of deleted records whose unlink could not latch what it needed; retried later.
     pending_unlinks: Mutex<VecDeque<Box<[u8]>>>,
     /// Whether `pending_unlinks` may hold keys: checked by every commit without touching
@@ -458,13 +472,13 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
-    pub(crate) fn take_slot(&self) -> Arc<Slot<P>> {
-        if let Some(s) = self.free_slots.lock().pop() {
-            return s;
+    pub(crate) fn take_slot(&self) -> (Arc<Slot<P>>, Box<TxnBufs<P>>) {
+        if let Some((s, bufs)) = self.free_slots.lock().pop() {
+            return (s, bufs.unwrap_or_else(|| Box::new(TxnBufs::new(&self.proto))));
         }
         let s = Arc::new(Slot { worker: self.proto.new_worker(), lane: OnceLock::new(), since: AtomicU64::new(IDLE) });
         self.slots.lock().push(Arc::clone(&s));
-        s
+        (s, Box::new(TxnBufs::new(&self.proto)))
     }
 
     /// Publishes the start of a transaction on `slot`: records retired from now on stay
@@ -520,8 +534,8 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
-    pub(crate) fn return_slot(&self, slot: Arc<Slot<P>>) {
-        self.free_slots.lock().push(slot);
+    pub(crate) fn return_slot(&self, slot: Arc<Slot<P>>, bufs: Option<Box<TxnBufs<P>>>) {
+        self.free_slots.lock().push((slot, bufs));
     }
 
     /// The record stored under `key`. The caller runs a transaction (or has the engine to
@@ -544,19 +558,39 @@ impl<P: Protocol> Engine<P> {
         key_out: Option<&mut Vec<u8>>,
         _guard: &Guard,
     ) -> (bool, &P::Record) {
-        self.index.first_from_with(key, exclusive, |found| {
-            if let Some(out) = key_out {
-                out.clear();
-                if let Some((k, _)) = found {
-                    out.extend_from_slice(k);
-                }
+        self.index.first_from_with(key, exclusive, |found| self.found_record(key, found, key_out))
+    }
+
+    /// [`Engine::next_record`] (not exclusive) from a cursor at `key`'s leaf: no descent.
+    #[inline]
+    fn next_record_at(
+        &self,
+        at: &Cursor<'_, '_, RecPtr<P::Record>>,
+        key: &[u8],
+        key_out: Option<&mut Vec<u8>>,
+    ) -> (bool, &P::Record) {
+        self.found_record(key, at.first_from(false), key_out)
+    }
+
+    /// What [`Engine::next_record`] makes of the index's answer.
+    #[inline]
+    fn found_record(
+        &self,
+        key: &[u8],
+        found: Option<(&[u8], &RecPtr<P::Record>)>,
+        key_out: Option<&mut Vec<u8>>,
+    ) -> (bool, &P::Record) {
+        if let Some(out) = key_out {
+            out.clear();
+            if let Some((k, _)) = found {
+                out.extend_from_slice(k);
             }
-            match found {
-                // SAFETY: as in `lookup`.
-                Some((k, p)) => (k == key, unsafe { &*p.0 }),
-                None => (false, &*self.sentinel),
-            }
-        })
+        }
+        match found {
+            // SAFETY: as in `lookup`.
+            Some((k, p)) => (k == key, unsafe { &*p.0 }),
+            None => (false, &*self.sentinel),
+        }
     }
 
     /// Whether `rec` is the sentinel (the gap owner after the last key).
@@ -840,16 +874,38 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// for a key that exists, and the follower found by the same descent for one that does
     /// not.
     fn place(&mut self, key: &[u8], guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
+        let mut at = self.eng.index.cursor(key, guard);
+        self.place_at(&mut at, key, guard)
+    }
+
+    /// [`place`](Self::place) from a cursor at `key`'s leaf: the follower lookup, its
+    /// re-check under the latch and the insert all start from that leaf.
+    fn place_at(
+        &mut self,
+        at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
+        key: &[u8],
+        guard: &Guard,
+    ) -> Result<Place<'a, P::Record>, Access> {
         let mut nk = std::mem::take(&mut self.b().key_buf);
-        let r = self.place_with(key, &mut nk, guard);
+        let r = self.place_with(at, key, &mut nk, guard);
         self.b().key_buf = nk;
         r
     }
 
-    fn place_with(&mut self, key: &[u8], nk: &mut Vec<u8>, guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
+    fn place_with(
+        &mut self,
+        at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
+        key: &[u8],
+        nk: &mut Vec<u8>,
+        guard: &Guard,
+    ) -> Result<Place<'a, P::Record>, Access> {
         let eng = self.eng;
+        let mut first = true;
         loop {
-            let (exact, next) = eng.next_record(key, false, Some(nk), guard);
+            if !std::mem::take(&mut first) {
+                at.refresh();
+            }
+            let (exact, next) = eng.next_record_at(at, key, Some(nk));
             if exact {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 return Ok(Place::Existing(unsafe { &*(next as *const P::Record) }));
@@ -859,7 +915,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 Err(Access::Removed) => continue,
                 Err(e) => return Err(e),
             }
-            let (exact2, next2) = eng.next_record(key, false, None, guard);
+            // Unchanged leaf (the common case): the follower is still `next`.
+            let (exact2, next2) = if at.refresh() { eng.next_record_at(at, key, None) } else { (false, next) };
             if !std::ptr::eq(next, next2) {
                 eng.proto.unlatch_gap(&mut self.b().st, next);
                 if exact2 {
@@ -869,7 +926,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 continue;
             }
             let rec = Box::into_raw(Box::new(eng.proto.new_record(&mut self.b().st)));
-            let inserted = eng.index.insert(key, RecPtr(rec)).unwrap_or(false);
+            let inserted = at.insert(RecPtr(rec)).unwrap_or(false);
             eng.proto.unlatch_gap(&mut self.b().st, next);
             if !inserted {
                 // SAFETY: never published.
@@ -969,17 +1026,21 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         check_key(key)?;
         check_value(value)?;
         let guard = &self.pin();
+        let eng = self.eng;
         loop {
-            // An existing key (an update) is found by a plain lookup, cheaper than the
-            // successor search that `place` needs for a new key.
-            if let Some(r) = self.eng.lookup(key, guard) {
+            // One descent serves both cases: an existing key (an update) is found by a plain
+            // lookup in the leaf, cheaper than the successor search a new key needs.
+            let mut at = eng.index.cursor(key, guard);
+            if let Some(r) = at.get() {
+                // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
+                let r: &'a P::Record = unsafe { &*r.0 };
                 match self.write_existing(key, r, Some(value), guard) {
                     Ok(()) => return Ok(()),
                     Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
                 }
             }
-            let step = match self.place(key, guard) {
+            let step = match self.place_at(&mut at, key, guard) {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
                 Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
                 Ok(Place::Retry) => Err(Access::Removed),
@@ -1259,7 +1320,7 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
         let bufs = self.bufs.take();
         match self.home.take() {
             Some(Home::Worker(slot)) => *slot = bufs,
-            Some(Home::Pool(s)) => self.eng.return_slot(s),
+            Some(Home::Pool(s)) => self.eng.return_slot(s, bufs),
             None => {}
         }
     }

@@ -243,8 +243,7 @@ impl<P: Protocol> TypedDb<P> {
 
     /// Starts a transaction on a worker slot from the pool.
     pub fn begin(&self) -> TypedTxn<'_, P> {
-        let slot = self.eng.take_slot();
-        let bufs = Box::new(TxnBufs::new(&self.eng.proto));
+        let (slot, bufs) = self.eng.take_slot();
         let s: *const Slot<P> = &*slot;
         // SAFETY: `slot` moves into the transaction's `Home` and lives as long as it.
         TypedTxn::start(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
@@ -253,7 +252,8 @@ impl<P: Protocol> TypedDb<P> {
     /// A worker: a slot and transaction buffers owned by one thread, reused by each of its
     /// transactions (for benchmarks and long-lived threads).
     pub fn worker(&self) -> TypedWorker<'_, P> {
-        TypedWorker { db: self, slot: self.eng.take_slot(), bufs: Some(Box::new(TxnBufs::new(&self.eng.proto))) }
+        let (slot, bufs) = self.eng.take_slot();
+        TypedWorker { db: self, slot, bufs: Some(bufs) }
     }
 
     /// The protocol.
@@ -298,7 +298,7 @@ impl<P: Protocol> TypedWorker<'_, P> {
 
 impl<P: Protocol> Drop for TypedWorker<'_, P> {
     fn drop(&mut self) {
-        self.db.eng.return_slot(Arc::clone(&self.slot));
+        self.db.eng.return_slot(Arc::clone(&self.slot), self.bufs.take());
     }
 }
 

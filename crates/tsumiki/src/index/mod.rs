@@ -34,7 +34,7 @@ use std::fmt;
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-use tree::{Tree, WriteOp};
+use tree::{LeafPos, Tree, WriteOp};
 
 /// The longest key the tree accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
@@ -291,6 +291,26 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         f(self.tree.first_from(key, exclusive, guard))
     }
 
+    /// A cursor at the leaf covering `key`, for the caller's pin `guard`: a lookup, a
+    /// successor search and an insert of that key then share one descent instead of one
+    /// each. The transaction engine's insert path is its user.
+    ///
+    /// ```
+    /// use tsumiki::index::BwTree;
+    ///
+    /// let tree = BwTree::new();
+    /// tree.upsert(b"c", 3).unwrap();
+    /// let guard = crossbeam_epoch::pin();
+    /// let mut at = tree.cursor(b"b", &guard);
+    /// assert_eq!(at.get(), None);
+    /// assert_eq!(at.first_from(false).map(|(k, v)| (k.to_vec(), *v)), Some((b"c".to_vec(), 3)));
+    /// assert_eq!(at.insert(2), Ok(true));
+    /// assert_eq!(tree.get(b"b").unwrap(), Some(2));
+    /// ```
+    pub fn cursor<'g, 'k>(&'g self, key: &'k [u8], guard: &'g Guard) -> Cursor<'g, 'k, V> {
+        Cursor { tree: &self.tree, pos: self.tree.seek(key, guard), key, guard, beyond: std::cell::Cell::new(false) }
+    }
+
     /// A human-readable listing of every node, level by level. For debugging and tests; call
     /// it only while no other thread modifies the tree.
     #[doc(hidden)]
@@ -355,6 +375,52 @@ impl<V: Clone + Send + Sync + 'static> BwTreeBuilder<V> {
     /// [`BwTree::with_config`]). Fails only with [`IndexError::TooManyPages`].
     pub fn finish(self) -> Result<BwTree<V>, IndexError> {
         Ok(BwTree { tree: self.inner.finish()? })
+    }
+}
+
+/// The leaf that covered one key when the cursor was made or last refreshed (see
+/// [`BwTree::cursor`]). Its answers are as of that moment; [`Cursor::refresh`] re-reads the
+/// leaf (one mapping-table load, no descent unless the leaf no longer covers the key).
+pub struct Cursor<'g, 'k, V> {
+    tree: &'g Tree<V>,
+    pos: LeafPos<'g, V>,
+    key: &'k [u8],
+    guard: &'g Guard,
+    /// Whether an answer since the last refresh came from beyond the cursor's leaf.
+    beyond: std::cell::Cell<bool>,
+}
+
+impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
+    /// The value stored under the cursor's key, borrowed from the tree's nodes.
+    pub fn get(&self) -> Option<&'g V> {
+        self.tree.get_at(&self.pos, self.key, self.guard)
+    }
+
+    /// The first record at or after the cursor's key (strictly after when `exclusive`),
+    /// borrowed like [`BwTree::first_from_with`]'s. Descends again only when the answer
+    /// lies beyond the cursor's leaf.
+    pub fn first_from(&self, exclusive: bool) -> Option<(&'g [u8], &'g V)> {
+        let (found, in_leaf) = self.tree.first_from_at(&self.pos, self.key, exclusive, self.guard);
+        if !in_leaf {
+            self.beyond.set(true);
+        }
+        found
+    }
+
+    /// Re-reads the leaf, so that the next answers see writes made since. Returns whether
+    /// they may differ from the answers given since the cursor was made or last refreshed:
+    /// `false` when the leaf's head is the one they were read from and none of them came
+    /// from a leaf further right.
+    pub fn refresh(&mut self) -> bool {
+        let changed = self.tree.reseek(&mut self.pos, self.key, self.guard);
+        changed | self.beyond.replace(false)
+    }
+
+    /// Stores `val` under the cursor's key if it is absent, like [`BwTree::insert`]:
+    /// returns whether it was inserted. The check and the insert are one atomic step at
+    /// the leaf, whatever the cursor saw before.
+    pub fn insert(&mut self, val: V) -> Result<bool, IndexError> {
+        self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.guard)
     }
 }
 

@@ -201,6 +201,22 @@ impl KeyVec {
         self.data.reserve(bytes);
         self.ends.reserve(n);
     }
+    /// A copy with room for `n` more keys of `bytes` bytes in all: one allocation per
+    /// array, where a clone followed by `reserve` reallocates each.
+    pub(crate) fn clone_with_room(&self, n: usize, bytes: usize) -> Self {
+        fn grown<T: Copy>(v: &[T], extra: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(v.len() + extra);
+            out.extend_from_slice(v);
+            out
+        }
+        KeyVec {
+            prefixes: grown(&self.prefixes, n),
+            fence: grown(&self.fence, n.div_ceil(FENCE_STRIDE) + 1),
+            data: grown(&self.data, bytes),
+            ends: grown(&self.ends, n),
+            skip: self.skip,
+        }
+    }
     /// Appends a key greater than every key so far. Call `finish` after the last one.
     pub(crate) fn push(&mut self, key: &[u8]) {
         debug_assert_eq!(self.skip, 0, "push after finish");
@@ -369,6 +385,9 @@ pub(crate) struct Node<V> {
     /// Improvement (a): set on a number-0 delta until its installer swapped its `next` for
     /// the consolidated base (or gave up).
     pub pending: AtomicBool,
+    /// Improvement (a): this upsert's key is above every key below it in the chain, and so
+    /// is each delta's down to the base (an append run, numbered to a longer threshold).
+    pub appends: bool,
     /// Data deltas: the range of the base under them, kept alive by that base (or by a
     /// successor base sharing the same `Arc<Range>`), so improvement (b) can validate a key
     /// against the head alone.
@@ -401,6 +420,7 @@ impl<V> Node<V> {
             kp: 0,
             size: base.len() as u32,
             pending: AtomicBool::new(false),
+            appends: false,
             base_range: std::ptr::null(),
             bounds: base.range.prefix_bounds(),
             kind: Kind::Base(base),
@@ -428,6 +448,7 @@ impl<V> Node<V> {
             kp,
             size: 0,
             pending: AtomicBool::new(false),
+            appends: false,
             base_range: std::ptr::null(),
             bounds,
             kind,
@@ -954,10 +975,9 @@ fn consolidate_appends<'g, V: Clone>(
     if !above_base || !base_in_range || !in_range(fp, fk) || !in_range(lp, lk) {
         return None;
     }
-    let mut keys = base.keys.clone();
+    let mut keys = base.keys.clone_with_room(ds.len(), ds.iter().map(|d| d.1.len()).sum());
     let mut vals = Vec::with_capacity(n + ds.len());
     vals.extend_from_slice(&base.vals);
-    keys.reserve(ds.len(), ds.iter().map(|d| d.1.len()).sum());
     for &(_, k, v) in &ds {
         keys.push(k);
         vals.push(v.clone());

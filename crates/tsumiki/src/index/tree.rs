@@ -63,6 +63,32 @@ impl Path {
     }
 }
 
+/// The leaf a descent reached for a key: its pid, the head seen and the path above it.
+/// Valid under the guard it was found with (a pid is reused only after an epoch passes).
+pub(crate) struct LeafPos<'g, V> {
+    pid: Pid,
+    head: Shared<'g, Node<V>>,
+    path: Path,
+}
+
+/// Deltas of an append run between consolidations (see [`Tree::install`]).
+const APPEND_RUN: usize = 16;
+
+/// Whether `delta` (not yet installed) extends an append run on `below`: an upsert whose key
+/// is above the key of `below` (an append run itself) or above every key of the base
+/// `below`.
+fn extends_append_run<V>(delta: &Node<V>, below: &Node<V>) -> bool {
+    let Kind::Upsert { key, .. } = &delta.kind else { return false };
+    match &below.kind {
+        Kind::Upsert { key: k, .. } => below.appends && cmp_prefixed(delta.kp, key, below.kp, k).is_gt(),
+        Kind::Base(b) => {
+            let n = b.len();
+            n == 0 || cmp_prefixed(delta.kp, key, b.keys.prefix(n - 1), b.keys.get(n - 1)).is_gt()
+        }
+        _ => false,
+    }
+}
+
 /// Something changed under the operation: start again from the root.
 pub(crate) struct Restart;
 
@@ -312,7 +338,13 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             _ => (below.base_range, below.bounds),
         };
         if self.cfg.numbered_deltas {
-            let n = (below.num as usize + 1) % self.cfg.delta_threshold;
+            // An append run (ascending inserts at a leaf's end) is consolidated every
+            // `APPEND_RUN` deltas rather than every `delta_threshold`: each consolidation
+            // copies the whole leaf, and a lookup passes a run's deltas at one compare each.
+            delta.appends = extends_append_run(&delta, below);
+            let limit = if delta.appends { APPEND_RUN.max(self.cfg.delta_threshold) } else { self.cfg.delta_threshold };
+            let n = below.num as usize + 1;
+            let n = if n >= limit { 0 } else { n };
             delta.num = n as u16;
             delta.pending.store(n == 0, Ordering::Relaxed);
         }
@@ -387,8 +419,77 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     pub(crate) fn write(&self, key: &[u8], op: WriteOp<V>) -> Result<bool, IndexError> {
         check_key(key)?;
         let guard = &epoch::pin();
+        let mut pos = self.seek(key, guard);
+        self.write_at(&mut pos, key, op, guard)
+    }
+
+    /// The leaf covering `key`: one descent, whose result the `_at` operations reuse.
+    pub(crate) fn seek<'g>(&self, key: &[u8], guard: &'g Guard) -> LeafPos<'g, V> {
         let mut path = Path::new();
-        let (mut pid, mut head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        let (pid, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        LeafPos { pid, head, path }
+    }
+
+    /// Brings `pos` up to date for `key`: re-validates its leaf from the mapping table (moving
+    /// right past a split), or descends again when the leaf no longer covers `key`.
+    /// Returns whether the leaf may have changed: `false` means the same head is still
+    /// installed and it is not an SMO delta (with improvement (b), data deltas go in under
+    /// those), so every answer at `pos` is as before (a head cannot be freed and reused
+    /// while `guard` is pinned).
+    pub(crate) fn reseek<'g>(&self, pos: &mut LeafPos<'g, V>, key: &[u8], guard: &'g Guard) -> bool {
+        let before = (pos.pid, pos.head);
+        match self.settle(pos.pid, 0, key, &pos.path, guard, 0) {
+            Ok((p, h)) => (pos.pid, pos.head) = (p, h),
+            Err(Restart) => {
+                bump(&self.counters.restarts);
+                *pos = self.seek(key, guard);
+            }
+        }
+        // SAFETY: a non-null head from `settle`, protected by `guard`.
+        (pos.pid, pos.head) != before || unsafe { node_ref(pos.head) }.is_smo()
+    }
+
+    /// The value of `key` in the leaf at `pos` (which must cover `key`).
+    pub(crate) fn get_at<'g>(&self, pos: &LeafPos<'g, V>, key: &[u8], guard: &'g Guard) -> Option<&'g V> {
+        // SAFETY: `pos.head` is a non-null head from `settle`, protected by `guard`.
+        leaf_lookup(unsafe { node_ref(pos.head) }, key, guard)
+    }
+
+    /// [`first_from`](Self::first_from) starting at the leaf of `pos` (which must cover
+    /// `key`): no descent unless the answer lies in a leaf further right.
+    /// Also says whether the answer came from that leaf alone (`false`: leaves further
+    /// right were read, which a later look at this leaf does not cover).
+    pub(crate) fn first_from_at<'g>(
+        &self,
+        pos: &LeafPos<'g, V>,
+        key: &[u8],
+        exclusive: bool,
+        guard: &'g Guard,
+    ) -> (Option<(&'g [u8], &'g V)>, bool) {
+        // SAFETY: `pos.head` is a non-null head from `settle`, protected by `guard`.
+        let h = unsafe { node_ref(pos.head) };
+        let range = self.inspect(h, guard).range;
+        if let Some(found) = leaf_first_from(h, range, key, exclusive, guard) {
+            return (Some(found), true);
+        }
+        match range.high.as_deref() {
+            // The rightmost leaf: nothing lies beyond it.
+            None => (None, true),
+            Some(high) => (self.first_from_beyond(key, exclusive, high, guard), false),
+        }
+    }
+
+    /// [`write`](Self::write) at the leaf of `pos` (which must cover `key`); `pos` follows
+    /// the leaf if the write had to re-validate it.
+    pub(crate) fn write_at<'g>(
+        &self,
+        pos: &mut LeafPos<'g, V>,
+        key: &[u8],
+        op: WriteOp<V>,
+        guard: &'g Guard,
+    ) -> Result<bool, IndexError> {
+        check_key(key)?;
+        let (pid, head, path) = (&mut pos.pid, &mut pos.head, &mut pos.path);
         let stores = !matches!(op, WriteOp::Delete);
         let (val, need) = match op {
             WriteOp::Upsert(v) => (Some(v), None),
@@ -404,16 +505,16 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             },
         )));
         loop {
-            match self.insert_point(pid, head, guard) {
+            match self.insert_point(*pid, *head, guard) {
                 None => {
                     // A consolidation froze the chain under the SMO run: help it finish.
-                    self.consolidate(pid, &path, guard, 0);
+                    self.consolidate(*pid, path, guard, 0);
                 }
                 Some(ip) => {
                     // Decide after fixing the insert point: the CAS then proves no delta
                     // landed in between, so the existence check is exact.
                     // SAFETY: non-null head under `guard`.
-                    let exists = leaf_lookup(unsafe { node_ref(head) }, key, guard).is_some();
+                    let exists = leaf_lookup(unsafe { node_ref(*head) }, key, guard).is_some();
                     if need.is_some_and(|n| n != exists) {
                         return Ok(false);
                     }
@@ -421,18 +522,18 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                     let grow = stores as i32 - exists as i32;
                     match self.install(&ip, delta.take().expect("delta"), grow, guard) {
                         Ok(d) => {
-                            self.after_install(pid, d, &path, guard, 0);
+                            self.after_install(*pid, d, path, guard, 0);
                             return Ok(need.is_some() || !exists);
                         }
                         Err(d) => delta = Some(d),
                     }
                 }
             }
-            match self.settle(pid, 0, key, &path, guard, 0) {
-                Ok((p, h)) => (pid, head) = (p, h),
+            match self.settle(*pid, 0, key, path, guard, 0) {
+                Ok((p, h)) => (*pid, *head) = (p, h),
                 Err(Restart) => {
                     bump(&self.counters.restarts);
-                    (pid, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+                    (*pid, *head) = self.descend(key, 0, path, guard, 0).expect("leaf level exists");
                 }
             }
         }
@@ -1033,7 +1134,17 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     /// walking right across leaves that hold nothing in range. The key and value are
     /// borrowed from the tree's nodes, valid while `guard` stays pinned.
     pub(crate) fn first_from<'g>(&self, key: &[u8], exclusive: bool, guard: &'g Guard) -> Option<(&'g [u8], &'g V)> {
-        let mut at = key;
+        self.first_from_beyond(key, exclusive, key, guard)
+    }
+
+    /// [`first_from`](Self::first_from), starting the walk at the leaf covering `at`.
+    fn first_from_beyond<'g: 'a, 'a>(
+        &self,
+        key: &[u8],
+        exclusive: bool,
+        mut at: &'a [u8],
+        guard: &'g Guard,
+    ) -> Option<(&'g [u8], &'g V)> {
         loop {
             let mut path = Path::new();
             let (_, head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");

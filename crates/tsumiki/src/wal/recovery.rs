@@ -157,28 +157,53 @@ pub fn read_snapshot(
 ) -> Result<(), Error> {
     let name = format::snapshot_name(generation);
     let file = storage.open(&name, false).map_err(|e| io(&name, e))?;
-    let data = read_all(&*file).map_err(|e| io(&name, e))?;
-    if data.len() % BLOCK != 0 {
-        return Err(corrupt(format!("{name} is {} bytes, not a whole number of blocks", data.len())));
+    let len = file.len().map_err(|e| io(&name, e))?;
+    if len % BLOCK as u64 != 0 {
+        return Err(corrupt(format!("{name} is {len} bytes, not a whole number of blocks")));
     }
-    let mut stream = Vec::with_capacity(data.len());
-    for (b, block) in data.chunks(BLOCK).enumerate() {
-        match format::open_block(block) {
-            Some(t) if t.lane == format::SNAPSHOT_LANE && t.seq as usize == b => {
-                stream.extend_from_slice(&block[..t.used as usize])
+    // Read a chunk of blocks at a time and parse what is complete: opening holds one
+    // chunk and one partial record, not a copy of the file (the peak of a reopen).
+    let mut chunk = vec![0u8; SNAPSHOT_READ.min(len as usize)];
+    let (mut stream, mut off, mut b) = (Vec::new(), 0u64, 0usize);
+    while off < len {
+        let n = chunk.len().min((len - off) as usize);
+        read_exact_at(&*file, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+        off += n as u64;
+        for block in chunk[..n].chunks(BLOCK) {
+            match format::open_block(block) {
+                Some(t) if t.lane == format::SNAPSHOT_LANE && t.seq as usize == b => {
+                    stream.extend_from_slice(&block[..t.used as usize])
+                }
+                _ => return Err(corrupt(format!("{name}: block {b} is damaged"))),
             }
-            _ => return Err(corrupt(format!("{name}: block {b} is damaged"))),
+            b += 1;
         }
-    }
-    drop(data);
-    let mut at = 0;
-    while at < stream.len() {
-        match format::parse_record(&stream[at..]) {
-            Ok((view, n)) => {
-                view.for_each(&mut f);
-                at += n;
+        let mut at = 0;
+        while at < stream.len() {
+            match format::parse_record(&stream[at..]) {
+                Ok((view, n)) => {
+                    view.for_each(&mut f);
+                    at += n;
+                }
+                Err(format::DecodeError::Truncated) if off < len => break,
+                Err(e) => return Err(corrupt(format!("{name}: {e:?}"))),
             }
-            Err(e) => return Err(corrupt(format!("{name}: {e:?}"))),
+        }
+        stream.drain(..at);
+    }
+    Ok(())
+}
+
+/// Bytes of a snapshot read at a time when opening.
+const SNAPSHOT_READ: usize = 1 << 20;
+
+/// Fills `buf` from `off`; a file shorter than that is an error.
+fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match file.read_at(&mut buf[at..], off + at as u64)? {
+            0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file ended early")),
+            n => at += n,
         }
     }
     Ok(())
