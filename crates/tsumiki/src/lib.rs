@@ -2,6 +2,8 @@
 //! and flash storage.
 //!
 //! The engine is built from five research papers (see `docs/design.md`). This crate holds:
+//! - [`error`]: the one error type;
+//! - [`block`]: the 4 KiB block with its 40-byte multiplexed trailer (paper 004);
 //! - [`index`]: a lock-free Bw-tree (paper 002), usable on its own as a concurrent ordered map;
 //! - [`cc`]: the concurrency-control protocols (TicToc, Silo, 2PL, MVCC-SI) behind one trait;
 //! - [`mvcc`]: MVCC-SI's version garbage collectors (AOT, EPO, EPO-R; paper 000);
@@ -10,12 +12,16 @@
 //! - [`db`]: the public API, [`Db`], [`Txn`], [`Options`].
 #![warn(missing_docs)]
 
+pub mod block;
 pub mod cc;
 pub mod db;
+pub mod error;
 pub mod index;
 pub mod mvcc;
+pub(crate) mod store;
 pub mod wal;
 
-pub use db::{Cc, Db, Error, LockWait, Options, Scan, Txn};
+pub use db::{Cc, Db, LockWait, Options, Scan, Txn};
+pub use error::{Conflict, Error};
 pub use mvcc::Gc;
-pub use wal::{CommitTicket, Device, Durability, LogMode, LogOptions, Release};
+pub use wal::{CommitMode, CommitTicket, Device, Durability, LogMode, LogOptions, Release};

@@ -100,7 +100,7 @@ fn random_damage_gives_an_error_or_a_prefix() {
                 }
             };
             match open_image(&img, &log) {
-                Err(Error::Corrupt(_) | Error::Io(_)) => outcomes[0] += 1,
+                Err(Error::Corrupt(_) | Error::Io { .. }) => outcomes[0] += 1,
                 Err(e) => panic!("{} round {round}: {what} of {name}: unexpected error {e:?}", log.name()),
                 Ok(got) => match states.iter().rposition(|s| *s == got) {
                     Some(j) if j + 1 == states.len() => outcomes[2] += 1,
@@ -178,7 +178,15 @@ fn fuzz_decoders() {
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rng = SimRng::new(77);
     let mut runs = 0u64;
-    let master = Master { generation: 4, has_snapshot: true, last_exit: false, elr: true, segment_size: 1 << 16 };
+    let master = Master {
+        generation: 4,
+        has_snapshot: true,
+        last_exit: false,
+        elr: true,
+        segment_size: 1 << 16,
+        snap_len: 1 << 14,
+        snap_crc: 5,
+    };
     while Instant::now() < end {
         for _ in 0..1000 {
             let mut input = match rng.below(3) {

@@ -654,15 +654,13 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
     let mut n = 0;
     for cc in ccs {
         for log in &logs {
-            if log.as_ref().is_some_and(|l| l.mode == LogMode::PWal && l.release == Release::Nlr && l.group > 1)
-                && cc != Cc::TicToc
-            {
-                eprintln!(
-                    "note: skipping {} under {}: NLR group commit (Algorithm 3) is TicToc only",
-                    log.as_ref().unwrap().name(),
-                    cc.name()
-                );
-                continue;
+            if let Some(l) = log {
+                // The library's own rules decide which variants exist for this protocol.
+                let opts = tsumiki::Options { cc, log: l.clone(), ..tsumiki::Options::default() };
+                if let Err(e) = opts.validate() {
+                    eprintln!("note: skipping {} under {}: {e}", l.name(), cc.name());
+                    continue;
+                }
             }
             n += 1;
             let dir = base.join(format!("tsumiki-bench-txn-{}-{n}", std::process::id()));

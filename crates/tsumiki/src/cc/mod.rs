@@ -39,29 +39,7 @@ use std::mem::MaybeUninit;
 
 use crossbeam_epoch::{Guard, Owned, Pointer, Shared};
 
-/// Why an operation of a transaction could not go on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Conflict {
-    /// A record the transaction read changed before it could commit.
-    ReadValidation,
-    /// A lock (or latch) was held by another transaction, and the protocol does not wait.
-    LockBusy,
-    /// Wait-die: a younger transaction met an older holder and died.
-    Died,
-    /// Snapshot isolation: another transaction wrote the record first.
-    WriteWrite,
-}
-
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Conflict::ReadValidation => "a record read by the transaction changed",
-            Conflict::LockBusy => "a record was locked by another transaction",
-            Conflict::Died => "wait-die: an older transaction holds the lock",
-            Conflict::WriteWrite => "another transaction wrote the record first",
-        })
-    }
-}
+pub use crate::error::Conflict;
 
 /// Result of touching a record: it may have left the index meanwhile (the engine then looks
 /// the key up again), or the transaction must abort.
@@ -401,6 +379,33 @@ impl Drop for ValueCell {
     }
 }
 
+/// Frees locks that only a log flush releases (NLR group commit, paper 001's Algorithm 3:
+/// commits keep their write locks until their group is durable).
+pub(crate) trait LockWaiter: Send + Sync {
+    /// Called by a waiter before it yields: flushes the lanes of its database that hold
+    /// locks, so that neither a cycle of holders nor an idle holder blocks anyone.
+    fn on_lock_wait(&self);
+}
+
+thread_local! {
+    /// The database of the transaction this thread runs, while its commits hold locks.
+    /// Per thread and per database: two databases in one process never flush each other.
+    static WAITER: std::cell::RefCell<Option<std::sync::Arc<dyn LockWaiter>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Names (or clears) the database whose lanes this thread's lock waits flush.
+pub(crate) fn set_lock_waiter(w: Option<std::sync::Arc<dyn LockWaiter>>) {
+    WAITER.with(|c| *c.borrow_mut() = w);
+}
+
+fn lock_wait_hook() {
+    let w = WAITER.with(|c| c.borrow().clone());
+    if let Some(w) = w {
+        w.on_lock_wait();
+    }
+}
+
 /// Spins briefly, then yields: lock holders are short, but on two cores the holder may be
 /// descheduled, and spinning would only keep it off the CPU.
 pub(crate) struct Backoff(u32);
@@ -413,7 +418,7 @@ impl Backoff {
     pub(crate) fn snooze(&mut self) {
         if self.0 >= 6 {
             // Waiting for real: locks held for an NLR commit group may be what blocks us.
-            crate::wal::lock_wait_hook();
+            lock_wait_hook();
         }
         if self.0 < 6 {
             for _ in 0..(1 << self.0) {

@@ -1,6 +1,6 @@
 //! The generic engine: one index of records, any [`Protocol`], monomorphized.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -11,10 +11,9 @@ use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
-use crate::wal::format::Master;
-use crate::wal::recovery::{self, RecoveryStats};
-use crate::wal::storage::{NvmStorage, Storage};
-use crate::wal::{CommitTicket, Device, Lane, LogMode, LogOptions, Release, Wal};
+use crate::store::{self, Durable};
+use crate::wal::storage::Storage;
+use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
 use super::{Error, MAX_VALUE_LEN};
 
@@ -193,18 +192,6 @@ pub struct Engine<P: Protocol> {
     has_retired: AtomicBool,
 }
 
-/// The files behind a database opened with a path.
-pub(crate) struct Durable {
-    storage: Arc<dyn Storage>,
-    pub(crate) wal: Arc<Wal>,
-    generation: u64,
-    _lock: Box<dyn Send + Sync>,
-    closed: AtomicBool,
-    pub(crate) recovery: RecoveryStats,
-    /// Whether this generation started from a snapshot (else from an empty database).
-    started_from_snapshot: bool,
-}
-
 /// The logging step of one commit: appends the record while the locks are held; under
 /// NLR also makes it durable before the protocol installs anything.
 struct LogHook<'w> {
@@ -272,203 +259,65 @@ impl<P: Protocol> Engine<P> {
     }
 
     /// Opens the database in `storage`: recovers what its files hold into this (empty)
-    /// engine, then starts a new log.
+    /// engine, bulk-loaded in key order, then starts a new log.
     pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
-        log.validate()?;
-        let lock = storage.lock().map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
-            _ => Error::Io(format!("locking the database: {e}")),
-        })?;
-        let elr = log.release == Release::Elr;
-        let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-        let mut stats = RecoveryStats::default();
-        let master = recovery::read_master(&*storage)?;
-        let (generation, started_from_snapshot) = match master {
-            None => {
-                let m = Master {
-                    generation: 1,
-                    has_snapshot: false,
-                    last_exit: false,
-                    elr,
-                    segment_size: log.segment_size,
-                };
-                recovery::write_master(&*storage, &m)?;
-                (1, false)
-            }
-            Some(m) => {
-                if m.has_snapshot && m.last_exit {
-                    // A clean exit's snapshot is the whole state, one put per key in key
-                    // order: bulk-loaded into full leaves, with no map in between.
-                    let proto = &self.proto;
-                    let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
-                    let mut bad = None;
-                    recovery::read_snapshot(&*storage, m.generation, |k, v| {
-                        if let (Some(v), None) = (v, &bad) {
-                            let rec = Box::into_raw(Box::new(proto.new_loaded(v)));
-                            if let Err(e) = builder.push(k, RecPtr(rec)) {
-                                // SAFETY: never published.
-                                drop(unsafe { Box::from_raw(rec) });
-                                bad = Some(e);
-                            }
-                        }
-                    })?;
-                    let loaded = builder.len();
-                    let index = builder.finish();
-                    if let Some(e) = bad {
-                        // Records already loaded are freed with the partial tree.
-                        if let Ok(t) = index {
-                            free_records(&t);
-                        }
-                        return Err(Error::Corrupt(format!("the snapshot of generation {}: {e}", m.generation)));
-                    }
-                    self.index = index.map_err(Error::Index)?;
-                    stats.keys = loaded;
-                } else if m.has_snapshot {
-                    recovery::read_snapshot(&*storage, m.generation, |k, v| {
-                        state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-                    })?;
-                }
-                if m.last_exit {
-                    // A clean exit: the snapshot holds everything; this generation's log
-                    // starts empty.
-                    recovery::remove_stale(&storage, m.generation)?;
-                    for n in storage.list().map_err(|e| Error::Io(e.to_string()))? {
-                        if crate::wal::format::parse_segment_name(&n).is_some() {
-                            storage.remove(&n).map_err(|e| Error::Io(e.to_string()))?;
-                        }
-                    }
-                    let next = Master { last_exit: false, elr, segment_size: log.segment_size, ..m };
-                    recovery::write_master(&*storage, &next)?;
-                    (m.generation, m.has_snapshot)
-                } else {
-                    let release = if m.elr { Release::Elr } else { Release::Nlr };
-                    stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |k, v| {
-                        // Overwrite in place: most records update keys already seen.
-                        match state.get_mut(k) {
-                            Some(slot) => match (slot.as_mut(), v) {
-                                (Some(old), Some(v)) => {
-                                    old.clear();
-                                    old.extend_from_slice(v);
-                                }
-                                (_, v) => *slot = v.map(<[u8]>::to_vec),
-                            },
-                            None => {
-                                state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-                            }
-                        }
-                    })?;
-                    let g = m.generation + 1;
-                    let mut live: Vec<(&[u8], &[u8])> =
-                        state.iter().filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v))).collect();
-                    live.sort_unstable();
-                    recovery::write_snapshot(&*storage, g, live.into_iter())?;
-                    let next = Master {
-                        generation: g,
-                        has_snapshot: true,
-                        last_exit: false,
-                        elr,
-                        segment_size: log.segment_size,
-                    };
-                    recovery::write_master(&*storage, &next)?;
-                    recovery::remove_stale(&storage, g)?;
-                    (g, true)
-                }
-            }
-        };
-        let mut live: Vec<(Vec<u8>, Vec<u8>)> = state.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
-        live.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        stats.keys += live.len() as u64;
-        for (k, v) in live {
-            let rec = Box::into_raw(Box::new(self.proto.new_loaded(&v)));
-            if !self.index.insert(&k, RecPtr(rec)).unwrap_or(false) {
+        let proto = &self.proto;
+        let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
+        let opened = store::open(storage, log, proto.name(), proto.can_hold_locks(), &mut |k, v| {
+            let rec = Box::into_raw(Box::new(proto.new_loaded(v)));
+            builder.push(k, RecPtr(rec)).map_err(|e| {
                 // SAFETY: never published.
                 drop(unsafe { Box::from_raw(rec) });
-            }
-        }
-        let log_storage: Arc<dyn Storage> = match log.device {
-            Device::File => storage.clone(),
-            Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
-        };
-        let wal = Arc::new(Wal::new(log_storage, log, generation));
-        if wal.holds_locks() && !self.proto.can_hold_locks() {
-            return Err(Error::Config(format!(
-                "P-WAL with NLR and group commit (paper 001, Algorithm 3) holds locks across commits, which {} cannot do: use group 1, ELR, TicToc or 2PL",
-                self.proto.name()
-            )));
-        }
-        wal.register_holder();
-        self.durable = Some(Durable {
-            storage,
-            wal,
-            generation,
-            _lock: lock,
-            closed: AtomicBool::new(false),
-            recovery: stats,
-            started_from_snapshot,
+                Error::Corrupt(format!("the recovered state: {e}"))
+            })
         });
+        let index = builder.finish();
+        let durable = match opened {
+            Ok(d) => d,
+            Err(e) => {
+                // Records already loaded are freed with the partial tree.
+                if let Ok(t) = index {
+                    free_records(&t);
+                }
+                return Err(e);
+            }
+        };
+        self.index = index.map_err(Error::Index)?;
+        self.durable = Some(durable);
         Ok(())
     }
 
-    /// Flushes the log and writes a snapshot that starts the next generation, marked as a
-    /// clean exit (so the next open replays nothing). No transaction may be running.
+    /// Flushes the log and writes the snapshot a clean exit leaves. No transaction may be
+    /// running.
     pub(crate) fn close(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
-        if d.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        d.wal.check()?;
-        d.wal.flush_all()?;
-        if d.wal.opts.mode != LogMode::None && d.wal.stats().records == 0 {
-            // Nothing was committed since open: the state is still the one this generation
-            // started from (its snapshot, or nothing), so mark the exit clean without
-            // writing the same snapshot again.
-            let m = Master {
-                generation: d.generation,
-                has_snapshot: d.started_from_snapshot,
-                last_exit: true,
-                elr: d.wal.opts.release == Release::Elr,
-                segment_size: d.wal.opts.segment_size,
-            };
-            return recovery::write_master(&*d.storage, &m);
-        }
-        let g = d.generation + 1;
-        // Streamed leaf by leaf: closing must not hold a second copy of the database.
-        let mut w = recovery::SnapshotWriter::new(&*d.storage, g)?;
-        let mut from: Vec<u8> = Vec::new();
-        let mut first = true;
-        loop {
-            let guard = epoch::pin();
-            let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
-                self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
-            first = false;
-            for (k, p) in &chunk {
-                // SAFETY: no transaction runs at close, so nothing is unlinked or freed.
-                if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
-                    w.put(k, &v)?;
+        d.close(|w| {
+            let mut from: Vec<u8> = Vec::new();
+            let mut first = true;
+            loop {
+                let guard = epoch::pin();
+                let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
+                    self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
+                first = false;
+                for (k, p) in &chunk {
+                    // SAFETY: no transaction runs at close, so nothing is unlinked or freed.
+                    if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
+                        w.put(k, &v)?;
+                    }
+                }
+                match chunk.last() {
+                    Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
+                    _ => return Ok(()),
                 }
             }
-            match chunk.last() {
-                Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
-                _ => break,
-            }
-        }
-        w.finish()?;
-        let m = Master {
-            generation: g,
-            has_snapshot: true,
-            last_exit: true,
-            elr: d.wal.opts.release == Release::Elr,
-            segment_size: d.wal.opts.segment_size,
-        };
-        recovery::write_master(&*d.storage, &m)?;
-        recovery::remove_stale(&d.storage, g)
+        })
     }
 
     /// Marks the database closed without flushing or writing a snapshot (a simulated
     /// crash for tests).
     pub(crate) fn abandon(&self) {
         if let Some(d) = &self.durable {
-            d.closed.store(true, Ordering::Release);
+            d.abandon();
         }
     }
 
@@ -751,11 +600,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Pins the epoch for one operation. Under NLR group commit it also names this
-    /// transaction's lane to the lock-wait hook of the thread running the operation.
+    /// database to the thread's lock-wait hook (its waits flush this database's lanes).
     fn pin(&mut self) -> Guard {
         if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
-            // SAFETY: the slot outlives the transaction (see `worker`).
-            crate::wal::set_own_lane(Some(&d.wal), unsafe { &*self.slot }.lane.get());
+            crate::cc::set_lock_waiter(Some(d.wal.clone()));
         }
         let guard = epoch::pin();
         self.ops += 1;
@@ -794,7 +642,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if let Some(lane) = unsafe { &*self.slot }.lane.get() {
                 d.wal.flush_lane(lane, false)?;
             }
-            crate::wal::lock_wait_hook();
+            crate::cc::LockWaiter::on_lock_wait(&*d.wal);
         }
         Err(Error::Conflict(c))
     }
@@ -1209,9 +1057,6 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             };
             let private = wal.opts.mode == LogMode::PWal;
             let hold = wal.holds_locks();
-            if hold {
-                crate::wal::set_own_lane(Some(wal), Some(&lane));
-            }
             let mut hook = LogHook { wal, lane: &lane, private, hold, kept: Vec::new(), done: None, err: None };
             let b = self.bufs.as_mut().expect("buffers");
             let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
@@ -1313,7 +1158,7 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
             self.rollback();
         }
         if self.eng.durable.as_ref().is_some_and(|d| d.wal.holds_locks()) {
-            crate::wal::set_own_lane(None, None);
+            crate::cc::set_lock_waiter(None);
         }
         // SAFETY: the slot outlives the transaction (see `worker`).
         self.eng.leave(unsafe { &*self.slot });

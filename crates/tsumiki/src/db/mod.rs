@@ -31,78 +31,14 @@ use crate::cc::si::Si;
 use crate::cc::silo::Silo;
 use crate::cc::tictoc::TicToc;
 use crate::cc::twopl::TwoPl;
-use crate::cc::{Conflict, Protocol};
-use crate::index::{BwTreeConfig, IndexError};
+use crate::cc::Protocol;
+use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
 use crate::wal::recovery::RecoveryStats;
 use crate::wal::storage::{DirStorage, Storage};
-use crate::wal::{CommitTicket, LogOptions, WalStats};
+use crate::wal::{CommitMode, CommitTicket, LogOptions, WalStats};
 
-/// The longest value accepted.
-pub const MAX_VALUE_LEN: usize = 16 << 20;
-
-/// Everything that can go wrong in a transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    /// The transaction conflicted with another and was rolled back: run it again
-    /// ([`Error::is_retryable`]; [`Db::run`] does so).
-    Conflict(Conflict),
-    /// A key longer than [`crate::index::MAX_KEY_LEN`].
-    KeyTooLong {
-        /// Its length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// A value longer than [`MAX_VALUE_LEN`].
-    ValueTooLong {
-        /// Its length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The transaction already ended (it conflicted earlier, or was committed or aborted).
-    TxnFinished,
-    /// A bad index configuration in [`Options`].
-    Index(IndexError),
-    /// A bad setting in [`Options`].
-    Config(String),
-    /// An I/O error while opening or closing the database.
-    Io(String),
-    /// A log write or sync failed earlier: no commit can be acknowledged any more. Close
-    /// and reopen the database (recovery keeps every acknowledged commit).
-    Poisoned(String),
-    /// A database file is damaged or is not a tsumiki file.
-    Corrupt(String),
-    /// The database is open elsewhere (another process, or another handle).
-    Locked(String),
-}
-
-impl Error {
-    /// Whether running the transaction again may succeed (a conflict with another one).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Conflict(_))
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Conflict(c) => write!(f, "transaction conflict, retry: {c}"),
-            Error::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than the limit of {max}"),
-            Error::ValueTooLong { len, max } => write!(f, "value of {len} bytes is longer than the limit of {max}"),
-            Error::TxnFinished => f.write_str("the transaction has already ended"),
-            Error::Index(e) => write!(f, "index: {e}"),
-            Error::Config(m) => write!(f, "bad option: {m}"),
-            Error::Io(m) => write!(f, "I/O error: {m}"),
-            Error::Poisoned(m) => write!(f, "the database is poisoned by an earlier log failure ({m}); reopen it"),
-            Error::Corrupt(m) => write!(f, "corrupt database: {m}"),
-            Error::Locked(m) => f.write_str(m),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
+pub use crate::error::{Error, MAX_VALUE_LEN};
 
 /// How 2PL handles a lock held by another transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +68,12 @@ impl Cc {
     /// Every protocol, for side-by-side runs (MVCC-SI with its default collector).
     pub const ALL: [Cc; 5] =
         [Cc::TicToc, Cc::Silo, Cc::TwoPl(LockWait::NoWait), Cc::TwoPl(LockWait::WaitDie), Cc::MvccSi(Gc::EpoR)];
+
+    /// Whether commits can keep their write locks until their log group is durable (paper
+    /// 001's Algorithm 3): TicToc and 2PL.
+    pub fn can_hold_locks(self) -> bool {
+        matches!(self, Cc::TicToc | Cc::TwoPl(_))
+    }
 
     /// Whether every history is serializable (all but MVCC-SI).
     pub fn is_serializable(self) -> bool {
@@ -198,6 +140,16 @@ impl Options {
     /// The defaults with protocol `cc`.
     pub fn with_cc(cc: Cc) -> Self {
         Options { cc, ..Options::default() }
+    }
+
+    /// Checks every setting and resolves how commits reach the log. [`Db::open`] calls it
+    /// before anything is created on disk, so a refused configuration leaves no trace.
+    pub fn validate(&self) -> Result<CommitMode, Error> {
+        self.index.validate().map_err(Error::Index)?;
+        if self.gc_refresh.is_zero() {
+            return Err(Error::Config("gc_refresh must be above zero".into()));
+        }
+        CommitMode::resolve(&self.log, self.cc.name(), self.cc.can_hold_locks())
     }
 }
 
@@ -367,13 +319,18 @@ impl Db {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn open(path: impl AsRef<std::path::Path>, opts: Options) -> Result<Db, Error> {
+        opts.validate()?;
+        if path.as_ref().as_os_str().is_empty() {
+            return Err(Error::Config("the database path is empty".into()));
+        }
         let dir = DirStorage::new(path.as_ref())
-            .map_err(|e| Error::Io(format!("opening directory {}: {e}", path.as_ref().display())))?;
+            .map_err(|e| Error::io(format!("opening directory {}", path.as_ref().display()), e))?;
         Self::build(&opts, Some(Arc::new(dir)))
     }
 
     /// Opens the database kept in `storage` (a simulated disk in crash tests).
     pub fn open_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db, Error> {
+        opts.validate()?;
         Self::build(&opts, Some(storage))
     }
 

@@ -30,8 +30,6 @@ mod node;
 mod sched;
 mod tree;
 
-use std::fmt;
-
 use crossbeam_epoch::{self as epoch, Guard};
 
 use tree::{LeafPos, Tree, WriteOp};
@@ -39,41 +37,7 @@ use tree::{LeafPos, Tree, WriteOp};
 /// The longest key the tree accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 4096;
 
-/// Errors of the index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IndexError {
-    /// The key is longer than [`MAX_KEY_LEN`].
-    KeyTooLong {
-        /// Length of the rejected key.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// A [`BwTreeConfig`] value is out of range.
-    InvalidConfig(String),
-    /// A bulk load ([`BwTreeBuilder`]) was given a key not greater than the one before it.
-    NotSorted {
-        /// Records accepted before the rejected one (its position, if nothing else failed).
-        index: u64,
-    },
-    /// The mapping table is full (2^28 pages): the bulk load does not fit in one tree.
-    TooManyPages,
-}
-
-impl fmt::Display for IndexError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IndexError::KeyTooLong { len, max } => write!(f, "key of {len} bytes is longer than the {max}-byte limit"),
-            IndexError::InvalidConfig(why) => write!(f, "invalid Bw-tree configuration: {why}"),
-            IndexError::NotSorted { index } => {
-                write!(f, "bulk load: record {index} has a key not greater than the one before it")
-            }
-            IndexError::TooManyPages => write!(f, "the Bw-tree's mapping table is full"),
-        }
-    }
-}
-
-impl std::error::Error for IndexError {}
+pub use crate::error::IndexError;
 
 /// Tuning knobs and the paper's optional improvements.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +70,7 @@ impl BwTreeConfig {
         BwTreeConfig { leaf_max: 4, inner_max: 4, merge_threshold: 2, delta_threshold: 2, ..Self::default() }
     }
 
-    fn validate(&self) -> Result<(), IndexError> {
+    pub(crate) fn validate(&self) -> Result<(), IndexError> {
         let bad = |why: String| Err(IndexError::InvalidConfig(why));
         if self.leaf_max < 4 || self.inner_max < 4 {
             return bad(format!("leaf_max ({}) and inner_max ({}) must be at least 4", self.leaf_max, self.inner_max));

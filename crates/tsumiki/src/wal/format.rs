@@ -1,28 +1,12 @@
 //! The on-disk format of log lanes, snapshots and the master record.
 //!
-//! A lane is a byte stream of records cut into fixed 4 KiB blocks. Each block carries up
-//! to [`PAYLOAD`] stream bytes and ends with a 40-byte trailer that multiplexes the lane's
-//! state into the same write (paper 004): lane id, block sequence, the LSN / timestamp
-//! range of the records that end in the block, the lane's durable watermark and the record
-//! count, under a CRC32C of the whole block. Records are CRC32C-protected too, and every
-//! length is bounded before use.
+//! A lane is a byte stream of records cut into the fixed 4 KiB blocks of [`crate::block`],
+//! whose 40-byte trailer multiplexes the lane's state into the same write (paper 004).
+//! Records are CRC32C-protected too, and every length is bounded before use.
 
 use crate::index::MAX_KEY_LEN;
 
-/// The block size: every log write is a whole number of these.
-pub const BLOCK: usize = 4096;
-/// The trailer at the end of each block.
-pub const TRAILER: usize = 40;
-/// Stream bytes per block.
-pub const PAYLOAD: usize = BLOCK - TRAILER;
-/// Marks a tsumiki log block (format version 1).
-const BLOCK_MAGIC: u8 = 0xB1;
-
-/// Every block before this one was made durable by a completed sync: an invalid block
-/// followed by one with this flag is corruption, not a torn tail.
-pub const FLAG_SYNCED_BEFORE: u8 = 1;
-/// The last block of one flush: the watermark is trusted only at such a block.
-pub const FLAG_FLUSH_END: u8 = 2;
+pub use crate::block::{open_block, seal_block, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER};
 
 /// The lane id of snapshot files.
 pub const SNAPSHOT_LANE: u16 = u16::MAX;
@@ -31,78 +15,6 @@ pub const SNAPSHOT_LANE: u16 = u16::MAX;
 pub const MAX_RECORD: usize = 1 << 30;
 /// Record header: crc (4), body length (4).
 pub const RECORD_HEADER: usize = 8;
-
-/// The trailer of one block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Trailer {
-    /// [`FLAG_SYNCED_BEFORE`], [`FLAG_FLUSH_END`].
-    pub flags: u8,
-    /// The lane that wrote the block.
-    pub lane: u16,
-    /// Stream bytes used in the block.
-    pub used: u16,
-    /// Records that end in this block.
-    pub records: u16,
-    /// The block's position in its lane (0, 1, 2...).
-    pub seq: u32,
-    /// Smallest LSN / timestamp of the records that end here (0 if none).
-    pub lo: u64,
-    /// Largest LSN / timestamp of the records that end here (0 if none).
-    pub hi: u64,
-    /// The lane's durable watermark: every record of this lane with an LSN below it is in
-    /// this block or before it (ELR); 0 under NLR.
-    pub watermark: u64,
-}
-
-/// Fills `block` (BLOCK bytes, payload already in place) with `t` and the checksum.
-pub fn seal_block(block: &mut [u8], t: &Trailer) {
-    debug_assert_eq!(block.len(), BLOCK);
-    let tr = &mut block[PAYLOAD..];
-    tr[4] = BLOCK_MAGIC;
-    tr[5] = t.flags;
-    tr[6..8].copy_from_slice(&t.lane.to_le_bytes());
-    tr[8..10].copy_from_slice(&t.used.to_le_bytes());
-    tr[10..12].copy_from_slice(&t.records.to_le_bytes());
-    tr[12..16].copy_from_slice(&t.seq.to_le_bytes());
-    tr[16..24].copy_from_slice(&t.lo.to_le_bytes());
-    tr[24..32].copy_from_slice(&t.hi.to_le_bytes());
-    tr[32..40].copy_from_slice(&t.watermark.to_le_bytes());
-    let crc = block_crc(block);
-    block[PAYLOAD..PAYLOAD + 4].copy_from_slice(&crc.to_le_bytes());
-}
-
-fn block_crc(block: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&block[..PAYLOAD]);
-    crc32c::crc32c_append(c, &block[PAYLOAD + 4..])
-}
-
-/// The trailer of `block`, if its checksum, magic and used length are valid.
-pub fn open_block(block: &[u8]) -> Option<Trailer> {
-    if block.len() != BLOCK {
-        return None;
-    }
-    let tr = &block[PAYLOAD..];
-    if tr[4] != BLOCK_MAGIC {
-        return None;
-    }
-    let stored = u32::from_le_bytes(tr[0..4].try_into().ok()?);
-    if stored != block_crc(block) {
-        return None;
-    }
-    let u16_at = |i: usize| u16::from_le_bytes([tr[i], tr[i + 1]]);
-    let u64_at = |i: usize| u64::from_le_bytes(tr[i..i + 8].try_into().expect("8 bytes"));
-    let t = Trailer {
-        flags: tr[5],
-        lane: u16_at(6),
-        used: u16_at(8),
-        records: u16_at(10),
-        seq: u32::from_le_bytes(tr[12..16].try_into().ok()?),
-        lo: u64_at(16),
-        hi: u64_at(24),
-        watermark: u64_at(32),
-    };
-    (t.used as usize <= PAYLOAD).then_some(t)
-}
 
 /// One write of a logged transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,7 +168,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeError
         at = match kind {
             KIND_PUT => {
                 let vlen = len_at(at + 5)?;
-                if vlen > crate::db::MAX_VALUE_LEN {
+                if vlen > crate::error::MAX_VALUE_LEN {
                     return Err(bad("value longer than the limit"));
                 }
                 at + 9 + klen + vlen
@@ -295,13 +207,21 @@ pub struct Master {
     /// Whether this generation's logs were written with early lock release (LSN order and
     /// watermarks) rather than NLR (commit-timestamp order).
     pub elr: bool,
-    /// Log segment size, in bytes.
+    /// The largest log segment, in bytes (segments grow from [`FIRST_SEGMENT`] to it:
+    /// [`segment_len`]).
     pub segment_size: u64,
+    /// The snapshot's length in bytes (0 without one).
+    pub snap_len: u64,
+    /// CRC32C of the snapshot's whole file (0 without one): a snapshot that is missing,
+    /// shorter, longer, older or from elsewhere is refused, never read as a smaller state.
+    pub snap_crc: u32,
 }
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI1";
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI2";
+/// The magic of the first format, refused with its own message.
+const MASTER_MAGIC_V1: &[u8; 8] = b"TSUMIKI1";
 /// Encoded size of [`Master`].
-pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4;
+pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 8 + 4 + 4;
 
 impl Master {
     /// Encodes the master record.
@@ -313,28 +233,36 @@ impl Master {
         b[17] = self.last_exit as u8;
         b[18] = self.elr as u8;
         b[19..27].copy_from_slice(&self.segment_size.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..27]);
-        b[27..31].copy_from_slice(&crc.to_le_bytes());
+        b[27..35].copy_from_slice(&self.snap_len.to_le_bytes());
+        b[35..39].copy_from_slice(&self.snap_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..39]);
+        b[39..43].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     /// Decodes a master record, or says what is wrong with it.
     pub fn decode(b: &[u8]) -> Result<Master, String> {
+        if b.len() >= 8 && &b[0..8] == MASTER_MAGIC_V1 {
+            return Err("MASTER was written by an earlier tsumiki format (1), which this version does not read".into());
+        }
         if b.len() != MASTER_LEN {
             return Err(format!("MASTER is {} bytes, expected {MASTER_LEN}", b.len()));
         }
         if &b[0..8] != MASTER_MAGIC {
             return Err("MASTER is not a tsumiki master record (bad magic)".into());
         }
-        if crc32c::crc32c(&b[..27]).to_le_bytes() != b[27..31] {
+        if crc32c::crc32c(&b[..39]).to_le_bytes() != b[39..43] {
             return Err("MASTER checksum mismatch".into());
         }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let m = Master {
-            generation: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            generation: u64_at(8),
             has_snapshot: b[16] == 1,
             last_exit: b[17] == 1,
             elr: b[18] == 1,
-            segment_size: u64::from_le_bytes(b[19..27].try_into().expect("8 bytes")),
+            segment_size: u64_at(19),
+            snap_len: u64_at(27),
+            snap_crc: u32::from_le_bytes(b[35..39].try_into().expect("4 bytes")),
         };
         if b[16] > 1
             || b[17] > 1
@@ -344,8 +272,29 @@ impl Master {
         {
             return Err("MASTER holds invalid settings".into());
         }
+        // Every generation after the first starts from a snapshot (recovery and close both
+        // write one), so a later generation without one was not written by tsumiki.
+        if m.generation == 0 || !m.has_snapshot && (m.generation != 1 || m.snap_len != 0) {
+            return Err(format!("MASTER names generation {} without a snapshot", m.generation));
+        }
+        if m.has_snapshot && (m.snap_len == 0 || !m.snap_len.is_multiple_of(BLOCK as u64)) {
+            return Err(format!("MASTER names a snapshot of {} bytes", m.snap_len));
+        }
         Ok(m)
     }
+}
+
+/// The first log segment of a lane; each later one doubles, up to the configured
+/// `segment_size`, so an idle or tiny database stays small while a busy lane soon writes
+/// into large preallocated segments.
+pub const FIRST_SEGMENT: u64 = 64 << 10;
+
+/// The length of segment `seg` of a lane whose largest segment is `max`.
+pub fn segment_len(seg: u64, max: u64) -> u64 {
+    if seg >= 16 {
+        return max;
+    }
+    (FIRST_SEGMENT << seg).min(max)
 }
 
 /// The name of log segment `seg` of `lane` in `generation`.
@@ -373,21 +322,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn block_round_trip_and_any_flipped_bit_is_caught() {
-        let mut b = vec![0u8; BLOCK];
-        b[..5].copy_from_slice(b"hello");
-        let t = Trailer { flags: 3, lane: 7, used: 5, records: 1, seq: 9, lo: 10, hi: 11, watermark: 12 };
-        seal_block(&mut b, &t);
-        assert_eq!(open_block(&b), Some(t));
-        for bit in [0, 40, 8 * PAYLOAD, 8 * BLOCK - 1] {
-            let mut c = b.clone();
-            c[bit / 8] ^= 1 << (bit % 8);
-            assert_eq!(open_block(&c), None, "bit {bit}");
-        }
-        assert_eq!(open_block(&vec![0; BLOCK]), None);
-    }
-
-    #[test]
     fn record_round_trip_and_truncation() {
         let mut buf = Vec::new();
         let mut e = RecordEncoder::begin(&mut buf, 42);
@@ -409,11 +343,30 @@ mod tests {
 
     #[test]
     fn master_and_names() {
-        let m = Master { generation: 3, has_snapshot: true, last_exit: false, elr: true, segment_size: 1 << 20 };
+        let m = Master {
+            generation: 3,
+            has_snapshot: true,
+            last_exit: false,
+            elr: true,
+            segment_size: 1 << 20,
+            snap_len: 8192,
+            snap_crc: 77,
+        };
         assert_eq!(Master::decode(&m.encode()), Ok(m));
-        let mut b = m.encode();
-        b[9] ^= 1;
-        assert!(Master::decode(&b).is_err());
+        for byte in 0..MASTER_LEN {
+            let mut b = m.encode();
+            b[byte] ^= 1;
+            assert!(Master::decode(&b).is_err(), "flipped byte {byte}");
+        }
+        // Later generations always start from a snapshot.
+        let crafted = Master { generation: u64::MAX, has_snapshot: false, snap_len: 0, snap_crc: 0, ..m };
+        assert!(Master::decode(&crafted.encode()).is_err());
+        let empty = Master { has_snapshot: true, snap_len: 0, ..m };
+        assert!(Master::decode(&empty.encode()).is_err());
+        assert_eq!(segment_len(0, 16 << 20), 64 << 10);
+        assert_eq!(segment_len(3, 16 << 20), 512 << 10);
+        assert_eq!(segment_len(20, 16 << 20), 16 << 20);
+        assert_eq!(segment_len(2, 128 << 10), 128 << 10);
         assert_eq!(parse_segment_name(&segment_name(3, 12, 7)), Some((3, 12, 7)));
         assert_eq!(parse_segment_name("wal-x.log"), None);
     }

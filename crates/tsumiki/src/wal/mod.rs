@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
-use crate::db::Error;
+use crate::error::Error;
 use format::{RecordEncoder, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD};
 use storage::{Storage, StorageFile};
 
@@ -98,8 +98,10 @@ pub struct LogOptions {
     pub durability: Durability,
     /// Real files or NVM emulation.
     pub device: Device,
-    /// Log segment size in bytes (a multiple of 4 KiB, at least 8 KiB); segments are
-    /// preallocated so that a commit's fdatasync never also commits a size change.
+    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB). A lane's
+    /// first segment is 64 KiB and each next one doubles up to this, so an idle database
+    /// stays small; segments are preallocated so that a commit's fdatasync never also
+    /// commits a size change.
     pub segment_size: u64,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
@@ -156,6 +158,47 @@ impl LogOptions {
         } else {
             format!("{mode}-{rel}")
         }
+    }
+}
+
+/// How commits reach the log: [`LogOptions`] checked and resolved against what the
+/// protocol can do, once, before anything is created on disk ([`crate::Options::validate`]).
+/// The library and the benchmarks use this one value, so that they agree on which
+/// variants exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitMode {
+    /// P-WAL, shared WAL or none.
+    pub mode: LogMode,
+    /// NLR or ELR.
+    pub release: Release,
+    /// Records per flush.
+    pub group: usize,
+    /// Paper 001's Algorithm 3 (P-WAL, NLR, group above 1): commits keep their write locks
+    /// until their group is durable, which only protocols that can hold locks (TicToc,
+    /// 2PL) support.
+    pub holds_locks: bool,
+    /// What a commit promises.
+    pub durability: Durability,
+}
+
+impl CommitMode {
+    /// Resolves `log` for a protocol named `protocol` that can (or cannot) keep write locks
+    /// across its commit.
+    pub fn resolve(log: &LogOptions, protocol: &str, can_hold_locks: bool) -> Result<CommitMode, Error> {
+        log.validate()?;
+        let holds_locks = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
+        if holds_locks && !can_hold_locks {
+            return Err(Error::Config(format!(
+                "P-WAL with NLR and group commit (paper 001, Algorithm 3) holds locks across commits, which {protocol} cannot do: use group 1, ELR, TicToc or 2PL"
+            )));
+        }
+        Ok(CommitMode {
+            mode: log.mode,
+            release: log.release,
+            group: log.group,
+            holds_locks,
+            durability: log.durability,
+        })
     }
 }
 
@@ -220,55 +263,6 @@ impl Lane {
             false
         });
     }
-}
-
-/// Wals whose workers may hold locks across commits (NLR group commit), for waiters to
-/// flush (any thread may flush a lane, which releases its held locks).
-static HOLDING: Mutex<Vec<std::sync::Weak<Wal>>> = Mutex::new(Vec::new());
-static HOLDING_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-thread_local! {
-    /// The lane whose held locks this thread's transactions may meet (its own group).
-    static OWN_LANE: std::cell::RefCell<Option<(std::sync::Weak<Wal>, Arc<Lane>)>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Called by lock waiters (the protocols' backoff): under NLR group commit, flushes the
-/// waiter's own group first (Algorithm 3's rule: flush and release before waiting), then
-/// every lane that holds locks, so that an idle holder cannot block anyone for long.
-pub(crate) fn lock_wait_hook() {
-    if HOLDING_COUNT.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let own = OWN_LANE.with(|o| o.borrow().clone());
-    if let Some((wal, lane)) = own {
-        if let Some(wal) = wal.upgrade() {
-            let _ = wal.flush_lane(&lane, false);
-        }
-    }
-    let wals: Vec<Arc<Wal>> = HOLDING.lock().iter().filter_map(|w| w.upgrade()).collect();
-    for wal in wals {
-        let lanes: Vec<Arc<Lane>> = wal.lanes.read().iter().filter(|l| !l.held.lock().is_empty()).cloned().collect();
-        let poisoned = wal.check().is_err();
-        for l in lanes {
-            if poisoned {
-                // No commit will ever be acknowledged again: nothing can come to depend
-                // on these writes, and waiters must not hang.
-                l.release_held(u64::MAX);
-            } else if let Some(r) = wal.try_flush_lane(&l) {
-                let _ = r;
-            }
-        }
-    }
-}
-
-/// Marks (or clears) the lane of the transaction this thread runs.
-pub(crate) fn set_own_lane(wal: Option<&Arc<Wal>>, lane: Option<&Arc<Lane>>) {
-    OWN_LANE.with(|o| {
-        *o.borrow_mut() = match (wal, lane) {
-            (Some(w), Some(l)) => Some((Arc::downgrade(w), l.clone())),
-            _ => None,
-        }
-    });
 }
 
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
@@ -605,9 +599,9 @@ impl Wal {
     /// when the current one is full (after syncing it: a later segment exists only once
     /// every earlier one is complete on disk).
     fn write_blocks(&self, lane: &Lane, io: &mut LaneIo, mut data: &[u8]) -> Result<(), Error> {
-        let seg_size = self.opts.segment_size;
+        let max = self.opts.segment_size;
         while !data.is_empty() {
-            if io.file.is_none() || io.off == seg_size {
+            if io.file.is_none() || io.off == format::segment_len(io.seg, max) {
                 let name = |seg| format::segment_name(self.generation, lane.id, seg);
                 let file = match io.file.take() {
                     Some(f) => {
@@ -617,10 +611,10 @@ impl Wal {
                             Some(h) => {
                                 h.join().unwrap_or_else(|_| Err(io::Error::other("segment preparation panicked")))
                             }
-                            None => self.prepare(name(io.seg)),
+                            None => self.prepare(name(io.seg), io.seg),
                         }
                     }
-                    None => self.prepare(name(io.seg)),
+                    None => self.prepare(name(io.seg), io.seg),
                 };
                 let file =
                     file.map_err(|e| self.poison(io_err(&format!("creating log segment {}", name(io.seg)), e)))?;
@@ -628,12 +622,12 @@ impl Wal {
                 io.off = 0;
                 if matches!(self.opts.device, Device::File) {
                     let (storage, next) = (self.storage.clone(), name(io.seg + 1));
-                    let (size, sync) = (seg_size, !self.opts.skip_sync_for_tests);
+                    let (size, sync) = (format::segment_len(io.seg + 1, max), !self.opts.skip_sync_for_tests);
                     io.next = Some(std::thread::spawn(move || prepare_segment(&*storage, &next, size, true, sync)));
                 }
             }
             let f = io.file.as_deref().expect("segment open");
-            let n = ((seg_size - io.off) as usize).min(data.len());
+            let n = ((format::segment_len(io.seg, max) - io.off) as usize).min(data.len());
             f.write_at(&data[..n], io.off)
                 .map_err(|e| self.poison(io_err("log write failed; the database is poisoned", e)))?;
             io.off += n as u64;
@@ -642,9 +636,10 @@ impl Wal {
         Ok(())
     }
 
-    fn prepare(&self, name: String) -> io::Result<Box<dyn StorageFile>> {
+    fn prepare(&self, name: String, seg: u64) -> io::Result<Box<dyn StorageFile>> {
         let prealloc = matches!(self.opts.device, Device::File);
-        prepare_segment(&*self.storage, &name, self.opts.segment_size, prealloc, !self.opts.skip_sync_for_tests)
+        let size = format::segment_len(seg, self.opts.segment_size);
+        prepare_segment(&*self.storage, &name, size, prealloc, !self.opts.skip_sync_for_tests)
     }
 
     /// Waits for background segment preparations (at close and drop, so that no thread
@@ -693,16 +688,6 @@ impl Wal {
     /// above 1: paper 001's Algorithm 3).
     pub(crate) fn holds_locks(&self) -> bool {
         self.opts.mode == LogMode::PWal && self.opts.release == Release::Nlr && self.opts.group > 1
-    }
-
-    /// Registers a log whose commits hold locks, for [`lock_wait_hook`].
-    pub(crate) fn register_holder(self: &Arc<Self>) {
-        if self.holds_locks() {
-            let mut h = HOLDING.lock();
-            h.retain(|w| w.strong_count() > 0);
-            h.push(Arc::downgrade(self));
-            HOLDING_COUNT.store(h.len(), Ordering::Relaxed);
-        }
     }
 
     /// Keeps `word` locked until record `seq` of `lane` is durable (released at once if
@@ -797,10 +782,25 @@ impl Wal {
 impl Drop for Wal {
     fn drop(&mut self) {
         self.join_preparations();
-        if self.holds_locks() {
-            let mut h = HOLDING.lock();
-            h.retain(|w| w.strong_count() > 0);
-            HOLDING_COUNT.store(h.len(), Ordering::Relaxed);
+    }
+}
+
+impl crate::cc::LockWaiter for Wal {
+    fn on_lock_wait(&self) {
+        if !self.holds_locks() {
+            return;
+        }
+        let lanes: Vec<Arc<Lane>> = self.lanes.read().iter().filter(|l| !l.held.lock().is_empty()).cloned().collect();
+        let poisoned = self.check().is_err();
+        for l in lanes {
+            if poisoned {
+                // No commit will ever be acknowledged again: nothing can come to depend
+                // on these writes, and waiters must not hang.
+                l.release_held(u64::MAX);
+            } else if let Some(r) = self.try_flush_lane(&l) {
+                // A failed flush poisons the log; the waiter learns it at its commit.
+                let _ = r;
+            }
         }
     }
 }
@@ -814,7 +814,7 @@ fn prepare_segment(
     prealloc: bool,
     sync: bool,
 ) -> io::Result<Box<dyn StorageFile>> {
-    let f = storage.open(name, true)?;
+    let f = storage::create_fresh(storage, name)?;
     if prealloc {
         let mut off = 0;
         while off < size {

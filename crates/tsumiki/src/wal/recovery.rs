@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
 use super::storage::{read_all, Storage};
 use super::Release;
-use crate::db::Error;
+use crate::error::Error;
 
 /// The master record's file name.
 pub const MASTER: &str = "MASTER";
@@ -55,7 +55,7 @@ fn corrupt(msg: String) -> Error {
 }
 
 fn io(what: &str, e: std::io::Error) -> Error {
-    Error::Io(format!("{what}: {e}"))
+    Error::io(what, e)
 }
 
 /// Reads the blocks of one lane (its segments in order) and decodes its records.
@@ -86,11 +86,12 @@ pub fn read_lane(
     let n_files = files.len();
     'segs: for (i, (name, data)) in files.into_iter().enumerate() {
         let last = i + 1 == n_files;
-        if data.len() as u64 != segment_size {
+        let expected = format::segment_len(i as u64, segment_size);
+        if data.len() as u64 != expected {
             // Data goes into a segment only after its preallocation was synced: a short
             // last segment without a single valid block is one whose creation was cut.
             if !last || holds_blocks(&data) {
-                return Err(corrupt(format!("{name} is {} bytes, expected {segment_size} (truncated?)", data.len())));
+                return Err(corrupt(format!("{name} is {} bytes, expected {expected} (truncated?)", data.len())));
             }
             break 'segs;
         }
@@ -150,16 +151,41 @@ pub fn read_lane(
 /// Reads the snapshot of `generation`, calling `f` on every write it holds, in order, with
 /// the key and value borrowed from the read buffer (no copy per record: opening a large
 /// database is bound by this loop).
+/// The file must be exactly what the master record names: `expect = (length, CRC32C)`.
 pub fn read_snapshot(
     storage: &dyn Storage,
     generation: u64,
+    expect: (u64, u32),
     mut f: impl FnMut(&[u8], Option<&[u8]>),
 ) -> Result<(), Error> {
     let name = format::snapshot_name(generation);
-    let file = storage.open(&name, false).map_err(|e| io(&name, e))?;
+    let file = match storage.open(&name, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(format!("{name}, which MASTER names, is missing")));
+        }
+        Err(e) => return Err(io(&name, e)),
+    };
     let len = file.len().map_err(|e| io(&name, e))?;
-    if len % BLOCK as u64 != 0 {
-        return Err(corrupt(format!("{name} is {len} bytes, not a whole number of blocks")));
+    if len != expect.0 {
+        return Err(corrupt(format!("{name} is {len} bytes, but MASTER names one of {} bytes", expect.0)));
+    }
+    // The whole file's checksum is known only at the end, so a snapshot of the right size
+    // from another database or generation is refused before anything is loaded from it:
+    // a first pass checks it (cheap next to the parse, and the file is then cached).
+    let mut crc = 0u32;
+    {
+        let mut chunk = vec![0u8; SNAPSHOT_READ.min(len as usize)];
+        let mut off = 0u64;
+        while off < len {
+            let n = chunk.len().min((len - off) as usize);
+            read_exact_at(&*file, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            off += n as u64;
+        }
+    }
+    if crc != expect.1 {
+        return Err(corrupt(format!("{name} does not match the checksum MASTER records for it")));
     }
     // Read a chunk of blocks at a time and parse what is complete: opening holds one
     // chunk and one partial record, not a copy of the file (the peak of a reopen).
@@ -215,7 +241,7 @@ pub fn write_snapshot<'a>(
     storage: &dyn Storage,
     generation: u64,
     items: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-) -> Result<(), Error> {
+) -> Result<(u64, u32), Error> {
     let mut w = SnapshotWriter::new(storage, generation)?;
     for (k, v) in items {
         w.put(k, v)?;
@@ -240,6 +266,8 @@ pub struct SnapshotWriter<'s> {
     out: Vec<u8>,
     seq: u32,
     off: u64,
+    /// CRC32C of everything written so far.
+    crc: u32,
     enc: Vec<u8>,
 }
 
@@ -251,8 +279,7 @@ impl<'s> SnapshotWriter<'s> {
     pub fn new(storage: &'s dyn Storage, generation: u64) -> Result<Self, Error> {
         let name = format::snapshot_name(generation);
         let tmp = format!("{name}.tmp");
-        let _ = storage.remove(&tmp);
-        let file = storage.open(&tmp, true).map_err(|e| io(&tmp, e))?;
+        let file = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
         Ok(SnapshotWriter {
             storage,
             name,
@@ -265,6 +292,7 @@ impl<'s> SnapshotWriter<'s> {
             out: Vec::new(),
             seq: 0,
             off: 0,
+            crc: 0,
             enc: Vec::new(),
         })
     }
@@ -315,6 +343,7 @@ impl<'s> SnapshotWriter<'s> {
         self.stream.drain(..taken);
         if self.out.len() >= 1 << 20 || all {
             self.file.write_at(&self.out, self.off).map_err(|e| io(&self.tmp, e))?;
+            self.crc = crc32c::crc32c_append(self.crc, &self.out);
             self.off += self.out.len() as u64;
             self.out.clear();
         }
@@ -322,14 +351,25 @@ impl<'s> SnapshotWriter<'s> {
     }
 
     /// Writes the rest, syncs, and renames the snapshot into place (directory synced).
-    pub fn finish(mut self) -> Result<(), Error> {
+    /// Returns the file's length and CRC32C, for the master record. An empty snapshot is
+    /// one empty block, so that a file of length 0 is never a valid snapshot.
+    pub fn finish(mut self) -> Result<(u64, u32), Error> {
         self.encode();
+        if self.seq == 0 && self.stream.is_empty() {
+            let t = format::Trailer { lane: format::SNAPSHOT_LANE, ..Default::default() };
+            self.block.fill(0);
+            format::seal_block(&mut self.block, &t);
+            self.out.extend_from_slice(&self.block);
+            self.seq = 1;
+        }
         self.emit(true)?;
         self.file.sync_data().map_err(|e| io(&self.tmp, e))?;
         let (storage, tmp, name) = (self.storage, std::mem::take(&mut self.tmp), std::mem::take(&mut self.name));
+        let made = (self.off, self.crc);
         drop(self);
         storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
-        storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+        storage.sync_dir().map_err(|e| io("syncing the database directory", e))?;
+        Ok(made)
     }
 }
 
@@ -351,8 +391,7 @@ pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
 /// Writes the master record atomically (a temporary file renamed into place).
 pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
     let tmp = "MASTER.tmp";
-    let _ = storage.remove(tmp);
-    let f = storage.open(tmp, true).map_err(|e| io(tmp, e))?;
+    let f = super::storage::create_fresh(storage, tmp).map_err(|e| io(tmp, e))?;
     f.write_at(&m.encode(), 0).map_err(|e| io(tmp, e))?;
     f.sync_data().map_err(|e| io(tmp, e))?;
     drop(f);
@@ -440,15 +479,40 @@ pub fn replay(
     Ok(stats)
 }
 
-/// Removes every file of generations other than `keep` (and temporary files).
+/// The generation a snapshot file name carries.
+fn snapshot_generation(name: &str) -> Option<u64> {
+    name.strip_prefix("snap-")?.strip_suffix(".dat")?.parse().ok()
+}
+
+/// Checks that no file is newer than the master record's generation `g` allows: the only
+/// newer file a crash can leave is the snapshot of `g + 1` (written before the master
+/// record that would name it). Anything else means the master record was put back or
+/// crafted, and opening would destroy the newer state.
+pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
+    for n in storage.list().map_err(|e| io("listing the database directory", e))? {
+        let newer = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
+            (Some((fg, _, _)), _) => fg > g,
+            (None, Some(fg)) => fg > g.saturating_add(1),
+            _ => false,
+        };
+        if newer {
+            return Err(corrupt(format!(
+                "{n} is newer than generation {g}, which MASTER names: MASTER is older than the database"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Removes the files of generations before `keep`, the unnamed snapshot a crash may have
+/// left after it, and temporary files. Called only once the master record naming `keep`
+/// is durable: nothing is deleted before the state that replaces it is.
 pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> {
     for n in storage.list().map_err(|e| io("listing the database directory", e))? {
-        let stale = match format::parse_segment_name(&n) {
-            Some((g, _, _)) => g != keep,
-            None => {
-                n.ends_with(".tmp") && n != "MASTER.tmp"
-                    || n.starts_with("snap-") && n != format::snapshot_name(keep) && n.ends_with(".dat")
-            }
+        let stale = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
+            (Some((g, _, _)), _) => g < keep,
+            (None, Some(g)) => g != keep && g <= keep.saturating_add(1),
+            _ => n.ends_with(".tmp") && n != "MASTER.tmp",
         };
         if stale {
             storage.remove(&n).map_err(|e| io(&n, e))?;

@@ -16,7 +16,9 @@ use parking_lot::Mutex;
 pub trait Storage: Send + Sync {
     /// The names of the files in the directory.
     fn list(&self) -> io::Result<Vec<String>>;
-    /// Opens `name`; creates it (mode 0600) when `create` is set and it does not exist.
+    /// Opens `name` (never through a symbolic link). With `create`, makes a new file (mode
+    /// 0600) and fails with [`io::ErrorKind::AlreadyExists`] if the name is taken: a file is
+    /// never created through a name someone planted ([`create_fresh`] removes it first).
     fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>>;
     /// Removes `name`.
     fn remove(&self, name: &str) -> io::Result<()>;
@@ -42,6 +44,19 @@ pub trait StorageFile: Send + Sync {
     /// Whether the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
+    }
+}
+
+/// Creates `name` anew: a leftover of that name (a temporary file of an interrupted write,
+/// a preallocated segment never used, or a planted link) is removed first, so the new file
+/// is ours and nothing outside the directory is written.
+pub fn create_fresh(storage: &dyn Storage, name: &str) -> io::Result<Box<dyn StorageFile>> {
+    match storage.open(name, true) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            storage.remove(name)?;
+            storage.open(name, true)
+        }
+        r => r,
     }
 }
 
@@ -111,10 +126,23 @@ impl Storage for DirStorage {
 
     fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
         let mut o = std::fs::OpenOptions::new();
-        o.read(true).write(true).create(create);
+        o.read(true).write(true).create_new(create);
         #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-        Ok(Box::new(RealFile(o.open(self.dir.join(name))?)))
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        }
+        let f = o.open(self.dir.join(name)).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(e.kind(), format!("{name} is a symbolic link, which the database never follows"))
+            } else {
+                e
+            }
+        })?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{name} is not a regular file")));
+        }
+        Ok(Box::new(RealFile(f)))
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
@@ -130,19 +158,14 @@ impl Storage for DirStorage {
     }
 
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
-        let mut o = std::fs::OpenOptions::new();
-        o.read(true).write(true).create(true).truncate(false);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-        let f = o.open(self.dir.join("LOCK"))?;
+        // The lock is on the directory itself, not on a file in it: a file can be deleted
+        // and created again, letting a second process lock the new one.
+        let f = std::fs::File::open(&self.dir)?;
         match f.try_lock() {
             Ok(()) => Ok(Box::new(f)),
             Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
-                format!(
-                    "database {} is already open (another process or handle holds its LOCK file)",
-                    self.dir.display()
-                ),
+                format!("database {} is already open (another process or handle holds its lock)", self.dir.display()),
             )),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
@@ -457,6 +480,9 @@ impl Storage for SimStorage {
     fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
         let mut st = self.step()?;
         let id = match st.live_names.get(name) {
+            Some(_) if create => {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{name}: already exists")));
+            }
             Some(&id) => id,
             None if create => {
                 let id = st.files.len();
