@@ -39,7 +39,12 @@ fn pick(seed: u64) -> Options {
     let mut rng = SimRng::new(seed.wrapping_mul(0x9E37));
     let cc = Cc::ALL[rng.below(Cc::ALL.len() as u64) as usize];
     let vs = log_variants();
-    let log = vs[rng.below(vs.len() as u64) as usize].clone();
+    let mut log = vs[rng.below(vs.len() as u64) as usize].clone();
+    if rng.below(2) == 0 {
+        // Checkpoints every few commits: power is lost in every step of them too (lanes
+        // moving to a new generation, the snapshot, the master record, log removal).
+        log.checkpoint_bytes = 12 << 10;
+    }
     // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
     let holds = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
     let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
@@ -52,10 +57,27 @@ fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 const SLOTS: u64 = 6;
 
+/// The bugs a crash iteration can plant.
+#[derive(Clone, Copy)]
+enum Planted {
+    None,
+    /// Syncs reported done without being done.
+    SkipSync,
+    /// A checkpoint deletes the older logs before its master record is durable.
+    EarlyLogRemoval,
+}
+
 /// One crash iteration with the chain workload on two threads.
-fn chain_iteration(seed: u64, planted: bool) -> Result<(), String> {
+fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
     let mut opts = pick(seed);
-    opts.log.skip_sync_for_tests = planted;
+    match planted {
+        Planted::None => {}
+        Planted::SkipSync => opts.log.skip_sync_for_tests = true,
+        Planted::EarlyLogRemoval => {
+            opts.log.early_log_removal_for_tests = true;
+            opts.log.checkpoint_bytes = 12 << 10;
+        }
+    }
     let what = format!("seed {seed} ({}, {})", opts.cc.name(), opts.log.name());
     let mut rng = SimRng::new(seed);
     let disk = SimStorage::new(seed);
@@ -123,7 +145,7 @@ fn power_loss_keeps_acknowledged_commits_and_atomicity() {
     let n = iterations(300);
     let mut failures = Vec::new();
     for seed in 0..n {
-        if let Err(e) = chain_iteration(seed, false) {
+        if let Err(e) = chain_iteration(seed, Planted::None) {
             failures.push(e);
         }
     }
@@ -140,12 +162,25 @@ fn power_loss_keeps_acknowledged_commits_and_atomicity() {
 fn planted_skipped_sync_is_caught() {
     let mut caught = 0;
     for seed in 0..200 {
-        if let Err(e) = chain_iteration(seed, true) {
+        if let Err(e) = chain_iteration(seed, Planted::SkipSync) {
             assert!(e.contains("lost") || e.contains("missing") || e.contains("reopen"), "{e}");
             caught += 1;
         }
     }
     assert!(caught > 0, "skipping syncs went unnoticed in 200 crash iterations");
+}
+
+/// The planted bug: a checkpoint deletes the logs it replaces before the master record
+/// naming its snapshot is durable. The checker must notice.
+#[test]
+fn planted_early_log_removal_is_caught() {
+    let mut caught = 0;
+    for seed in 0..300 {
+        if chain_iteration(seed, Planted::EarlyLogRemoval).is_err() {
+            caught += 1;
+        }
+    }
+    assert!(caught > 0, "deleting logs before the checkpoint was durable went unnoticed in 300 crash iterations");
 }
 
 /// One thread, puts, inserts and deletes, some commits deferred: after the crash the
@@ -323,7 +358,7 @@ fn durability_modes_recover_after_clean_close() {
 fn rerun_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
     for _ in 0..2000 {
-        chain_iteration(seed, false).unwrap();
+        chain_iteration(seed, Planted::None).unwrap();
         serial_iteration(seed).unwrap();
     }
 }

@@ -29,7 +29,18 @@ fn options(variant: u64, lazy: bool) -> Options {
     let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
     // `lazy`: the planted bug, commits acknowledged before their records are written.
     let durability = if lazy { Durability::None } else { Durability::Sync };
-    let log = LogOptions { mode, release, group, durability, segment_size: 1 << 20, ..LogOptions::default() };
+    // Every other variant takes a checkpoint every 64 KiB of log, so kills
+    // land inside checkpoints too.
+    let checkpoint_bytes = if variant.is_multiple_of(2) { 64 << 10 } else { 64 << 20 };
+    let log = LogOptions {
+        mode,
+        release,
+        group,
+        durability,
+        segment_size: 1 << 20,
+        checkpoint_bytes,
+        ..LogOptions::default()
+    };
     Options { cc, log, ..Options::default() }
 }
 

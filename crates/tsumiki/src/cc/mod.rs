@@ -194,8 +194,9 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// A record holding `value` as committed before every transaction of this process
     /// (recovered at open).
     fn new_loaded(&self, value: &[u8]) -> Self::Record;
-    /// The latest committed value of `rec`, read with no transaction running (a snapshot
-    /// at close).
+    /// The latest committed value of `rec` (`None`: absent or removed), read whole while
+    /// transactions run: for a checkpoint's snapshot, and at close. It may wait for a
+    /// writer that is installing.
     fn committed_value(&self, rec: &Self::Record, guard: &Guard) -> Option<Vec<u8>>;
     /// `rec`, made by [`new_record`](Self::new_record) for `st`, is now in the index. The
     /// transaction read the key absent, so this records a read of the placeholder's initial

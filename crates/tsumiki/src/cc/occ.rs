@@ -31,10 +31,13 @@ impl OccRecord {
         r
     }
 
-    /// The installed value (no transaction is running).
+    /// The installed value, read consistently (waiting while a committer installs).
     pub(crate) fn committed_value(&self, guard: &Guard) -> Option<Vec<u8>> {
         let mut v = Vec::new();
-        self.value.load_into(Some(&mut v), guard).then_some(v)
+        match self.read(Some(&mut v), guard) {
+            Ok((_, true)) => Some(v),
+            Ok((_, false)) | Err(_) => None,
+        }
     }
 
     /// Removed records stay locked for good; anyone who meets the lock checks this.

@@ -365,17 +365,22 @@ impl Protocol for Si {
     }
 
     fn committed_value(&self, rec: &SiRecord, _guard: &Guard) -> Option<Vec<u8>> {
+        // The latch keeps the chain stable (garbage collection prunes under it).
+        rec.lock().ok()?;
         let mut v = rec.latest.load(Ordering::Acquire);
+        let mut out = None;
         while !v.is_null() {
-            // SAFETY: no transaction is running, so the chain is stable.
+            // SAFETY: the chain is latched, so its versions stay allocated.
             let r = unsafe { &*v };
             if r.status.load(Ordering::Acquire) == COMMITTED {
                 // SAFETY: committed versions are immutable.
-                return unsafe { (*r.value.get()).as_deref().map(<[u8]>::to_vec) };
+                out = unsafe { (*r.value.get()).as_deref().map(<[u8]>::to_vec) };
+                break;
             }
             v = r.prev.load(Ordering::Acquire);
         }
-        None
+        rec.unlock();
+        out
     }
 
     fn new_sentinel(&self) -> SiRecord {

@@ -237,8 +237,37 @@ impl Protocol for TwoPl {
     }
 
     fn committed_value(&self, rec: &TwoPlRecord, guard: &Guard) -> Option<Vec<u8>> {
+        // A shared lock for the read alone, as a maintenance reader (it does not lower the
+        // word's oldest-reader timestamp): a writer installs under its exclusive lock.
+        let mut backoff = Backoff::new();
+        loop {
+            let cur = rec.lock.load(Ordering::Acquire);
+            if cur & WRITER != 0 || readers(cur) == READER_MAX {
+                if rec.value.is_removed(guard) {
+                    return None;
+                }
+                backoff.snooze();
+                continue;
+            }
+            let n = readers(cur);
+            let ts = if n == 0 { MAINT_TS } else { ts_of(cur) };
+            let new = ((n + 1) << READER_SHIFT) | ts;
+            if rec.lock.compare_exchange_weak(cur, new, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                break;
+            }
+        }
         let mut v = Vec::new();
-        rec.value.load_into(Some(&mut v), guard).then_some(v)
+        let present = rec.value.load_into(Some(&mut v), guard);
+        let mut cur = rec.lock.load(Ordering::Relaxed);
+        loop {
+            let n = readers(cur);
+            let new = if n <= 1 { 0 } else { ((n - 1) << READER_SHIFT) | ts_of(cur) };
+            match rec.lock.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        present.then_some(v)
     }
 
     fn new_sentinel(&self) -> TwoPlRecord {

@@ -12,6 +12,7 @@ use crate::cc::{
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
 use crate::store::{self, Durable};
+use crate::wal::recovery;
 use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
@@ -40,6 +41,9 @@ pub(crate) struct Slot<P: Protocol> {
     /// The record clock when the slot's running transaction began ([`IDLE`] between
     /// transactions): records retired at or after it stay allocated (see [`Engine::retire`]).
     since: AtomicU64,
+    /// Set from a commit's log append to the end of its install; a checkpoint waits for
+    /// every slot to clear it before the lanes move to a new generation.
+    committing: AtomicBool,
 }
 
 /// A pooled slot and the buffers its last transaction left.
@@ -190,6 +194,9 @@ pub struct Engine<P: Protocol> {
     retired: Mutex<Vec<(u64, RecPtr<P::Record>)>>,
     /// Whether `retired` may hold records (spares transactions its mutex).
     has_retired: AtomicBool,
+    /// Closed by a checkpoint while the lanes move to a new generation: commits wait
+    /// before their log append (see [`Slot::committing`]).
+    gate: AtomicBool,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -255,6 +262,7 @@ impl<P: Protocol> Engine<P> {
             record_clock: AtomicU64::new(0),
             retired: Mutex::new(Vec::new()),
             has_retired: AtomicBool::new(false),
+            gate: AtomicBool::new(false),
         })
     }
 
@@ -291,26 +299,82 @@ impl<P: Protocol> Engine<P> {
     /// running.
     pub(crate) fn close(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
-        d.close(|w| {
-            let mut from: Vec<u8> = Vec::new();
-            let mut first = true;
-            loop {
-                let guard = epoch::pin();
-                let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
-                    self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
-                first = false;
-                for (k, p) in &chunk {
-                    // SAFETY: no transaction runs at close, so nothing is unlinked or freed.
-                    if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
-                        w.put(k, &v)?;
-                    }
-                }
-                match chunk.last() {
-                    Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
-                    _ => return Ok(()),
+        d.close(|w| self.write_state(w))
+    }
+
+    /// Writes every record's latest committed value, in key order, a chunk at a time
+    /// (never a second copy of the database). Safe while transactions run: the caller is
+    /// inside a transaction (or at close), so no record it meets is freed meanwhile.
+    fn write_state(&self, w: &mut recovery::SnapshotWriter<'_>) -> Result<(), Error> {
+        let mut from: Vec<u8> = Vec::new();
+        let mut first = true;
+        loop {
+            let guard = epoch::pin();
+            let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
+                self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
+            first = false;
+            for (k, p) in &chunk {
+                // SAFETY: the record was in the index under this pin, and records leave
+                // the index before they are retired, retired records outlive every slot
+                // entered before (the caller's is), and nothing is freed at close.
+                if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
+                    w.put(k, &v)?;
                 }
             }
-        })
+            match chunk.last() {
+                Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes a checkpoint now, from outside any transaction.
+    pub(crate) fn checkpoint_now(&self) -> Result<(), Error> {
+        let (slot, bufs) = self.take_slot();
+        // Entered like a transaction: no record the snapshot meets is freed meanwhile.
+        self.enter(&slot);
+        let r = self.checkpoint();
+        self.leave(&slot);
+        self.return_slot(slot, Some(bufs));
+        r
+    }
+
+    /// Takes a checkpoint (see `store::Durable::checkpoint`) from inside a transaction of
+    /// the calling thread that has finished its commit.
+    fn checkpoint(&self) -> Result<(), Error> {
+        let Some(d) = &self.durable else { return Ok(()) };
+        d.checkpoint(|switch| self.quiesced(switch), |w| self.write_state(w))
+    }
+
+    /// Runs `f` while no commit is between its log append and the end of its install.
+    fn quiesced(&self, f: &mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error> {
+        self.gate.store(true, Ordering::SeqCst);
+        let slots: Vec<Arc<Slot<P>>> = self.slots.lock().clone();
+        for s in &slots {
+            while s.committing.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+        let r = f();
+        self.gate.store(false, Ordering::Release);
+        r
+    }
+
+    /// Marks `slot` as committing, waiting while a checkpoint holds the gate. With
+    /// [`quiesced`](Self::quiesced): each side sets its flag, then reads the other's
+    /// (sequentially consistent), so either the commit waits or the checkpoint does.
+    #[inline]
+    fn enter_commit(&self, slot: &Slot<P>) {
+        loop {
+            slot.committing.store(true, Ordering::SeqCst);
+            if !self.gate.load(Ordering::SeqCst) {
+                return;
+            }
+            slot.committing.store(false, Ordering::SeqCst);
+            while self.gate.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Marks the database closed without flushing or writing a snapshot (a simulated
@@ -325,7 +389,12 @@ impl<P: Protocol> Engine<P> {
         if let Some((s, bufs)) = self.free_slots.lock().pop() {
             return (s, bufs.unwrap_or_else(|| Box::new(TxnBufs::new(&self.proto))));
         }
-        let s = Arc::new(Slot { worker: self.proto.new_worker(), lane: OnceLock::new(), since: AtomicU64::new(IDLE) });
+        let s = Arc::new(Slot {
+            worker: self.proto.new_worker(),
+            lane: OnceLock::new(),
+            since: AtomicU64::new(IDLE),
+            committing: AtomicBool::new(false),
+        });
         self.slots.lock().push(Arc::clone(&s));
         (s, Box::new(TxnBufs::new(&self.proto)))
     }
@@ -1059,7 +1128,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let hold = wal.holds_locks();
             let mut hook = LogHook { wal, lane: &lane, private, hold, kept: Vec::new(), done: None, err: None };
             let b = self.bufs.as_mut().expect("buffers");
+            eng.enter_commit(slot);
             let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
+            slot.committing.store(false, Ordering::Release);
             if r.is_ok() && hold {
                 let (seq, order) = hook.done.expect("a logged commit appended its record");
                 for &(word, release) in &hook.kept {
@@ -1126,6 +1197,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         eng.drain_pending_unlinks(worker, guard);
+        if eng.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) {
+            // This commit is acknowledged whatever happens here: a checkpoint that fails
+            // poisons the log, and the next commit reports it.
+            let _ = eng.checkpoint();
+        }
         Ok(ticket)
     }
 

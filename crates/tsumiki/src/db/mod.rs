@@ -359,6 +359,14 @@ impl Db {
         Ok(Db { inner })
     }
 
+    /// Takes a checkpoint now (commits also take one every
+    /// [`LogOptions::checkpoint_bytes`] of log): the state is written beside a new
+    /// generation of logs and the older logs are deleted, so recovery replays only what
+    /// comes after. Transactions may run meanwhile. A no-op without files.
+    pub fn checkpoint(&self) -> Result<(), Error> {
+        dispatch!(&self.inner, db => db.eng.checkpoint_now())
+    }
+
     /// Flushes the log and writes the snapshot a clean exit leaves, so that the next open
     /// replays nothing. Dropping the database does the same but cannot report an error.
     pub fn close(self) -> Result<(), Error> {

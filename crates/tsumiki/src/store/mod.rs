@@ -1,5 +1,6 @@
 //! The files of a database and their life cycle: open (lock, master record, recovery),
-//! and close (the snapshot a clean exit leaves).
+//! checkpoints while open (a new generation of logs, the state written beside it, the
+//! older logs deleted), and close (the snapshot a clean exit leaves).
 //!
 //! This is where paper 004's page store grows (see `docs/design.md`, "Page store"): today
 //! the state at the start of a generation is one snapshot file and the logs after it are
@@ -17,6 +18,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::error::Error;
 use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, RecoveryStats, SnapshotWriter};
@@ -27,12 +30,12 @@ use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
 pub(crate) struct Durable {
     storage: Arc<dyn Storage>,
     pub(crate) wal: Arc<Wal>,
-    generation: u64,
+    /// The current generation and the snapshot it started from (length, CRC32C), if any;
+    /// held through a checkpoint or close, so that only one runs at a time.
+    current: Mutex<(u64, Option<(u64, u32)>)>,
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
-    /// The snapshot this generation started from (length, CRC32C), if any.
-    started_from: Option<(u64, u32)>,
 }
 
 /// Receives the recovered state, one live key and its value at a time.
@@ -73,6 +76,12 @@ pub(crate) fn open(
             recovery::check_generations(&*storage, m.generation)?;
             let snap = m.has_snapshot.then_some((m.snap_len, m.snap_crc));
             if m.last_exit {
+                if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
+                    return Err(Error::Corrupt(format!(
+                        "MASTER says generation {} ended cleanly, but logs of the next one exist",
+                        m.generation
+                    )));
+                }
                 // A clean exit: the snapshot is the whole state, one put per key in key
                 // order, handed over as it is read (no map in between).
                 if let Some(expect) = snap {
@@ -101,8 +110,12 @@ pub(crate) fn open(
                 recovery::write_master(&*storage, &next)?;
                 (m.generation, snap)
             } else {
-                let g = m
-                    .generation
+                // A checkpoint that did not finish leaves the next generation's logs too.
+                let mut gens = vec![m.generation];
+                if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
+                    gens.push(m.generation + 1);
+                }
+                let g = gens[gens.len() - 1]
                     .checked_add(1)
                     .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
                 let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
@@ -112,7 +125,7 @@ pub(crate) fn open(
                     })?;
                 }
                 let release = if m.elr { Release::Elr } else { Release::Nlr };
-                stats = recovery::replay(&*storage, m.generation, m.segment_size, release, |k, v| {
+                stats = recovery::replay(&*storage, &gens, m.segment_size, release, |k, v| {
                     // Overwrite in place: most records update keys already seen.
                     match state.get_mut(k) {
                         Some(slot) => match (slot.as_mut(), v) {
@@ -155,7 +168,14 @@ pub(crate) fn open(
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
     let wal = Arc::new(Wal::new(log_storage, log, generation));
-    Ok(Durable { storage, wal, generation, _lock: lock, closed: AtomicBool::new(false), recovery: stats, started_from })
+    Ok(Durable {
+        storage,
+        wal,
+        current: Mutex::new((generation, started_from)),
+        _lock: lock,
+        closed: AtomicBool::new(false),
+        recovery: stats,
+    })
 }
 
 impl Durable {
@@ -166,6 +186,8 @@ impl Durable {
         &self,
         write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
     ) -> Result<(), Error> {
+        let current = self.current.lock();
+        let (generation, started_from) = *current;
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -177,10 +199,10 @@ impl Durable {
             // Nothing was committed since open: the state is still the one this generation
             // started from (its snapshot, or nothing), so mark the exit clean without
             // writing the same snapshot again.
-            let (snap_len, snap_crc) = self.started_from.unwrap_or((0, 0));
+            let (snap_len, snap_crc) = started_from.unwrap_or((0, 0));
             let m = Master {
-                generation: self.generation,
-                has_snapshot: self.started_from.is_some(),
+                generation,
+                has_snapshot: started_from.is_some(),
                 last_exit: true,
                 elr,
                 segment_size: opts.segment_size,
@@ -189,8 +211,7 @@ impl Durable {
             };
             return recovery::write_master(&*self.storage, &m);
         }
-        let g = self
-            .generation
+        let g = generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         // Streamed leaf by leaf: closing must not hold a second copy of the database.
@@ -207,6 +228,78 @@ impl Durable {
             snap_crc,
         };
         recovery::write_master(&*self.storage, &m)?;
+        recovery::remove_stale(&self.storage, g)
+    }
+
+    /// Takes a checkpoint while transactions run, if none is running: every lane moves on
+    /// to a new generation while `quiesce` holds commits back (no commit may be between
+    /// its log append and the end of its install while the lanes switch), the state is
+    /// written beside the new logs (`write_state`: every record's latest committed value,
+    /// read one at a time), every lane is flushed (so each value the snapshot holds is in
+    /// a durable log record too: under ELR a value is visible before its record is
+    /// durable), the master record names the new generation, and only then are the older
+    /// logs and snapshot deleted. Recovery then replays only the new generation's logs.
+    ///
+    /// A crash at any point leaves either the old master record (recovery replays both
+    /// generations' logs over the old snapshot) or the new one.
+    pub(crate) fn checkpoint(
+        &self,
+        quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
+        write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let Some(mut current) = self.current.try_lock() else { return Ok(()) };
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let r = self.checkpoint_locked(&mut current, quiesce, write_state);
+        if r.is_err() {
+            self.wal.postpone_checkpoint();
+        }
+        r
+    }
+
+    fn checkpoint_locked(
+        &self,
+        current: &mut (u64, Option<(u64, u32)>),
+        quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
+        write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.wal.check()?;
+        let g = current
+            .0
+            .checked_add(1)
+            .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
+        // Once the lanes have moved on, a failure poisons the log: the lanes could not move
+        // on again without a master record naming where they went (a failed checkpoint
+        // is a failed write: a full disk, an I/O error), and recovery needs both
+        // generations' logs.
+        let poison = |e: Error| match e {
+            Error::Poisoned(_) => e,
+            e => self.wal.poison(format!("checkpoint of generation {g} failed: {e}")),
+        };
+        quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
+        let mut w = SnapshotWriter::new(&*self.storage, g).map_err(poison)?;
+        write_state(&mut w).map_err(poison)?;
+        let (snap_len, snap_crc) = w.finish().map_err(poison)?;
+        self.wal.flush_all().map_err(poison)?;
+        let opts = &self.wal.opts;
+        let m = Master {
+            generation: g,
+            has_snapshot: true,
+            last_exit: false,
+            elr: opts.release == Release::Elr,
+            segment_size: opts.segment_size,
+            snap_len,
+            snap_crc,
+        };
+        if opts.early_log_removal_for_tests {
+            recovery::remove_stale(&self.storage, g).map_err(poison)?;
+        }
+        recovery::write_master(&*self.storage, &m).map_err(poison)?;
+        *current = (g, Some((snap_len, snap_crc)));
+        self.wal.note_checkpoint();
+        // The new state is durable: the older files are obsolete (a failure here leaves
+        // them for the next open or checkpoint to remove).
         recovery::remove_stale(&self.storage, g)
     }
 

@@ -103,6 +103,15 @@ pub struct LogOptions {
     /// stays small; segments are preallocated so that a commit's fdatasync never also
     /// commits a size change.
     pub segment_size: u64,
+    /// Log bytes written since the last checkpoint that make the next commit take one
+    /// (64 MiB by default; 0: never while open). A checkpoint starts a new generation of
+    /// every lane, writes the state beside it and deletes the older logs, so the logs of
+    /// a running database stop growing and recovery replays only what came after it.
+    pub checkpoint_bytes: u64,
+    /// Test only: a checkpoint deletes the older logs before the master record naming its
+    /// snapshot is durable (a planted bug for the crash tests). Never set it otherwise.
+    #[doc(hidden)]
+    pub early_log_removal_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -123,6 +132,8 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             device: Device::File,
             segment_size: 16 << 20,
+            checkpoint_bytes: 64 << 20,
+            early_log_removal_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
         }
@@ -218,6 +229,8 @@ struct Pending {
 
 /// The file side of a lane.
 struct LaneIo {
+    /// The generation whose files the lane writes (a checkpoint moves every lane on).
+    gen: u64,
     file: Option<Box<dyn StorageFile>>,
     /// Current segment number and write offset in it.
     seg: u64,
@@ -283,13 +296,19 @@ pub struct WalStats {
     pub lsn_cas_misses: u64,
     /// Lanes (log files) in use.
     pub lanes: u64,
+    /// Checkpoints completed while open (each deleted the logs before it).
+    pub checkpoints: u64,
 }
 
 /// The log of one open database.
 pub(crate) struct Wal {
     storage: Arc<dyn Storage>,
     pub(crate) opts: LogOptions,
-    generation: u64,
+    /// The generation new lanes write into.
+    generation: AtomicU64,
+    /// Bytes written since the last checkpoint.
+    since_checkpoint: AtomicU64,
+    checkpoints: AtomicU64,
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
     shared: OnceLock<Arc<Lane>>,
@@ -315,7 +334,9 @@ impl Wal {
         Wal {
             storage,
             opts,
-            generation,
+            generation: AtomicU64::new(generation),
+            since_checkpoint: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
             next_lsn: AtomicU64::new(1),
@@ -338,6 +359,7 @@ impl Wal {
             bytes: self.bytes.load(Ordering::Relaxed),
             lsn_cas_misses: self.cas_misses.load(Ordering::Relaxed),
             lanes: self.lanes.read().len() as u64,
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
         }
     }
 
@@ -350,7 +372,8 @@ impl Wal {
         Ok(())
     }
 
-    fn poison(&self, msg: String) -> Error {
+    /// Poisons the log: no commit is acknowledged any more.
+    pub(crate) fn poison(&self, msg: String) -> Error {
         let mut m = self.poison_msg.lock();
         if m.is_none() {
             *m = Some(msg.clone());
@@ -404,6 +427,7 @@ impl Wal {
             id,
             pending: Mutex::new(Pending::default()),
             io: Mutex::new(LaneIo {
+                gen: self.generation.load(Ordering::Acquire),
                 file: None,
                 seg: 0,
                 off: 0,
@@ -501,14 +525,14 @@ impl Wal {
     /// file, then the buffer).
     fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(&mut lane.pending.lock());
-        self.write_taken(lane, io, buf, ends, appended, horizon, force)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, false)
     }
 
     /// The shared WAL of Algorithm 1: its buffer lock is held through the I/O, so
     /// appends wait (lock order: the buffer, then the file).
     fn flush_held(&self, lane: &Lane, io: &mut LaneIo, p: &mut Pending, force: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(p);
-        self.write_taken(lane, io, buf, ends, appended, horizon, force)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, false)
     }
 
     #[allow(clippy::type_complexity)]
@@ -530,6 +554,7 @@ impl Wal {
         appended: u64,
         horizon: u64,
         force: bool,
+        closing: bool,
     ) -> Result<(), Error> {
         self.check()?;
         let elr = self.opts.release == Release::Elr;
@@ -552,7 +577,16 @@ impl Wal {
                 lane: lane.id,
                 used: (end - start) as u16,
                 seq: io.seq,
-                watermark: if elr { horizon } else { 0 },
+                // The last flush of a lane's generation (a checkpoint moved it on) says
+                // that every record the lane will ever hold in it is here: it bounds no
+                // other lane's records at recovery.
+                watermark: if elr && closing {
+                    u64::MAX
+                } else if elr {
+                    horizon
+                } else {
+                    0
+                },
                 ..Trailer::default()
             };
             if b + 1 == blocks {
@@ -579,6 +613,7 @@ impl Wal {
         io.all_synced = sync;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
+        self.since_checkpoint.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
         lane.flushed.store(appended, Ordering::Release);
         if elr {
             lane.horizon.fetch_max(horizon, Ordering::AcqRel);
@@ -602,7 +637,8 @@ impl Wal {
         let max = self.opts.segment_size;
         while !data.is_empty() {
             if io.file.is_none() || io.off == format::segment_len(io.seg, max) {
-                let name = |seg| format::segment_name(self.generation, lane.id, seg);
+                let gen = io.gen;
+                let name = |seg| format::segment_name(gen, lane.id, seg);
                 let file = match io.file.take() {
                     Some(f) => {
                         self.sync(&*f)?;
@@ -763,6 +799,63 @@ impl Wal {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// Whether enough log was written since the last checkpoint to take one.
+    pub(crate) fn checkpoint_due(&self) -> bool {
+        let limit = self.opts.checkpoint_bytes;
+        limit > 0 && self.opts.device == Device::File && self.since_checkpoint.load(Ordering::Relaxed) >= limit
+    }
+
+    /// Moves every lane to generation `g` (a checkpoint). The caller guarantees that no
+    /// commit is between its append and the end of its install. Each lane's pending
+    /// records are written and synced into its current generation, whose last block says
+    /// the lane ends there; then the lane's first block in `g` makes its watermark
+    /// durable, as a new lane's does.
+    pub(crate) fn switch_generation(&self, g: u64) -> Result<(), Error> {
+        let _creating = self.create_lane.lock();
+        self.join_preparations();
+        let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
+        for lane in &lanes {
+            // The lock orders of `flush_held` (shared lane) and `flush_locked` (P-WAL).
+            let (mut io, taken) = if lane.serialize {
+                let mut p = lane.pending.lock();
+                let io = lane.io.lock();
+                let taken = self.take(&mut p);
+                (io, taken)
+            } else {
+                let io = lane.io.lock();
+                let taken = self.take(&mut lane.pending.lock());
+                (io, taken)
+            };
+            let (buf, ends, appended, horizon) = taken;
+            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true)?;
+            if let Some(f) = io.file.take() {
+                self.sync(&*f)?;
+            }
+            io.gen = g;
+            io.seg = 0;
+            io.off = 0;
+            io.seq = 0;
+            io.all_synced = true;
+        }
+        self.generation.store(g, Ordering::Release);
+        for lane in &lanes {
+            self.flush_lane(lane, true)?;
+        }
+        self.since_checkpoint.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Counts a completed checkpoint.
+    pub(crate) fn note_checkpoint(&self) {
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
+    /// checkpoint that failed: the next try waits for as much log again).
+    pub(crate) fn postpone_checkpoint(&self) {
+        self.since_checkpoint.store(0, Ordering::Relaxed);
     }
 
     /// Writes and syncs every lane (at close).

@@ -415,31 +415,40 @@ fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Ve
     Ok(lanes)
 }
 
-/// Redoes the durable records of `generation`'s logs, in order: `apply(key, value)` for
-/// every write (`None`: a delete).
+/// Whether any log segment of `generation` exists.
+pub fn has_logs(storage: &dyn Storage, generation: u64) -> Result<bool, Error> {
+    Ok(!segments_of(storage, generation)?.is_empty())
+}
+
+/// Redoes the durable records of the logs of `generations` (a checkpoint that did not
+/// finish leaves two: the one its master record names and the next, which the lanes had
+/// moved to), in order: `apply(key, value)` for every write (`None`: a delete).
 pub fn replay(
     storage: &dyn Storage,
-    generation: u64,
+    generations: &[u64],
     segment_size: u64,
     release: Release,
     mut apply: impl FnMut(&[u8], Option<&[u8]>),
 ) -> Result<RecoveryStats, Error> {
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
-    let lanes = segments_of(storage, generation)?;
     let mut logs: Vec<LaneLog> = Vec::new();
-    let mut ids: Vec<u16> = lanes.keys().copied().collect();
-    ids.sort_unstable();
-    for id in ids {
-        let log = read_lane(storage, generation, id, &lanes[&id], segment_size)?;
-        stats.cut_blocks += log.cut_blocks;
-        stats.records_read += log.records.len() as u64;
-        logs.push(log);
+    for &generation in generations {
+        let lanes = segments_of(storage, generation)?;
+        let mut ids: Vec<u16> = lanes.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let log = read_lane(storage, generation, id, &lanes[&id], segment_size)?;
+            stats.cut_blocks += log.cut_blocks;
+            stats.records_read += log.records.len() as u64;
+            logs.push(log);
+        }
     }
     stats.lanes = logs.len() as u64;
     // Analysis. ELR: a record is durable iff its LSN is below every lane's last durable
     // watermark (a lane with no complete flush never acknowledged anything and is left
-    // out). NLR: every complete record is durable (it was flushed before anyone saw it).
+    // out; a lane a checkpoint moved on ends with watermark u64::MAX, bounding nothing).
+    // NLR: every complete record is durable (it was flushed before anyone saw it).
     let cut = match release {
         Release::Elr => logs.iter().filter_map(|l| l.watermark).min().unwrap_or(0),
         Release::Nlr => u64::MAX,
@@ -488,11 +497,16 @@ fn snapshot_generation(name: &str) -> Option<u64> {
 /// newer file a crash can leave is the snapshot of `g + 1` (written before the master
 /// record that would name it). Anything else means the master record was put back or
 /// crafted, and opening would destroy the newer state.
+///
+/// A checkpoint that did not finish may also leave the logs of `g + 1` (every lane had
+/// moved on to them) and, once recovered from, the snapshot of `g + 2`.
 pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
+    let next_logs = has_logs(storage, g.saturating_add(1))?;
+    let last_log = if next_logs { g.saturating_add(1) } else { g };
     for n in storage.list().map_err(|e| io("listing the database directory", e))? {
         let newer = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
-            (Some((fg, _, _)), _) => fg > g,
-            (None, Some(fg)) => fg > g.saturating_add(1),
+            (Some((fg, _, _)), _) => fg > last_log,
+            (None, Some(fg)) => fg > last_log.saturating_add(1),
             _ => false,
         };
         if newer {
@@ -504,14 +518,14 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Removes the files of generations before `keep`, the unnamed snapshot a crash may have
+/// Removes the files of generations before `keep`, the unnamed snapshots a crash may have
 /// left after it, and temporary files. Called only once the master record naming `keep`
 /// is durable: nothing is deleted before the state that replaces it is.
 pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> {
     for n in storage.list().map_err(|e| io("listing the database directory", e))? {
         let stale = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
             (Some((g, _, _)), _) => g < keep,
-            (None, Some(g)) => g != keep && g <= keep.saturating_add(1),
+            (None, Some(g)) => g != keep && g <= keep.saturating_add(2),
             _ => n.ends_with(".tmp") && n != "MASTER.tmp",
         };
         if stale {

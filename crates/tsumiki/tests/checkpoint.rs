@@ -1,0 +1,146 @@
+//! Checkpoints while open: the logs stop growing, recovery replays only what came after
+//! the last checkpoint, and commits running beside a checkpoint are all kept (issue 13,
+//! item 3). Power loss inside checkpoints is covered by `tests/crash.rs` (with a planted
+//! bug), process kills by `tests/kill.rs`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
+
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().blocks() * 512).sum()
+}
+
+fn log_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("wal-"))
+        .count()
+}
+
+fn opts(cc: Cc, release: Release, checkpoint_bytes: u64) -> Options {
+    let log = LogOptions {
+        release,
+        durability: Durability::Buffered,
+        segment_size: 1 << 20,
+        checkpoint_bytes,
+        ..LogOptions::default()
+    };
+    Options { cc, log, ..Options::default() }
+}
+
+#[test]
+fn logs_stop_growing_and_recovery_replays_only_the_tail() {
+    for release in [Release::Nlr, Release::Elr] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = opts(Cc::TicToc, release, 256 << 10);
+        let db = Db::open(dir.path(), o.clone()).unwrap();
+        let mut model = BTreeMap::new();
+        let mut peak = 0;
+        for i in 0..30_000u32 {
+            let k = (i % 2000).to_be_bytes();
+            let v = vec![(i % 251) as u8; 64];
+            db.run(|t| t.put(&k, &v)).unwrap();
+            model.insert(k.to_vec(), v);
+            if i % 1000 == 0 {
+                peak = peak.max(disk_bytes(dir.path()));
+            }
+        }
+        let stats = db.wal_stats().unwrap();
+        // 30,000 commits wrote ~120 MB of log blocks; without checkpoints all of it stays.
+        assert!(stats.bytes > 100 << 20, "{stats:?}");
+        assert!(stats.checkpoints >= 100, "{release:?}: {stats:?}");
+        assert!(peak < 8 << 20, "{release:?}: {peak} bytes on disk at the peak");
+        assert!(log_files(dir.path()) <= 4, "{release:?}: {} log files", log_files(dir.path()));
+        db.abandon_for_tests();
+        let db = Db::open(dir.path(), o).unwrap();
+        let r = db.recovery_stats().unwrap();
+        assert!(r.replayed);
+        assert!(r.records_read <= 200, "{release:?}: replayed {} records, not only the tail", r.records_read);
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+        assert!(got == model, "{release:?}: the recovered state differs from the model");
+        db.close().unwrap();
+    }
+}
+
+/// Threads keep committing while checkpoints run (taken by their own commits and by an
+/// explicit `checkpoint` call): after a crash every acknowledged increment is there, under
+/// every protocol and both release modes, P-WAL and the shared WAL.
+#[test]
+fn commits_beside_checkpoints_are_all_kept() {
+    for cc in Cc::ALL {
+        for (mode, release) in
+            [(LogMode::PWal, Release::Nlr), (LogMode::PWal, Release::Elr), (LogMode::SWal, Release::Elr)]
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let mut o = opts(cc, release, 64 << 10);
+            o.log.mode = mode;
+            let db = Db::open(dir.path(), o.clone()).unwrap();
+            const THREADS: u64 = 3;
+            let acked: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (db, acked) = (&db, &acked);
+                    s.spawn(move || {
+                        for i in 0..1500u64 {
+                            // The thread's counter, and a shared key (conflicts).
+                            let r = db.run(|txn| {
+                                txn.put(&[b'c', t as u8], &(i + 1).to_be_bytes())?;
+                                txn.put(b"shared", &[t as u8; 40])?;
+                                txn.put(&[b'x', t as u8, (i % 50) as u8], &[7u8; 100])
+                            });
+                            match r {
+                                Ok(()) => acked[t as usize].store(i + 1, Ordering::Release),
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    });
+                }
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        db.checkpoint().unwrap();
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                });
+            });
+            let cks = db.wal_stats().unwrap().checkpoints;
+            assert!(cks >= 5, "{} {release:?}: {cks} checkpoints", cc.name());
+            db.abandon_for_tests();
+            let db = Db::open(dir.path(), o).unwrap();
+            let mut txn = db.begin();
+            for t in 0..THREADS {
+                let v = txn.get(&[b'c', t as u8]).unwrap().expect("counter present");
+                let n = u64::from_be_bytes(v.try_into().unwrap());
+                assert_eq!(n, acked[t as usize].load(Ordering::Acquire), "{} {mode:?} {release:?}", cc.name());
+            }
+            txn.commit().unwrap();
+            db.close().unwrap();
+        }
+    }
+}
+
+/// A transaction open across a checkpoint commits afterwards, and its write survives.
+#[test]
+fn a_transaction_open_across_a_checkpoint_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = opts(Cc::TicToc, Release::Nlr, 0);
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    db.run(|t| t.put(b"a", b"1")).unwrap();
+    let mut txn = db.begin();
+    assert_eq!(txn.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    txn.put(b"b", b"2").unwrap();
+    db.checkpoint().unwrap();
+    txn.commit().unwrap();
+    assert_eq!(db.wal_stats().unwrap().checkpoints, 1);
+    db.abandon_for_tests();
+    let db = Db::open(dir.path(), o).unwrap();
+    let mut txn = db.begin();
+    assert_eq!(txn.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    txn.commit().unwrap();
+    // Without files, a checkpoint is a no-op.
+    let mem = Db::open_in_memory(Options::default()).unwrap();
+    assert_eq!(mem.checkpoint(), Ok::<(), Error>(()));
+}
