@@ -36,6 +36,8 @@ pub(crate) struct Durable {
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
+    /// Opened on a full disk: readable, every commit refused, nothing written at close.
+    read_only: bool,
 }
 
 /// Receives the recovered state, one live key and its value at a time.
@@ -58,6 +60,8 @@ pub(crate) fn open(
     })?;
     let elr = log.release == Release::Elr;
     let mut stats = RecoveryStats::default();
+    // Opening must not need free space: on a full disk the database opens read-only.
+    let mut read_only: Option<Error> = None;
     let (generation, started_from) = match recovery::read_master(&*storage)? {
         None => {
             let m = Master {
@@ -107,7 +111,12 @@ pub(crate) fn open(
                     }
                 }
                 let next = Master { last_exit: false, elr, segment_size: log.segment_size, ..m };
-                recovery::write_master(&*storage, &next)?;
+                match recovery::write_master(&*storage, &next) {
+                    Ok(()) => {}
+                    // The clean exit's master record stays true while nothing is written.
+                    Err(e) if disk_full(&e) => read_only = Some(e),
+                    Err(e) => return Err(e),
+                }
                 (m.generation, snap)
             } else {
                 // A checkpoint that did not finish leaves the next generation's logs too.
@@ -147,19 +156,32 @@ pub(crate) fn open(
                     load(k, v)?;
                 }
                 stats.keys = live.len() as u64;
-                let made = recovery::write_snapshot(&*storage, g, live.into_iter())?;
-                let next = Master {
-                    generation: g,
-                    has_snapshot: true,
-                    last_exit: false,
-                    elr,
-                    segment_size: log.segment_size,
-                    snap_len: made.0,
-                    snap_crc: made.1,
-                };
-                recovery::write_master(&*storage, &next)?;
-                recovery::remove_stale(&storage, g)?;
-                (g, Some(made))
+                let started = recovery::write_snapshot(&*storage, g, live.into_iter()).and_then(|made| {
+                    let next = Master {
+                        generation: g,
+                        has_snapshot: true,
+                        last_exit: false,
+                        elr,
+                        segment_size: log.segment_size,
+                        snap_len: made.0,
+                        snap_crc: made.1,
+                    };
+                    recovery::write_master(&*storage, &next)?;
+                    Ok(made)
+                });
+                match started {
+                    Ok(made) => {
+                        recovery::remove_stale(&storage, g)?;
+                        (g, Some(made))
+                    }
+                    // The recovered state stays readable in memory; the files stay as they
+                    // were (the old master record still names them all).
+                    Err(e) if disk_full(&e) => {
+                        read_only = Some(e);
+                        (m.generation, snap)
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
     };
@@ -168,6 +190,11 @@ pub(crate) fn open(
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
     let wal = Arc::new(Wal::new(log_storage, log, generation));
+    if let Some(e) = &read_only {
+        wal.poison(format!(
+            "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
+        ));
+    }
     Ok(Durable {
         storage,
         wal,
@@ -175,7 +202,13 @@ pub(crate) fn open(
         _lock: lock,
         closed: AtomicBool::new(false),
         recovery: stats,
+        read_only: read_only.is_some(),
     })
+}
+
+/// Whether `e` says the disk is full.
+fn disk_full(e: &Error) -> bool {
+    e.io_kind() == Some(std::io::ErrorKind::StorageFull)
 }
 
 impl Durable {
@@ -188,7 +221,7 @@ impl Durable {
     ) -> Result<(), Error> {
         let current = self.current.lock();
         let (generation, started_from) = *current;
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.swap(true, Ordering::AcqRel) || self.read_only {
             return Ok(());
         }
         self.wal.check()?;

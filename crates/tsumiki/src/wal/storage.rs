@@ -291,6 +291,8 @@ struct SimState {
     syncs: u64,
     crashed: bool,
     locked: bool,
+    /// Bytes the disk holds (live files); a write past it fails with `StorageFull`.
+    capacity: Option<u64>,
     /// The disk image taken at the crash.
     image: Option<SimImage>,
 }
@@ -360,6 +362,22 @@ impl SimStorage {
     pub fn crash_after(&self, ops: u64) {
         let mut st = self.state.lock();
         st.crash_at = Some(st.ops + ops);
+    }
+
+    /// Makes the disk hold at most `bytes` (over the files it can reach): a write that
+    /// would grow past it fails with [`io::ErrorKind::StorageFull`]; `None` lifts the limit.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.state.lock().capacity = bytes;
+    }
+
+    /// Bytes in the files the disk can reach.
+    pub fn used(&self) -> u64 {
+        let st = self.state.lock();
+        Self::used_in(&st)
+    }
+
+    fn used_in(st: &SimState) -> u64 {
+        st.live_names.values().map(|&id| st.files[id].live.len() as u64).sum()
     }
 
     /// Fails the `n`-th sync from now (0: the next) and every one after it.
@@ -448,6 +466,12 @@ impl StorageFile for SimHandle {
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let mut st = self.disk.step()?;
+        if let Some(cap) = st.capacity {
+            let grow = (off + buf.len() as u64).saturating_sub(st.files[self.id].live.len() as u64);
+            if SimStorage::used_in(&st) + grow > cap {
+                return Err(io::Error::new(io::ErrorKind::StorageFull, "simulated disk full (ENOSPC)"));
+            }
+        }
         let f = &mut st.files[self.id];
         write_into(&mut f.live, off, buf);
         f.pending.push((off, buf.to_vec()));
