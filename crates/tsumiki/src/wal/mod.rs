@@ -898,8 +898,10 @@ impl crate::cc::LockWaiter for Wal {
     }
 }
 
-/// Creates log segment `name`: preallocated with zeros and made durable, file and directory
-/// (so that a commit's fdatasync never has to carry a size change).
+/// Creates log segment `name`: preallocated with zeros under a temporary name, made
+/// durable, then renamed into place (directory synced), so that a commit's fdatasync never
+/// has to carry a size change, and a segment under its own name always has its full
+/// length: a shorter one is damage, never a creation cut by a crash.
 fn prepare_segment(
     storage: &dyn Storage,
     name: &str,
@@ -907,18 +909,23 @@ fn prepare_segment(
     prealloc: bool,
     sync: bool,
 ) -> io::Result<Box<dyn StorageFile>> {
-    let f = storage::create_fresh(storage, name)?;
-    if prealloc {
-        let mut off = 0;
-        while off < size {
-            let n = (size - off).min(ZEROS.len() as u64) as usize;
-            f.write_at(&ZEROS[..n], off)?;
-            off += n as u64;
-        }
-        if sync {
-            f.sync_data()?;
-            storage.sync_dir()?;
-        }
+    if !prealloc {
+        return storage::create_fresh(storage, name);
+    }
+    let tmp = format!("{name}.tmp");
+    let f = storage::create_fresh(storage, &tmp)?;
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(ZEROS.len() as u64) as usize;
+        f.write_at(&ZEROS[..n], off)?;
+        off += n as u64;
+    }
+    if sync {
+        f.sync_data()?;
+    }
+    storage.rename(&tmp, name)?;
+    if sync {
+        storage.sync_dir()?;
     }
     Ok(f)
 }

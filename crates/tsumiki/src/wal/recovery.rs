@@ -78,9 +78,11 @@ pub fn read_lane(
         let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
         files.push((name.clone(), read_all(&*f).map_err(|e| io(&name, e))?));
     }
-    // Segments preallocated ahead of use hold no block of the lane: not part of the log.
-    let holds_blocks = |d: &[u8]| d.chunks_exact(BLOCK).any(|b| format::open_block(b).is_some_and(|t| t.lane == lane));
-    while files.len() > 1 && !holds_blocks(&files[files.len() - 1].1) {
+    // Segments preallocated ahead of use are all zeros, at full length: not part of the
+    // log. (A shorter or non-zero one is read below, and refused or cut there.)
+    let unused =
+        |i: usize, d: &[u8]| d.len() as u64 == format::segment_len(i as u64, segment_size) && d.iter().all(|&b| b == 0);
+    while files.len() > 1 && unused(files.len() - 1, &files[files.len() - 1].1) {
         files.pop();
     }
     let n_files = files.len();
@@ -88,12 +90,9 @@ pub fn read_lane(
         let last = i + 1 == n_files;
         let expected = format::segment_len(i as u64, segment_size);
         if data.len() as u64 != expected {
-            // Data goes into a segment only after its preallocation was synced: a short
-            // last segment without a single valid block is one whose creation was cut.
-            if !last || holds_blocks(&data) {
-                return Err(corrupt(format!("{name} is {} bytes, expected {expected} (truncated?)", data.len())));
-            }
-            break 'segs;
+            // A segment gets its name only once preallocated and synced: a short one was
+            // damaged, not cut by a crash.
+            return Err(corrupt(format!("{name} is {} bytes, expected {expected} (truncated?)", data.len())));
         }
         let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
         for (b, block) in blocks.iter().enumerate() {
@@ -526,7 +525,12 @@ pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> 
         let stale = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
             (Some((g, _, _)), _) => g < keep,
             (None, Some(g)) => g != keep && g <= keep.saturating_add(2),
-            _ => n.ends_with(".tmp") && n != "MASTER.tmp",
+            // A segment being preallocated (the lanes' background preparation may run
+            // during a checkpoint): only an older generation's.
+            _ => match n.strip_suffix(".tmp").map(format::parse_segment_name) {
+                Some(Some((g, _, _))) => g < keep,
+                _ => n.ends_with(".tmp") && n != "MASTER.tmp",
+            },
         };
         if stale {
             storage.remove(&n).map_err(|e| io(&n, e))?;
