@@ -197,6 +197,8 @@ pub struct Engine<P: Protocol> {
     /// Closed by a checkpoint while the lanes move to a new generation: commits wait
     /// before their log append (see [`Slot::committing`]).
     gate: AtomicBool,
+    /// The thread that takes checkpoints; commits wake it when one is due.
+    pub(crate) checkpointer: OnceLock<std::thread::Thread>,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -263,6 +265,7 @@ impl<P: Protocol> Engine<P> {
             retired: Mutex::new(Vec::new()),
             has_retired: AtomicBool::new(false),
             gate: AtomicBool::new(false),
+            checkpointer: OnceLock::new(),
         })
     }
 
@@ -328,19 +331,28 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
+    /// Whether enough log was written to take a checkpoint.
+    pub(crate) fn checkpoint_due(&self) -> bool {
+        self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due())
+    }
+
     /// Takes a checkpoint now, from outside any transaction.
     pub(crate) fn checkpoint_now(&self) -> Result<(), Error> {
+        if let Some(d) = self.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            // Reading a record whose lock a commit group holds flushes that group.
+            crate::cc::set_lock_waiter(Some(d.wal.clone()));
+        }
         let (slot, bufs) = self.take_slot();
         // Entered like a transaction: no record the snapshot meets is freed meanwhile.
         self.enter(&slot);
         let r = self.checkpoint();
         self.leave(&slot);
         self.return_slot(slot, Some(bufs));
+        crate::cc::set_lock_waiter(None);
         r
     }
 
-    /// Takes a checkpoint (see `store::Durable::checkpoint`) from inside a transaction of
-    /// the calling thread that has finished its commit.
+    /// Takes a checkpoint (see `store::Durable::checkpoint`); the caller's slot is entered.
     fn checkpoint(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
         d.checkpoint(|switch| self.quiesced(switch), |w| self.write_state(w))
@@ -1197,10 +1209,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         eng.drain_pending_unlinks(worker, guard);
-        if eng.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) {
-            // This commit is acknowledged whatever happens here: a checkpoint that fails
-            // poisons the log, and the next commit reports it.
-            let _ = eng.checkpoint();
+        if logged && eng.checkpoint_due() {
+            if let Some(t) = eng.checkpointer.get() {
+                t.unpark();
+            }
         }
         Ok(ticket)
     }

@@ -155,13 +155,49 @@ impl Options {
 
 /// A database whose protocol is fixed at compile time.
 pub struct TypedDb<P: Protocol> {
-    eng: Engine<P>,
+    eng: Arc<Engine<P>>,
+    /// The background thread that takes checkpoints (databases with files).
+    checkpointer: Option<Checkpointer>,
+}
+
+/// A thread that takes a checkpoint whenever one is due, so that no commit waits for it.
+struct Checkpointer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Checkpointer {
+    /// How often the thread checks whether a checkpoint is due.
+    const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+    fn start<P: Protocol>(eng: &Arc<Engine<P>>) -> Checkpointer {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (weak, flag) = (Arc::downgrade(eng), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::park_timeout(Self::POLL);
+                let Some(eng) = weak.upgrade() else { return };
+                if eng.checkpoint_due() {
+                    // A failure poisons the log; commits report it.
+                    let _ = eng.checkpoint_now();
+                }
+            }
+        });
+        let _ = eng.checkpointer.set(thread.thread().clone());
+        Checkpointer { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
 }
 
 impl<P: Protocol> TypedDb<P> {
     /// An in-memory database run by `proto`.
     pub fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
-        Ok(TypedDb { eng: Engine::new(proto, index)? })
+        Ok(TypedDb { eng: Arc::new(Engine::new(proto, index)?), checkpointer: None })
     }
 
     /// A database kept in `storage`: recovers what its files hold, then logs every commit
@@ -174,12 +210,17 @@ impl<P: Protocol> TypedDb<P> {
     ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
         eng.open_durable(storage, log)?;
-        Ok(TypedDb { eng })
+        let eng = Arc::new(eng);
+        let checkpointer = Some(Checkpointer::start(&eng));
+        Ok(TypedDb { eng, checkpointer })
     }
 
     /// Flushes the log and writes the snapshot a clean exit leaves (also done on drop,
     /// where an error cannot be reported).
-    pub fn close(self) -> Result<(), Error> {
+    pub fn close(mut self) -> Result<(), Error> {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop();
+        }
         self.eng.close()
     }
 
@@ -229,6 +270,9 @@ impl<P: Protocol> TypedDb<P> {
 
 impl<P: Protocol> Drop for TypedDb<P> {
     fn drop(&mut self) {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop();
+        }
         let _ = self.eng.close();
     }
 }

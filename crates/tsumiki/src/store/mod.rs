@@ -190,6 +190,7 @@ pub(crate) fn open(
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
     let wal = Arc::new(Wal::new(log_storage, log, generation));
+    wal.note_snapshot(started_from.map_or(0, |s| s.0));
     if let Some(e) = &read_only {
         wal.poison(format!(
             "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
@@ -264,7 +265,7 @@ impl Durable {
         recovery::remove_stale(&self.storage, g)
     }
 
-    /// Takes a checkpoint while transactions run, if none is running: every lane moves on
+    /// Takes a checkpoint while transactions run: every lane moves on
     /// to a new generation while `quiesce` holds commits back (no commit may be between
     /// its log append and the end of its install while the lanes switch), the state is
     /// written beside the new logs (`write_state`: every record's latest committed value,
@@ -280,7 +281,8 @@ impl Durable {
         quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
         write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        let Some(mut current) = self.current.try_lock() else { return Ok(()) };
+        // One at a time: a second caller waits for the running one, then takes its own.
+        let mut current = self.current.lock();
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -330,7 +332,7 @@ impl Durable {
         }
         recovery::write_master(&*self.storage, &m).map_err(poison)?;
         *current = (g, Some((snap_len, snap_crc)));
-        self.wal.note_checkpoint();
+        self.wal.note_checkpoint(snap_len);
         // The new state is durable: the older files are obsolete (a failure here leaves
         // them for the next open or checkpoint to remove).
         recovery::remove_stale(&self.storage, g)

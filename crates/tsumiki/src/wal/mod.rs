@@ -104,9 +104,12 @@ pub struct LogOptions {
     /// commits a size change.
     pub segment_size: u64,
     /// Log bytes written since the last checkpoint that make the next commit take one
-    /// (64 MiB by default; 0: never while open). A checkpoint starts a new generation of
-    /// every lane, writes the state beside it and deletes the older logs, so the logs of
-    /// a running database stop growing and recovery replays only what came after it.
+    /// (64 MiB by default; 0: never while open), or four times the size of the last snapshot
+    /// if that is more: a checkpoint writes the whole state (until the page store writes
+    /// only dirty pages), so its cost stays under a quarter of the log volume. A checkpoint starts a
+    /// new generation of every lane, writes the state beside it and deletes the older
+    /// logs, so the logs of a running database stop growing and recovery replays only what
+    /// came after it.
     pub checkpoint_bytes: u64,
     /// Test only: a checkpoint deletes the older logs before the master record naming its
     /// snapshot is durable (a planted bug for the crash tests). Never set it otherwise.
@@ -278,6 +281,11 @@ impl Lane {
     }
 }
 
+/// A checkpoint is due once the log since the last one is this many times the size of the
+/// snapshot it wrote (or `checkpoint_bytes`, if more): each checkpoint writes the whole
+/// state, so this bounds its cost to a fraction of the log's own writes.
+const CHECKPOINT_GROWTH: u64 = 4;
+
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
 const LAZY_FLUSH_BYTES: usize = 1 << 20;
 
@@ -308,6 +316,8 @@ pub(crate) struct Wal {
     generation: AtomicU64,
     /// Bytes written since the last checkpoint.
     since_checkpoint: AtomicU64,
+    /// Size of the snapshot the current generation started from.
+    snapshot_bytes: AtomicU64,
     checkpoints: AtomicU64,
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
@@ -336,6 +346,7 @@ impl Wal {
             opts,
             generation: AtomicU64::new(generation),
             since_checkpoint: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
@@ -804,7 +815,10 @@ impl Wal {
     /// Whether enough log was written since the last checkpoint to take one.
     pub(crate) fn checkpoint_due(&self) -> bool {
         let limit = self.opts.checkpoint_bytes;
-        limit > 0 && self.opts.device == Device::File && self.since_checkpoint.load(Ordering::Relaxed) >= limit
+        limit > 0
+            && self.opts.device == Device::File
+            && self.since_checkpoint.load(Ordering::Relaxed)
+                >= limit.max(self.snapshot_bytes.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
     }
 
     /// Moves every lane to generation `g` (a checkpoint). The caller guarantees that no
@@ -847,9 +861,15 @@ impl Wal {
         Ok(())
     }
 
-    /// Counts a completed checkpoint.
-    pub(crate) fn note_checkpoint(&self) {
+    /// Counts a completed checkpoint, whose snapshot has `snapshot_bytes`.
+    pub(crate) fn note_checkpoint(&self, snapshot_bytes: u64) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.note_snapshot(snapshot_bytes);
+    }
+
+    /// The size of the snapshot the current generation started from.
+    pub(crate) fn note_snapshot(&self, snapshot_bytes: u64) {
+        self.snapshot_bytes.store(snapshot_bytes, Ordering::Relaxed);
     }
 
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
