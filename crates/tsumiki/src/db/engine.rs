@@ -199,6 +199,10 @@ pub struct Engine<P: Protocol> {
     gate: AtomicBool,
     /// The thread that takes checkpoints; commits wake it when one is due.
     pub(crate) checkpointer: OnceLock<std::thread::Thread>,
+    /// The slot checkpoints enter: never pooled, so a checkpoint never takes the slot a
+    /// worker's next transaction would get (a commit is a barrier for the deferred commits
+    /// of its own slot's lane).
+    checkpoint_slot: OnceLock<Arc<Slot<P>>>,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -266,6 +270,7 @@ impl<P: Protocol> Engine<P> {
             has_retired: AtomicBool::new(false),
             gate: AtomicBool::new(false),
             checkpointer: OnceLock::new(),
+            checkpoint_slot: OnceLock::new(),
         })
     }
 
@@ -313,8 +318,10 @@ impl<P: Protocol> Engine<P> {
         let mut first = true;
         loop {
             let guard = epoch::pin();
+            // Resume after the last key written; it may have been deleted meanwhile (a
+            // checkpoint runs beside transactions), so drop it by value, not by position.
             let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
-                self.index.scan(&from, None).skip(usize::from(!first)).take(CLOSE_CHUNK).collect();
+                self.index.scan(&from, None).filter(|(k, _)| first || *k != from).take(CLOSE_CHUNK).collect();
             first = false;
             for (k, p) in &chunk {
                 // SAFETY: the record was in the index under this pin, and records leave
@@ -342,12 +349,11 @@ impl<P: Protocol> Engine<P> {
             // Reading a record whose lock a commit group holds flushes that group.
             crate::cc::set_lock_waiter(Some(d.wal.clone()));
         }
-        let (slot, bufs) = self.take_slot();
+        let slot = self.checkpoint_slot.get_or_init(|| self.new_slot()).clone();
         // Entered like a transaction: no record the snapshot meets is freed meanwhile.
         self.enter(&slot);
         let r = self.checkpoint();
         self.leave(&slot);
-        self.return_slot(slot, Some(bufs));
         crate::cc::set_lock_waiter(None);
         r
     }
@@ -401,6 +407,11 @@ impl<P: Protocol> Engine<P> {
         if let Some((s, bufs)) = self.free_slots.lock().pop() {
             return (s, bufs.unwrap_or_else(|| Box::new(TxnBufs::new(&self.proto))));
         }
+        (self.new_slot(), Box::new(TxnBufs::new(&self.proto)))
+    }
+
+    /// A new slot, known to reclamation and to the commit gate.
+    fn new_slot(&self) -> Arc<Slot<P>> {
         let s = Arc::new(Slot {
             worker: self.proto.new_worker(),
             lane: OnceLock::new(),
@@ -408,7 +419,7 @@ impl<P: Protocol> Engine<P> {
             committing: AtomicBool::new(false),
         });
         self.slots.lock().push(Arc::clone(&s));
-        (s, Box::new(TxnBufs::new(&self.proto)))
+        s
     }
 
     /// Publishes the start of a transaction on `slot`: records retired from now on stay
