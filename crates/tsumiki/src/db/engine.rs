@@ -203,6 +203,9 @@ pub struct Engine<P: Protocol> {
     /// worker's next transaction would get (a commit is a barrier for the deferred commits
     /// of its own slot's lane).
     checkpoint_slot: OnceLock<Arc<Slot<P>>>,
+    /// Held by the checkpoint that uses `checkpoint_slot` (an explicit one and the
+    /// background thread's must not enter and leave the one slot at once).
+    checkpointing: Mutex<()>,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -271,6 +274,7 @@ impl<P: Protocol> Engine<P> {
             gate: AtomicBool::new(false),
             checkpointer: OnceLock::new(),
             checkpoint_slot: OnceLock::new(),
+            checkpointing: Mutex::new(()),
         })
     }
 
@@ -349,6 +353,7 @@ impl<P: Protocol> Engine<P> {
             // Reading a record whose lock a commit group holds flushes that group.
             crate::cc::set_lock_waiter(Some(d.wal.clone()));
         }
+        let _one = self.checkpointing.lock();
         let slot = self.checkpoint_slot.get_or_init(|| self.new_slot()).clone();
         // Entered like a transaction: no record the snapshot meets is freed meanwhile.
         self.enter(&slot);
