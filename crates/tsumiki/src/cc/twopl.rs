@@ -33,6 +33,19 @@ fn ts_of(w: u64) -> u64 {
     w & TS_MASK
 }
 
+/// Drops one reader from `rec`'s lock word (the last one clears it).
+fn release_shared(rec: &TwoPlRecord) {
+    let mut cur = rec.lock.load(Ordering::Relaxed);
+    loop {
+        let n = readers(cur);
+        let new = if n <= 1 { 0 } else { ((n - 1) << READER_SHIFT) | ts_of(cur) };
+        match rec.lock.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
 /// A 2PL record.
 pub struct TwoPlRecord {
     lock: AtomicU64,
@@ -175,17 +188,7 @@ impl TwoPl {
             match mode {
                 Mode::Exclusive if keep(&rec.lock) => {}
                 Mode::Exclusive => rec.lock.store(0, Ordering::Release),
-                Mode::Shared => {
-                    let mut cur = rec.lock.load(Ordering::Relaxed);
-                    loop {
-                        let n = readers(cur);
-                        let new = if n <= 1 { 0 } else { ((n - 1) << READER_SHIFT) | ts_of(cur) };
-                        match rec.lock.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
-                            Ok(_) => break,
-                            Err(c) => cur = c,
-                        }
-                    }
-                }
+                Mode::Shared => release_shared(rec),
             }
         }
         st.held.clear();
@@ -258,15 +261,7 @@ impl Protocol for TwoPl {
         }
         let mut v = Vec::new();
         let present = rec.value.load_into(Some(&mut v), guard);
-        let mut cur = rec.lock.load(Ordering::Relaxed);
-        loop {
-            let n = readers(cur);
-            let new = if n <= 1 { 0 } else { ((n - 1) << READER_SHIFT) | ts_of(cur) };
-            match rec.lock.compare_exchange_weak(cur, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(now) => cur = now,
-            }
-        }
+        release_shared(rec);
         present.then_some(v)
     }
 

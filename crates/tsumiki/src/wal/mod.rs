@@ -314,8 +314,9 @@ pub(crate) struct Wal {
     pub(crate) opts: LogOptions,
     /// The generation new lanes write into.
     generation: AtomicU64,
-    /// Bytes written since the last checkpoint.
-    since_checkpoint: AtomicU64,
+    /// `bytes` when the last checkpoint switched generations (or one failed): the log since
+    /// is their difference, with no second counter on the flush path.
+    checkpoint_base: AtomicU64,
     /// Size of the snapshot the current generation started from.
     snapshot_bytes: AtomicU64,
     checkpoints: AtomicU64,
@@ -345,7 +346,7 @@ impl Wal {
             storage,
             opts,
             generation: AtomicU64::new(generation),
-            since_checkpoint: AtomicU64::new(0),
+            checkpoint_base: AtomicU64::new(0),
             snapshot_bytes: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
@@ -624,7 +625,6 @@ impl Wal {
         io.all_synced = sync;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
-        self.since_checkpoint.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
         lane.flushed.store(appended, Ordering::Release);
         if elr {
             lane.horizon.fetch_max(horizon, Ordering::AcqRel);
@@ -817,7 +817,7 @@ impl Wal {
         let limit = self.opts.checkpoint_bytes;
         limit > 0
             && self.opts.device == Device::File
-            && self.since_checkpoint.load(Ordering::Relaxed)
+            && self.bytes.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
                 >= limit.max(self.snapshot_bytes.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
     }
 
@@ -857,7 +857,7 @@ impl Wal {
         for lane in &lanes {
             self.flush_lane(lane, true)?;
         }
-        self.since_checkpoint.store(0, Ordering::Relaxed);
+        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
     }
 
@@ -875,7 +875,7 @@ impl Wal {
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
     /// checkpoint that failed: the next try waits for as much log again).
     pub(crate) fn postpone_checkpoint(&self) {
-        self.since_checkpoint.store(0, Ordering::Relaxed);
+        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Writes and syncs every lane (at close).

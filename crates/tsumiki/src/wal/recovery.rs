@@ -150,7 +150,8 @@ pub fn read_lane(
 /// Reads the snapshot of `generation`, calling `f` on every write it holds, in order, with
 /// the key and value borrowed from the read buffer (no copy per record: opening a large
 /// database is bound by this loop).
-/// The file must be exactly what the master record names: `expect = (length, CRC32C)`.
+/// The file must be exactly what the master record names: `expect = (length, CRC32C)`;
+/// on any error the caller discards what `f` received.
 pub fn read_snapshot(
     storage: &dyn Storage,
     generation: u64,
@@ -169,30 +170,14 @@ pub fn read_snapshot(
     if len != expect.0 {
         return Err(corrupt(format!("{name} is {len} bytes, but MASTER names one of {} bytes", expect.0)));
     }
-    // The whole file's checksum is known only at the end, so a snapshot of the right size
-    // from another database or generation is refused before anything is loaded from it:
-    // a first pass checks it (cheap next to the parse, and the file is then cached).
-    let mut crc = 0u32;
-    {
-        let mut chunk = vec![0u8; SNAPSHOT_READ.min(len as usize)];
-        let mut off = 0u64;
-        while off < len {
-            let n = chunk.len().min((len - off) as usize);
-            read_exact_at(&*file, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
-            crc = crc32c::crc32c_append(crc, &chunk[..n]);
-            off += n as u64;
-        }
-    }
-    if crc != expect.1 {
-        return Err(corrupt(format!("{name} does not match the checksum MASTER records for it")));
-    }
     // Read a chunk of blocks at a time and parse what is complete: opening holds one
     // chunk and one partial record, not a copy of the file (the peak of a reopen).
     let mut chunk = vec![0u8; SNAPSHOT_READ.min(len as usize)];
-    let (mut stream, mut off, mut b) = (Vec::new(), 0u64, 0usize);
+    let (mut stream, mut off, mut b, mut crc) = (Vec::new(), 0u64, 0usize, 0u32);
     while off < len {
         let n = chunk.len().min((len - off) as usize);
         read_exact_at(&*file, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+        crc = crc32c::crc32c_append(crc, &chunk[..n]);
         off += n as u64;
         for block in chunk[..n].chunks(BLOCK) {
             match format::open_block(block) {
@@ -215,6 +200,11 @@ pub fn read_snapshot(
             }
         }
         stream.drain(..at);
+    }
+    // Known only at the end: `f` may have been called with a foreign snapshot's records
+    // before this error, which every caller then discards with everything it built.
+    if crc != expect.1 {
+        return Err(corrupt(format!("{name} does not match the checksum MASTER records for it")));
     }
     Ok(())
 }
