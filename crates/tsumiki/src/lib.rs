@@ -24,4 +24,5 @@ pub mod wal;
 pub use db::{Cc, Db, LockWait, Options, Scan, Txn};
 pub use error::{Conflict, Error};
 pub use mvcc::Gc;
+pub use store::pages::StoreStats;
 pub use wal::{CommitMode, CommitTicket, Device, Durability, LogMode, LogOptions, Release};

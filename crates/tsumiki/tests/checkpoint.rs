@@ -145,3 +145,91 @@ fn a_transaction_open_across_a_checkpoint_commits() {
     let mem = Db::open_in_memory(Options::default()).unwrap();
     assert_eq!(mem.checkpoint(), Ok::<(), Error>(()));
 }
+
+/// A steady overwrite workload: the page store's files stay below twice the live data
+/// and stop growing (cleaning frees and reuses segments), the log since the last
+/// checkpoint stays bounded, and a reopen finds exactly the model. Prints the write
+/// amplification (`--nocapture`).
+#[test]
+fn steady_overwrites_keep_the_page_store_bounded() {
+    // Large transactions (every page changes between checkpoints: new bases) and single
+    // updates (a few keys per page: deltas, consolidation, cleaning).
+    for (per_txn, txns) in [(100, 200), (1, 1500)] {
+        steady_overwrites(per_txn, txns);
+    }
+}
+
+fn steady_overwrites(per_txn: usize, txns: usize) {
+    const KEYS: u32 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(Cc::TicToc, Release::Nlr, 256 << 10);
+    o.log.page_segment_size = 128 << 10;
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let mut model = BTreeMap::new();
+    // Every key first, then random overwrites.
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
+        for k in chunk {
+            model.insert(k.to_be_bytes().to_vec(), vec![0; 100]);
+        }
+    }
+    let mut x: u64 = 0x9E37_79B9;
+    let mut user_bytes = 0u64;
+    let mut peaks = Vec::new();
+    for round in 1..=12u32 {
+        for _ in 0..txns {
+            let mut keys = Vec::new();
+            for _ in 0..per_txn {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                keys.push(((x % KEYS as u64) as u32).to_be_bytes());
+            }
+            db.run(|t| keys.iter().try_for_each(|k| t.put(k, &[round as u8; 100]))).unwrap();
+            for k in keys {
+                model.insert(k.to_vec(), vec![round as u8; 100]);
+            }
+        }
+        user_bytes += (txns * per_txn * 104) as u64;
+        peaks.push(db.store_stats().unwrap().file_bytes);
+    }
+    let s = db.store_stats().unwrap();
+    let stats = db.wal_stats().unwrap();
+    // The live data: every key, 4 + 100 bytes.
+    let live = KEYS as u64 * 104;
+    println!(
+        "{per_txn} per txn: {} pages, {} segments ({} free), {} live image bytes, {} file bytes ({:.2}x the data); \
+         written {} bytes for {} bytes of updates (write amplification {:.2}x, log excluded); \
+         {} bases, {} deltas, {} pages relocated from {} segments; {} checkpoints",
+        s.pages,
+        s.segments,
+        s.free_segments,
+        s.live_bytes,
+        s.file_bytes,
+        s.file_bytes as f64 / live as f64,
+        s.written_bytes,
+        user_bytes,
+        s.written_bytes as f64 / user_bytes as f64,
+        s.bases_written,
+        s.deltas_written,
+        s.relocated_pages,
+        s.segments_cleaned,
+        stats.checkpoints
+    );
+    assert!(stats.checkpoints >= 3, "{stats:?}");
+    assert!(s.file_bytes <= 2 * live, "the page store holds {} bytes for {live} bytes of data", s.file_bytes);
+    // It stopped growing: the second half's peak is no higher than the first half's
+    // plus two segments.
+    let half = peaks.len() / 2;
+    let (a, b) = (peaks[..half].iter().max().unwrap(), peaks[half..].iter().max().unwrap());
+    assert!(*b <= a + (256 << 10), "the page store kept growing: {peaks:?}");
+    // After a crash, and after a clean close, the state is the model's.
+    db.abandon_for_tests();
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+    assert!(got == model, "the state recovered after a crash differs from the model");
+    db.close().unwrap();
+    let db = Db::open(dir.path(), o).unwrap();
+    let again: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+    assert!(again == model, "the state after a clean close differs from the model");
+}

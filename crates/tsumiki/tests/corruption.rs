@@ -178,15 +178,8 @@ fn fuzz_decoders() {
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rng = SimRng::new(77);
     let mut runs = 0u64;
-    let master = Master {
-        generation: 4,
-        has_snapshot: true,
-        last_exit: false,
-        elr: true,
-        segment_size: 1 << 16,
-        snap_len: 1 << 14,
-        snap_crc: 5,
-    };
+    let master =
+        Master { generation: 4, table: Some((1, 1 << 14, 300, 5)), last_exit: false, elr: true, segment_size: 1 << 16 };
     while Instant::now() < end {
         for _ in 0..1000 {
             let mut input = match rng.below(3) {

@@ -42,9 +42,13 @@ fn pick(seed: u64) -> Options {
     let mut log = vs[rng.below(vs.len() as u64) as usize].clone();
     if rng.below(2) == 0 {
         // Checkpoints every few commits: power is lost in every step of them too (lanes
-        // moving to a new generation, the snapshot, the master record, log removal).
+        // moving to a new generation, page deltas and bases, splits, the table, the master
+        // record, log removal, cleaning and segment reuse).
         log.checkpoint_bytes = 12 << 10;
     }
+    // The smallest page segments: every checkpoint fills one, so segments are cleaned and
+    // reused within an iteration.
+    log.page_segment_size = 8 << 10;
     // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
     let holds = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
     let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
@@ -65,6 +69,9 @@ enum Planted {
     SkipSync,
     /// A checkpoint deletes the older logs before its master record is durable.
     EarlyLogRemoval,
+    /// The page store reuses a segment before the master record that stops naming it is
+    /// durable.
+    EarlySegmentReuse,
 }
 
 /// One crash iteration with the chain workload on two threads.
@@ -75,6 +82,10 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
         Planted::SkipSync => opts.log.skip_sync_for_tests = true,
         Planted::EarlyLogRemoval => {
             opts.log.early_log_removal_for_tests = true;
+            opts.log.checkpoint_bytes = 12 << 10;
+        }
+        Planted::EarlySegmentReuse => {
+            opts.log.early_segment_reuse_for_tests = true;
             opts.log.checkpoint_bytes = 12 << 10;
         }
     }
@@ -125,7 +136,7 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
         Db::open_with_storage(Arc::new(disk2.clone()), opts.clone()).map_err(|e| format!("{what}: reopen: {e}"))?;
     chains::check_chains(&db, &acked, SLOTS).map_err(|e| format!("{what}: {e}"))?;
     if seed.is_multiple_of(8) {
-        // A clean close leaves a snapshot that the next open reads without replay.
+        // A clean close leaves pages that the next open reads without replay.
         let before = dump(&db);
         db.close().map_err(|e| format!("{what}: close: {e}"))?;
         let db = Db::open_with_storage(Arc::new(disk2), opts).map_err(|e| format!("{what}: reopen: {e}"))?;
@@ -171,7 +182,7 @@ fn planted_skipped_sync_is_caught() {
 }
 
 /// The planted bug: a checkpoint deletes the logs it replaces before the master record
-/// naming its snapshot is durable. The checker must notice.
+/// naming its table is durable. The checker must notice.
 #[test]
 fn planted_early_log_removal_is_caught() {
     let mut caught = 0;
@@ -181,6 +192,24 @@ fn planted_early_log_removal_is_caught() {
         }
     }
     assert!(caught > 0, "deleting logs before the checkpoint was durable went unnoticed in 300 crash iterations");
+}
+
+/// The planted bug: the page store reuses a segment (cleaning's, or one an old table
+/// leaves) before the master record that stops naming it is durable. The checker must
+/// notice.
+#[test]
+fn planted_early_segment_reuse_is_caught() {
+    let mut caught = 0;
+    for seed in 0..iterations(300) {
+        if let Err(e) = chain_iteration(seed, Planted::EarlySegmentReuse) {
+            println!("{e}");
+            caught += 1;
+        }
+    }
+    assert!(
+        caught > 0,
+        "reusing page segments before the checkpoint was durable went unnoticed in 300 crash iterations"
+    );
 }
 
 /// One thread, puts, inserts and deletes, some commits deferred: after the crash the

@@ -1,5 +1,5 @@
 //! The damage matrix (issue 13): every kind of file the database writes (MASTER, the
-//! snapshot, the first and the last log segment of a lane) x every kind of damage
+//! first and the last page-store segment, the first and the last log segment of a lane) x every kind of damage
 //! (truncate to 0, 1 byte, half, all but one block; zero a block; flip a byte; swap two
 //! blocks; replace with random bytes; put back an older copy; delete; replace with a
 //! symbolic link), on real files, after a crash and after a clean close.
@@ -23,8 +23,11 @@ type State = BTreeMap<Vec<u8>, Vec<u8>>;
 const BLOCK: usize = 4096;
 
 fn opts() -> Options {
-    // Small segments: a lane spans several, so first and last segments differ.
-    Options { log: LogOptions { segment_size: 64 << 10, ..LogOptions::default() }, ..Options::default() }
+    // Small segments: a lane and the page store span several, so first and last differ.
+    Options {
+        log: LogOptions { segment_size: 64 << 10, page_segment_size: 16 << 10, ..LogOptions::default() },
+        ..Options::default()
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -258,8 +261,12 @@ fn every_file_kind_times_every_damage() {
             .filter(|n| n.starts_with("wal-") && std::fs::read(image.join(n)).unwrap().iter().any(|&b| b != 0))
             .collect();
         let mut kinds: Vec<(&str, String)> = vec![("MASTER", "MASTER".into())];
-        if let Some(s) = files.iter().find(|n| n.starts_with("snap-")) {
-            kinds.push(("snapshot", s.clone()));
+        let pages: Vec<&String> = files.iter().filter(|n| n.starts_with("pages-")).collect();
+        if let (Some(first), Some(last)) = (pages.first(), pages.last()) {
+            kinds.push(("first page segment", first.to_string()));
+            if last != first {
+                kinds.push(("last page segment", last.to_string()));
+            }
         }
         if let (Some(first), Some(last)) = (segs.first(), segs.last()) {
             kinds.push(("first log segment", first.to_string()));

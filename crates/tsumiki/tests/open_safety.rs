@@ -17,8 +17,9 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-fn snapshot_of(dir: &Path) -> PathBuf {
-    let n = names(dir).into_iter().find(|n| n.starts_with("snap-") && n.ends_with(".dat")).expect("a snapshot");
+/// The page store's (first) segment file.
+fn pages_of(dir: &Path) -> PathBuf {
+    let n = names(dir).into_iter().find(|n| n.starts_with("pages-") && n.ends_with(".seg")).expect("a page segment");
     dir.join(n)
 }
 
@@ -43,24 +44,25 @@ fn is_corrupt<T>(r: Result<T, Error>) -> bool {
 }
 
 #[test]
-fn an_empty_or_damaged_snapshot_is_an_error_not_an_empty_database() {
+fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() {
     for damage in ["empty", "half", "other"] {
         let dir = tempfile::tempdir().unwrap();
-        closed_db(dir.path(), 50);
-        let snap = snapshot_of(dir.path());
-        let bytes = std::fs::read(&snap).unwrap();
+        closed_db(dir.path(), 400);
+        let seg = pages_of(dir.path());
+        let bytes = std::fs::read(&seg).unwrap();
+        assert!(bytes.len() >= 2 * 4096, "the test needs a segment of several blocks");
         match damage {
-            "empty" => std::fs::write(&snap, b"").unwrap(),
-            "half" => std::fs::write(&snap, &bytes[..bytes.len() / 2 / 4096 * 4096]).unwrap(),
+            "empty" => std::fs::write(&seg, b"").unwrap(),
+            "half" => std::fs::write(&seg, &bytes[..bytes.len() / 2 / 4096 * 4096]).unwrap(),
             _ => {
-                // A valid snapshot of another database (same size class, other content).
+                // A valid segment of another database (same size, other content).
                 let other = tempfile::tempdir().unwrap();
                 let db = Db::open(other.path(), Options::default()).unwrap();
-                for i in 0..50 {
+                for i in 0..400 {
                     db.run(|t| t.put(&key(i + 1000), b"value")).unwrap();
                 }
                 db.close().unwrap();
-                std::fs::copy(snapshot_of(other.path()), &snap).unwrap();
+                std::fs::copy(pages_of(other.path()), &seg).unwrap();
             }
         }
         let r = Db::open(dir.path(), Options::default());
@@ -69,7 +71,7 @@ fn an_empty_or_damaged_snapshot_is_an_error_not_an_empty_database() {
 }
 
 #[test]
-fn after_a_crash_a_lost_snapshot_is_an_error_not_the_logs_keys_alone() {
+fn after_a_crash_a_lost_page_segment_is_an_error_not_the_logs_keys_alone() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 50);
     let db = Db::open(dir.path(), Options::default()).unwrap();
@@ -77,9 +79,9 @@ fn after_a_crash_a_lost_snapshot_is_an_error_not_the_logs_keys_alone() {
         db.run(|t| t.put(&key(i), b"later")).unwrap();
     }
     db.abandon_for_tests();
-    std::fs::write(snapshot_of(dir.path()), b"").unwrap();
+    std::fs::write(pages_of(dir.path()), b"").unwrap();
     assert!(is_corrupt(Db::open(dir.path(), Options::default())));
-    std::fs::remove_file(snapshot_of(dir.path())).unwrap();
+    std::fs::remove_file(pages_of(dir.path())).unwrap();
     assert!(is_corrupt(Db::open(dir.path(), Options::default())));
 }
 
@@ -107,7 +109,7 @@ fn an_older_master_put_back_after_a_crash_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 20);
     let old_master = std::fs::read(dir.path().join("MASTER")).unwrap();
-    // A crash, then recovery: a new generation with a new snapshot; then more logged work.
+    // A crash, then recovery: a new generation with a new table; then more logged work.
     let db = Db::open(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(&key(100), b"x")).unwrap();
     db.abandon_for_tests();
@@ -120,9 +122,9 @@ fn an_older_master_put_back_after_a_crash_is_refused() {
     assert_eq!(names(dir.path()), before, "a refused open deleted files");
 }
 
-/// A master record crafted with the last generation and no snapshot: refused by its own
-/// check (only generation 1 lacks a snapshot); with a snapshot, refused as missing. The
-/// logs stay.
+/// A master record crafted with the last generation and no table: refused by its own
+/// check (only generation 1 lacks a table); with one, refused as older than the store's
+/// writes (or its logs). The logs stay.
 #[test]
 fn a_crafted_master_is_refused_and_the_logs_stay() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,17 +134,17 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     db.abandon_for_tests();
     let before = names(dir.path());
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
-    for has_snapshot in [false, true] {
+    for has_table in [false, true] {
         let mut m = real.clone();
         m[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        m[16] = has_snapshot as u8;
-        if !has_snapshot {
-            m[27..39].fill(0);
+        m[16] = has_table as u8;
+        if !has_table {
+            m[27..47].fill(0);
         }
-        let crc = crc32c::crc32c(&m[..39]);
-        m[39..43].copy_from_slice(&crc.to_le_bytes());
+        let crc = crc32c::crc32c(&m[..47]);
+        m[47..51].copy_from_slice(&crc.to_le_bytes());
         std::fs::write(dir.path().join("MASTER"), &m).unwrap();
-        assert!(is_corrupt(Db::open(dir.path(), Options::default())), "has_snapshot {has_snapshot}");
+        assert!(is_corrupt(Db::open(dir.path(), Options::default())), "has_table {has_table}");
         assert_eq!(names(dir.path()), before, "a refused open deleted files");
     }
     std::fs::write(dir.path().join("MASTER"), &real).unwrap();
@@ -154,18 +156,19 @@ fn planted_symlinks_are_never_followed() {
     let outside = tempfile::tempdir().unwrap();
     let victim = outside.path().join("victim");
     std::fs::write(&victim, b"precious").unwrap();
-    // A link in place of the snapshot: an error, and the target untouched.
+    // A link in place of the page segment: an error, and the target untouched.
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
-    let snap = snapshot_of(dir.path());
-    std::fs::remove_file(&snap).unwrap();
-    std::os::unix::fs::symlink(&victim, &snap).unwrap();
+    let seg = pages_of(dir.path());
+    std::fs::remove_file(&seg).unwrap();
+    std::os::unix::fs::symlink(&victim, &seg).unwrap();
     assert!(Db::open(dir.path(), Options::default()).is_err());
-    // Links at every name the database will create next (its temporary files and the
-    // next generation's snapshot and segments): it works, and writes none of them.
+    // Links at every name the database will create next (its temporary files, the next
+    // page segments and the next generation's log segments): it works, and writes none
+    // of them.
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
-    for n in ["MASTER.tmp", "snap-0000000003.dat.tmp", "snap-0000000003.dat"] {
+    for n in ["MASTER.tmp", "pages-00000001.seg", "pages-00000002.seg"] {
         std::os::unix::fs::symlink(&victim, dir.path().join(n)).unwrap();
     }
     for lane in 0..2 {

@@ -11,8 +11,8 @@ use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
-use crate::store::{self, Durable};
-use crate::wal::recovery;
+use crate::store::pages::StoreStats;
+use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
@@ -249,8 +249,45 @@ impl<R> CommitLog<R> for LogHook<'_> {
     }
 }
 
-/// Records per chunk of the scan that writes the snapshot at close.
+/// Records per chunk of the scan that rewrites every page (no readable log).
 const CLOSE_CHUNK: usize = 4096;
+
+/// What a checkpoint or close reads. Safe while transactions run: the caller is inside a
+/// transaction's slot (or at close), so no record it meets is freed meanwhile.
+impl<P: Protocol> CommittedState for Engine<P> {
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let guard = epoch::pin();
+        let rec = self.lookup(key, &guard)?;
+        self.proto.committed_value(rec, &guard)
+    }
+
+    /// Every record's latest committed value, in key order, a chunk at a time (never a
+    /// second copy of the database).
+    fn scan(&self, f: &mut store::Loader<'_>) -> Result<(), Error> {
+        let mut from: Vec<u8> = Vec::new();
+        let mut first = true;
+        loop {
+            let guard = epoch::pin();
+            // Resume after the last key written; it may have been deleted meanwhile (a
+            // checkpoint runs beside transactions), so drop it by value, not by position.
+            let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
+                self.index.scan(&from, None).filter(|(k, _)| first || *k != from).take(CLOSE_CHUNK).collect();
+            first = false;
+            for (k, p) in &chunk {
+                // SAFETY: the record was in the index under this pin, and records leave
+                // the index before they are retired, retired records outlive every slot
+                // entered before (the caller's is), and nothing is freed at close.
+                if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
+                    f(k, &v)?;
+                }
+            }
+            match chunk.last() {
+                Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
+                _ => return Ok(()),
+            }
+        }
+    }
+}
 
 /// Records per chunk of a scan: each chunk is read, then its membership re-checked.
 const SCAN_CHUNK: usize = 64;
@@ -307,39 +344,16 @@ impl<P: Protocol> Engine<P> {
         Ok(())
     }
 
-    /// Flushes the log and writes the snapshot a clean exit leaves. No transaction may be
+    /// Flushes the log and writes the pages a clean exit leaves. No transaction may be
     /// running.
     pub(crate) fn close(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
-        d.close(|w| self.write_state(w))
+        d.close(self)
     }
 
-    /// Writes every record's latest committed value, in key order, a chunk at a time
-    /// (never a second copy of the database). Safe while transactions run: the caller is
-    /// inside a transaction (or at close), so no record it meets is freed meanwhile.
-    fn write_state(&self, w: &mut recovery::SnapshotWriter<'_>) -> Result<(), Error> {
-        let mut from: Vec<u8> = Vec::new();
-        let mut first = true;
-        loop {
-            let guard = epoch::pin();
-            // Resume after the last key written; it may have been deleted meanwhile (a
-            // checkpoint runs beside transactions), so drop it by value, not by position.
-            let chunk: Vec<(Vec<u8>, RecPtr<P::Record>)> =
-                self.index.scan(&from, None).filter(|(k, _)| first || *k != from).take(CLOSE_CHUNK).collect();
-            first = false;
-            for (k, p) in &chunk {
-                // SAFETY: the record was in the index under this pin, and records leave
-                // the index before they are retired, retired records outlive every slot
-                // entered before (the caller's is), and nothing is freed at close.
-                if let Some(v) = self.proto.committed_value(unsafe { &*p.0 }, &guard) {
-                    w.put(k, &v)?;
-                }
-            }
-            match chunk.last() {
-                Some((k, _)) if chunk.len() == CLOSE_CHUNK => from.clone_from(k),
-                _ => return Ok(()),
-            }
-        }
+    /// The page store's counters (databases opened with a path).
+    pub(crate) fn store_stats(&self) -> Option<StoreStats> {
+        self.durable.as_ref().map(|d| d.store_stats())
     }
 
     /// Whether enough log was written to take a checkpoint.
@@ -366,7 +380,7 @@ impl<P: Protocol> Engine<P> {
     /// Takes a checkpoint (see `store::Durable::checkpoint`); the caller's slot is entered.
     fn checkpoint(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
-        d.checkpoint(|switch| self.quiesced(switch), |w| self.write_state(w))
+        d.checkpoint(|switch| self.quiesced(switch), self)
     }
 
     /// Runs `f` while no commit is between its log append and the end of its install.

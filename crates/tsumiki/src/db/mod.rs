@@ -34,6 +34,7 @@ use crate::cc::twopl::TwoPl;
 use crate::cc::Protocol;
 use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
+use crate::store::pages::StoreStats;
 use crate::wal::recovery::RecoveryStats;
 use crate::wal::storage::{DirStorage, Storage};
 use crate::wal::{CommitMode, CommitTicket, LogOptions, WalStats};
@@ -215,8 +216,8 @@ impl<P: Protocol> TypedDb<P> {
         Ok(TypedDb { eng, checkpointer })
     }
 
-    /// Flushes the log and writes the snapshot a clean exit leaves (also done on drop,
-    /// where an error cannot be reported).
+    /// Flushes the log and writes the pages a clean exit leaves (also done on drop, where
+    /// an error cannot be reported).
     pub fn close(mut self) -> Result<(), Error> {
         if let Some(c) = self.checkpointer.take() {
             c.stop();
@@ -232,6 +233,12 @@ impl<P: Protocol> TypedDb<P> {
     /// What recovery did when the database was opened (`None` for an in-memory database).
     pub fn recovery_stats(&self) -> Option<RecoveryStats> {
         self.eng.durable.as_ref().map(|d| d.recovery)
+    }
+
+    /// The page store's counters: pages, segments, live and file bytes, what was written
+    /// (`None` for an in-memory database).
+    pub fn store_stats(&self) -> Option<StoreStats> {
+        self.eng.store_stats()
     }
 
     /// Starts a transaction on a worker slot from the pool.
@@ -404,14 +411,14 @@ impl Db {
     }
 
     /// Takes a checkpoint now (commits also take one every
-    /// [`LogOptions::checkpoint_bytes`] of log): the state is written beside a new
-    /// generation of logs and the older logs are deleted, so recovery replays only what
+    /// [`LogOptions::checkpoint_bytes`] of log): the pages the log changed are written
+    /// beside a new generation of logs and the older logs are deleted, so recovery replays only what
     /// comes after. Transactions may run meanwhile. A no-op without files.
     pub fn checkpoint(&self) -> Result<(), Error> {
         dispatch!(&self.inner, db => db.eng.checkpoint_now())
     }
 
-    /// Flushes the log and writes the snapshot a clean exit leaves, so that the next open
+    /// Flushes the log and writes the pages a clean exit leaves, so that the next open
     /// replays nothing. Dropping the database does the same but cannot report an error.
     pub fn close(self) -> Result<(), Error> {
         dispatch!(&self.inner, db => db.eng.close())
@@ -432,6 +439,12 @@ impl Db {
     /// What recovery did when the database was opened (`None` for an in-memory database).
     pub fn recovery_stats(&self) -> Option<RecoveryStats> {
         dispatch!(&self.inner, db => db.recovery_stats())
+    }
+
+    /// The page store's counters: pages, segments, live and file bytes, what was written
+    /// (`None` for an in-memory database).
+    pub fn store_stats(&self) -> Option<StoreStats> {
+        dispatch!(&self.inner, db => db.store_stats())
     }
 
     /// Starts a transaction. It ends when committed, aborted or dropped (dropping rolls

@@ -1,18 +1,20 @@
-//! The files of a database and their life cycle: open (lock, master record, recovery),
-//! checkpoints while open (a new generation of logs, the state written beside it, the
-//! older logs deleted), and close (the snapshot a clean exit leaves).
+//! The files of a database and their life cycle: open (lock, master record, the page
+//! store's table, recovery), checkpoints while open (a new generation of logs, the pages
+//! the last one changed written beside it, the older logs deleted), and close.
 //!
-//! This is where paper 004's page store grows (see `docs/design.md`, "Page store"): today
-//! the state at the start of a generation is one snapshot file and the logs after it are
-//! replayed whole. Opening never invents a state and never destroys one it cannot prove
-//! obsolete:
-//! - the master record names the snapshot with its length and CRC32C; a snapshot that is
-//!   missing, empty, shorter, longer or from elsewhere is [`Error::Corrupt`], never an
-//!   empty or smaller database;
-//! - files newer than the master record allows are [`Error::Corrupt`] (a master record put
+//! The state at the start of a generation is the page store's ([`pages`], paper 004): a
+//! translation table the master record names, and page chains of base and delta images.
+//! Opening never invents a state and never destroys one it cannot prove obsolete:
+//! - the master record names the table by address, length and CRC32C, the table names
+//!   every image the same way; a missing, stale, damaged or foreign one is
+//!   [`Error::Corrupt`], never an empty or smaller database;
+//! - logs newer than the master record allows are [`Error::Corrupt`] (a master record put
 //!   back or crafted), never deleted;
-//! - files are deleted only after the master record naming their replacement is durable;
+//! - files are deleted, and segments reused, only after the master record naming their
+//!   replacement is durable;
 //! - every setting is validated before anything is created.
+
+pub(crate) mod pages;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,26 +24,53 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::wal::format::{parse_segment_name, Master};
-use crate::wal::recovery::{self, RecoveryStats, SnapshotWriter};
+use crate::wal::recovery::{self, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
 use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
+use pages::{Change, ImageRef, PageStore, StoreStats};
 
 /// The files behind a database opened with a path.
 pub(crate) struct Durable {
     storage: Arc<dyn Storage>,
     pub(crate) wal: Arc<Wal>,
-    /// The current generation and the snapshot it started from (length, CRC32C), if any;
-    /// held through a checkpoint or close, so that only one runs at a time.
-    current: Mutex<(u64, Option<(u64, u32)>)>,
+    /// The current generation, the table it started from, and the page store; held
+    /// through a checkpoint or close, so that only one runs at a time.
+    current: Mutex<Current>,
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
     /// Opened on a full disk: readable, every commit refused, nothing written at close.
     read_only: bool,
+    /// Whether the logs are files a checkpoint can read back (which keys changed); if
+    /// not (no log, NVM emulation), a checkpoint rewrites every page.
+    logs_readable: bool,
 }
 
 /// Receives the recovered state, one live key and its value at a time.
-pub(crate) type Loader<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
+pub(crate) type Loader<'a> = pages::Sink<'a>;
+
+/// The engine's committed state, as a checkpoint or close reads it (safe while
+/// transactions run: every value is the latest committed one when read).
+pub(crate) trait CommittedState {
+    /// The latest committed value of `key` (`None`: absent).
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
+    /// Every live key's latest committed value, in key order.
+    fn scan(&self, f: &mut Loader<'_>) -> Result<(), Error>;
+}
+
+struct Current {
+    generation: u64,
+    table: Option<ImageRef>,
+    pages: PageStore,
+}
+
+fn table_ref(t: Option<(u32, u64, u32, u32)>) -> Option<ImageRef> {
+    t.map(|(seg, off, len, crc)| ImageRef { seg, off, len, crc })
+}
+
+fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
+    t.map(|r| (r.seg, r.off, r.len, r.crc))
+}
 
 /// Opens the database in `storage` for a protocol named `protocol`: takes its lock,
 /// recovers its state, and starts a new log. `load` receives the recovered state, one live
@@ -62,23 +91,30 @@ pub(crate) fn open(
     let mut stats = RecoveryStats::default();
     // Opening must not need free space: on a full disk the database opens read-only.
     let mut read_only: Option<Error> = None;
-    let (generation, started_from) = match recovery::read_master(&*storage)? {
+    let seg_bytes = log.page_segment_size;
+    let early_reuse = log.early_segment_reuse_for_tests;
+    let (generation, table, pages) = match recovery::read_master(&*storage)? {
         None => {
-            let m = Master {
-                generation: 1,
-                has_snapshot: false,
-                last_exit: false,
-                elr,
-                segment_size: log.segment_size,
-                snap_len: 0,
-                snap_crc: 0,
-            };
+            let m = Master { generation: 1, table: None, last_exit: false, elr, segment_size: log.segment_size };
             recovery::write_master(&*storage, &m)?;
-            (1, None)
+            (1, None, PageStore::open(storage.clone(), seg_bytes, None, early_reuse)?)
         }
         Some(m) => {
             recovery::check_generations(&*storage, m.generation)?;
-            let snap = m.has_snapshot.then_some((m.snap_len, m.snap_crc));
+            let table = table_ref(m.table);
+            let mut pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+            // A later checkpoint wrote after the table this master record names: only a
+            // checkpoint (or a recovery) that did not finish may have, and it leaves this
+            // generation's logs. Otherwise the master record was put back.
+            if let Some(w) = pages.newest_unnamed()? {
+                let unfinished = w <= m.generation.saturating_add(2) && recovery::has_logs(&*storage, m.generation)?;
+                if w > m.generation && !unfinished {
+                    return Err(Error::Corrupt(format!(
+                        "the page store holds writes of generation {w}, newer than MASTER's {}: MASTER is older than the database",
+                        m.generation
+                    )));
+                }
+            }
             if m.last_exit {
                 if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
                     return Err(Error::Corrupt(format!(
@@ -86,24 +122,11 @@ pub(crate) fn open(
                         m.generation
                     )));
                 }
-                // A clean exit: the snapshot is the whole state, one put per key in key
-                // order, handed over as it is read (no map in between).
-                if let Some(expect) = snap {
-                    let mut bad = None;
-                    recovery::read_snapshot(&*storage, m.generation, expect, |k, v| {
-                        if let (Some(v), None) = (v, &bad) {
-                            match load(k, v) {
-                                Ok(()) => stats.keys += 1,
-                                Err(e) => bad = Some(e),
-                            }
-                        }
-                    })?;
-                    if let Some(e) = bad {
-                        return Err(e);
-                    }
-                }
+                // A clean exit: the pages are the whole state, handed over in key order
+                // as they are read.
+                stats.keys = pages.load_all(&[], load)?;
                 // This generation's log starts empty: its old segments are obsolete now
-                // that the durable master record says the snapshot holds everything.
+                // that the durable master record says the pages hold everything.
                 recovery::remove_stale(&storage, m.generation)?;
                 for n in storage.list().map_err(|e| Error::io("listing the database directory", e))? {
                     if parse_segment_name(&n).is_some() {
@@ -117,26 +140,24 @@ pub(crate) fn open(
                     Err(e) if disk_full(&e) => read_only = Some(e),
                     Err(e) => return Err(e),
                 }
-                (m.generation, snap)
+                (m.generation, table, pages)
             } else {
                 // A checkpoint that did not finish leaves the next generation's logs too.
                 let mut gens = vec![m.generation];
                 if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
                     gens.push(m.generation + 1);
                 }
+                let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                 let g = gens[gens.len() - 1]
                     .checked_add(1)
                     .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
-                let mut state: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-                if let Some(expect) = snap {
-                    recovery::read_snapshot(&*storage, m.generation, expect, |k, v| {
-                        state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-                    })?;
-                }
+                // The replayed writes, last value per key: bounded by the log since the
+                // last checkpoint, not by the database.
+                let mut replayed: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
                 let release = if m.elr { Release::Elr } else { Release::Nlr };
                 stats = recovery::replay(&*storage, &gens, m.segment_size, release, |k, v| {
                     // Overwrite in place: most records update keys already seen.
-                    match state.get_mut(k) {
+                    match replayed.get_mut(k) {
                         Some(slot) => match (slot.as_mut(), v) {
                             (Some(old), Some(v)) => {
                                 old.clear();
@@ -145,42 +166,46 @@ pub(crate) fn open(
                             (_, v) => *slot = v.map(<[u8]>::to_vec),
                         },
                         None => {
-                            state.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                            replayed.insert(k.to_vec(), v.map(<[u8]>::to_vec));
                         }
                     }
                 })?;
-                let mut live: Vec<(&[u8], &[u8])> =
-                    state.iter().filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v))).collect();
-                live.sort_unstable();
-                for &(k, v) in &live {
-                    load(k, v)?;
-                }
-                stats.keys = live.len() as u64;
-                let started = recovery::write_snapshot(&*storage, g, live.into_iter()).and_then(|made| {
-                    let next = Master {
-                        generation: g,
-                        has_snapshot: true,
-                        last_exit: false,
-                        elr,
-                        segment_size: log.segment_size,
-                        snap_len: made.0,
-                        snap_crc: made.1,
-                    };
-                    recovery::write_master(&*storage, &next)?;
-                    Ok(made)
-                });
-                match started {
-                    Ok(made) => {
-                        recovery::remove_stale(&storage, g)?;
-                        (g, Some(made))
+                let mut changes: Vec<Change> = replayed.into_iter().collect();
+                changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                stats.keys = pages.load_all(&changes, load)?;
+                // The replayed writes become deltas of their pages in generation `g`.
+                if no_logs {
+                    // Nothing to replay (a crash before the first commit): the table is the
+                    // state, and the lanes start this generation's logs. Writing nothing
+                    // keeps the rule that a write after the table means a later generation.
+                    recovery::remove_stale(&storage, m.generation)?;
+                    (m.generation, table, pages)
+                } else {
+                    let started = pages.apply(g, &changes).and_then(|()| pages.write_table()).and_then(|t| {
+                        let next = Master {
+                            generation: g,
+                            table: table_fields(Some(t)),
+                            last_exit: false,
+                            elr,
+                            segment_size: log.segment_size,
+                        };
+                        recovery::write_master(&*storage, &next)?;
+                        Ok(t)
+                    });
+                    match started {
+                        Ok(t) => {
+                            pages.commit();
+                            recovery::remove_stale(&storage, g)?;
+                            (g, Some(t), pages)
+                        }
+                        // The recovered state stays readable in memory; the files stay as they
+                        // were (the old master record still names them all).
+                        Err(e) if disk_full(&e) => {
+                            read_only = Some(e);
+                            (m.generation, table, pages)
+                        }
+                        Err(e) => return Err(e),
                     }
-                    // The recovered state stays readable in memory; the files stay as they
-                    // were (the old master record still names them all).
-                    Err(e) if disk_full(&e) => {
-                        read_only = Some(e);
-                        (m.generation, snap)
-                    }
-                    Err(e) => return Err(e),
                 }
             }
         }
@@ -189,8 +214,9 @@ pub(crate) fn open(
         Device::File => storage.clone(),
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
+    let logs_readable = log.mode != LogMode::None && log.device == Device::File;
     let wal = Arc::new(Wal::new(log_storage, log, generation));
-    wal.note_snapshot(started_from.map_or(0, |s| s.0));
+    wal.note_snapshot(0);
     if let Some(e) = &read_only {
         wal.poison(format!(
             "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
@@ -199,7 +225,8 @@ pub(crate) fn open(
     Ok(Durable {
         storage,
         wal,
-        current: Mutex::new((generation, started_from)),
+        current: Mutex::new(Current { generation, table, pages }),
+        logs_readable,
         _lock: lock,
         closed: AtomicBool::new(false),
         recovery: stats,
@@ -213,15 +240,10 @@ fn disk_full(e: &Error) -> bool {
 }
 
 impl Durable {
-    /// Flushes the log and writes a snapshot that starts the next generation, marked as a
-    /// clean exit (so the next open replays nothing). `write_state` writes every committed
-    /// record, in key order. No transaction may be running.
-    pub(crate) fn close(
-        &self,
-        write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
-    ) -> Result<(), Error> {
-        let current = self.current.lock();
-        let (generation, started_from) = *current;
+    /// Flushes the log and writes the pages the last generation changed, marked as a clean
+    /// exit (so the next open replays nothing). No transaction may be running.
+    pub(crate) fn close(&self, state: &dyn CommittedState) -> Result<(), Error> {
+        let mut current = self.current.lock();
         if self.closed.swap(true, Ordering::AcqRel) || self.read_only {
             return Ok(());
         }
@@ -231,62 +253,82 @@ impl Durable {
         let elr = opts.release == Release::Elr;
         if opts.mode != LogMode::None && self.wal.stats().records == 0 {
             // Nothing was committed since open: the state is still the one this generation
-            // started from (its snapshot, or nothing), so mark the exit clean without
-            // writing the same snapshot again.
-            let (snap_len, snap_crc) = started_from.unwrap_or((0, 0));
+            // started from (its table, or nothing), so mark the exit clean without
+            // writing anything else.
             let m = Master {
-                generation,
-                has_snapshot: started_from.is_some(),
+                generation: current.generation,
+                table: table_fields(current.table),
                 last_exit: true,
                 elr,
                 segment_size: opts.segment_size,
-                snap_len,
-                snap_crc,
             };
             return recovery::write_master(&*self.storage, &m);
         }
-        let g = generation
+        let g = current
+            .generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
-        // Streamed leaf by leaf: closing must not hold a second copy of the database.
-        let mut w = SnapshotWriter::new(&*self.storage, g)?;
-        write_state(&mut w)?;
-        let (snap_len, snap_crc) = w.finish()?;
+        let t = self.write_pages(&mut current, g, state)?;
         let m = Master {
             generation: g,
-            has_snapshot: true,
+            table: table_fields(Some(t)),
             last_exit: true,
             elr,
             segment_size: opts.segment_size,
-            snap_len,
-            snap_crc,
         };
         recovery::write_master(&*self.storage, &m)?;
+        current.pages.commit();
         recovery::remove_stale(&self.storage, g)
     }
 
-    /// Takes a checkpoint while transactions run: every lane moves on
-    /// to a new generation while `quiesce` holds commits back (no commit may be between
-    /// its log append and the end of its install while the lanes switch), the state is
-    /// written beside the new logs (`write_state`: every record's latest committed value,
-    /// read one at a time), every lane is flushed (so each value the snapshot holds is in
-    /// a durable log record too: under ELR a value is visible before its record is
-    /// durable), the master record names the new generation, and only then are the older
-    /// logs and snapshot deleted. Recovery then replays only the new generation's logs.
+    /// Writes what changed in the generation that just ended (`current.generation`) into
+    /// the pages, for generation `g`, and the table; returns the table's address.
+    fn write_pages(&self, current: &mut Current, g: u64, state: &dyn CommittedState) -> Result<ImageRef, Error> {
+        if self.logs_readable {
+            let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size)?;
+            let changes: Vec<Change> = keys
+                .into_iter()
+                .map(|k| {
+                    let v = state.get(&k);
+                    (k, v)
+                })
+                .collect();
+            current.pages.apply(g, &changes)?;
+        } else {
+            current.pages.rebuild(g, &mut |f| state.scan(f))?;
+        }
+        current.pages.write_table()
+    }
+
+    /// The page store's counters.
+    pub(crate) fn store_stats(&self) -> StoreStats {
+        self.current.lock().pages.stats()
+    }
+
+    /// Takes a checkpoint while transactions run: every lane moves on to a new generation
+    /// while `quiesce` holds commits back (no commit may be between its log append and the
+    /// end of its install while the lanes switch), the pages the ended generation changed
+    /// get their latest committed values (read from `state` one key at a time), every lane
+    /// is flushed (so each value the pages hold is in a durable log record too: under ELR
+    /// a value is visible before its record is durable), the master record names the new
+    /// generation and table, and only then are the older logs deleted and the segments the
+    /// new table no longer names reused. Recovery then replays only the new generation's
+    /// logs.
     ///
     /// A crash at any point leaves either the old master record (recovery replays both
-    /// generations' logs over the old snapshot) or the new one.
+    /// generations' logs over the old table, whose images are all still there) or the new
+    /// one.
     pub(crate) fn checkpoint(
         &self,
         quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
-        write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
+        state: &dyn CommittedState,
     ) -> Result<(), Error> {
         // One at a time: a second caller waits for the running one, then takes its own.
         let mut current = self.current.lock();
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let r = self.checkpoint_locked(&mut current, quiesce, write_state);
+        let r = self.checkpoint_locked(&mut current, quiesce, state);
         if r.is_err() {
             self.wal.postpone_checkpoint();
         }
@@ -295,13 +337,13 @@ impl Durable {
 
     fn checkpoint_locked(
         &self,
-        current: &mut (u64, Option<(u64, u32)>),
+        current: &mut Current,
         quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
-        write_state: impl FnOnce(&mut SnapshotWriter<'_>) -> Result<(), Error>,
+        state: &dyn CommittedState,
     ) -> Result<(), Error> {
         self.wal.check()?;
         let g = current
-            .0
+            .generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         // Once the lanes have moved on, a failure poisons the log: the lanes could not move
@@ -313,32 +355,31 @@ impl Durable {
             e => self.wal.poison(format!("checkpoint of generation {g} failed: {e}")),
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
-        let mut w = SnapshotWriter::new(&*self.storage, g).map_err(poison)?;
-        write_state(&mut w).map_err(poison)?;
-        let (snap_len, snap_crc) = w.finish().map_err(poison)?;
+        let written = current.pages.written();
+        let t = self.write_pages(current, g, state).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
         let m = Master {
             generation: g,
-            has_snapshot: true,
+            table: table_fields(Some(t)),
             last_exit: false,
             elr: opts.release == Release::Elr,
             segment_size: opts.segment_size,
-            snap_len,
-            snap_crc,
         };
         if opts.early_log_removal_for_tests {
             recovery::remove_stale(&self.storage, g).map_err(poison)?;
         }
         recovery::write_master(&*self.storage, &m).map_err(poison)?;
-        *current = (g, Some((snap_len, snap_crc)));
-        self.wal.note_checkpoint(snap_len);
+        current.generation = g;
+        current.table = Some(t);
+        current.pages.commit();
+        self.wal.note_checkpoint(current.pages.written() - written);
         // The new state is durable: the older files are obsolete (a failure here leaves
         // them for the next open or checkpoint to remove).
         recovery::remove_stale(&self.storage, g)
     }
 
-    /// Marks the database closed without flushing or writing a snapshot (a simulated crash
+    /// Marks the database closed without flushing or writing anything (a simulated crash
     /// for tests).
     pub(crate) fn abandon(&self) {
         self.closed.store(true, Ordering::Release);

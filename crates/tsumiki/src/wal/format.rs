@@ -1,4 +1,4 @@
-//! The on-disk format of log lanes, snapshots and the master record.
+//! The on-disk format of log lanes and the master record.
 //!
 //! A lane is a byte stream of records cut into the fixed 4 KiB blocks of [`crate::block`],
 //! whose 40-byte trailer multiplexes the lane's state into the same write (paper 004).
@@ -8,8 +8,8 @@ use crate::index::MAX_KEY_LEN;
 
 pub use crate::block::{open_block, seal_block, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER};
 
-/// The lane id of snapshot files.
-pub const SNAPSHOT_LANE: u16 = u16::MAX;
+/// Lane ids from this one up are not log lanes (the page store's blocks carry `0xFFFE`).
+pub const RESERVED_LANES: u16 = 0xFFFE;
 
 /// The longest record body accepted (a transaction's whole write set).
 pub const MAX_RECORD: usize = 1 << 30;
@@ -194,15 +194,17 @@ pub fn decode_record(bytes: &[u8]) -> Result<(LogRecord, usize), DecodeError> {
     Ok((LogRecord { order: view.order, writes }, n))
 }
 
-/// The master record: which generation of files is current and whether the last process
-/// exited cleanly (paper 003's `last_exit`).
+/// The master record: which generation of files is current, where the page store's
+/// translation table is, and whether the last process exited cleanly (paper 003's
+/// `last_exit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Master {
-    /// Files of this generation are current: its snapshot (if `has_snapshot`) and logs.
+    /// Logs of this generation are current (replayed over the table's state).
     pub generation: u64,
-    /// Whether the snapshot `snap-<generation>` exists.
-    pub has_snapshot: bool,
-    /// Set at a clean close: the snapshot holds everything and no log needs replaying.
+    /// The translation table of the page store: segment, payload offset, length, CRC32C.
+    /// Only generation 1 may have none (an empty database).
+    pub table: Option<(u32, u64, u32, u32)>,
+    /// Set at a clean close: the table holds everything and no log needs replaying.
     pub last_exit: bool,
     /// Whether this generation's logs were written with early lock release (LSN order and
     /// watermarks) rather than NLR (commit-timestamp order).
@@ -210,18 +212,13 @@ pub struct Master {
     /// The largest log segment, in bytes (segments grow from [`FIRST_SEGMENT`] to it:
     /// [`segment_len`]).
     pub segment_size: u64,
-    /// The snapshot's length in bytes (0 without one).
-    pub snap_len: u64,
-    /// CRC32C of the snapshot's whole file (0 without one): a snapshot that is missing,
-    /// shorter, longer, older or from elsewhere is refused, never read as a smaller state.
-    pub snap_crc: u32,
 }
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI2";
-/// The magic of the first format, refused with its own message.
-const MASTER_MAGIC_V1: &[u8; 8] = b"TSUMIKI1";
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI3";
+/// The magics of earlier formats, refused with their own message.
+const MASTER_MAGIC_OLD: [&[u8; 8]; 2] = [b"TSUMIKI1", b"TSUMIKI2"];
 /// Encoded size of [`Master`].
-pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 8 + 4 + 4;
+pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
 
 impl Master {
     /// Encodes the master record.
@@ -229,21 +226,27 @@ impl Master {
         let mut b = [0u8; MASTER_LEN];
         b[0..8].copy_from_slice(MASTER_MAGIC);
         b[8..16].copy_from_slice(&self.generation.to_le_bytes());
-        b[16] = self.has_snapshot as u8;
+        b[16] = self.table.is_some() as u8;
         b[17] = self.last_exit as u8;
         b[18] = self.elr as u8;
         b[19..27].copy_from_slice(&self.segment_size.to_le_bytes());
-        b[27..35].copy_from_slice(&self.snap_len.to_le_bytes());
-        b[35..39].copy_from_slice(&self.snap_crc.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..39]);
-        b[39..43].copy_from_slice(&crc.to_le_bytes());
+        let (seg, off, len, crc) = self.table.unwrap_or_default();
+        b[27..31].copy_from_slice(&seg.to_le_bytes());
+        b[31..39].copy_from_slice(&off.to_le_bytes());
+        b[39..43].copy_from_slice(&len.to_le_bytes());
+        b[43..47].copy_from_slice(&crc.to_le_bytes());
+        let c = crc32c::crc32c(&b[..47]);
+        b[47..51].copy_from_slice(&c.to_le_bytes());
         b
     }
 
     /// Decodes a master record, or says what is wrong with it.
     pub fn decode(b: &[u8]) -> Result<Master, String> {
-        if b.len() >= 8 && &b[0..8] == MASTER_MAGIC_V1 {
-            return Err("MASTER was written by an earlier tsumiki format (1), which this version does not read".into());
+        if b.len() >= 8 && MASTER_MAGIC_OLD.iter().any(|m| &b[0..8] == *m) {
+            return Err(
+                "MASTER was written by an earlier tsumiki format (before the page store), which this version does not read"
+                    .into(),
+            );
         }
         if b.len() != MASTER_LEN {
             return Err(format!("MASTER is {} bytes, expected {MASTER_LEN}", b.len()));
@@ -251,18 +254,18 @@ impl Master {
         if &b[0..8] != MASTER_MAGIC {
             return Err("MASTER is not a tsumiki master record (bad magic)".into());
         }
-        if crc32c::crc32c(&b[..39]).to_le_bytes() != b[39..43] {
+        if crc32c::crc32c(&b[..47]).to_le_bytes() != b[47..51] {
             return Err("MASTER checksum mismatch".into());
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let table = (u32_at(27), u64_at(31), u32_at(39), u32_at(43));
         let m = Master {
             generation: u64_at(8),
-            has_snapshot: b[16] == 1,
+            table: (b[16] == 1).then_some(table),
             last_exit: b[17] == 1,
             elr: b[18] == 1,
             segment_size: u64_at(19),
-            snap_len: u64_at(27),
-            snap_crc: u32::from_le_bytes(b[35..39].try_into().expect("4 bytes")),
         };
         if b[16] > 1
             || b[17] > 1
@@ -272,13 +275,14 @@ impl Master {
         {
             return Err("MASTER holds invalid settings".into());
         }
-        // Every generation after the first starts from a snapshot (recovery and close both
-        // write one), so a later generation without one was not written by tsumiki.
-        if m.generation == 0 || !m.has_snapshot && (m.generation != 1 || m.snap_len != 0) {
-            return Err(format!("MASTER names generation {} without a snapshot", m.generation));
+        // Every generation after the first starts from a table (recovery, checkpoints and
+        // close all write one), so a later generation without one was not written by
+        // tsumiki.
+        if m.generation == 0 || m.table.is_none() && (m.generation != 1 || table != (0, 0, 0, 0)) {
+            return Err(format!("MASTER names generation {} without a translation table", m.generation));
         }
-        if m.has_snapshot && (m.snap_len == 0 || !m.snap_len.is_multiple_of(BLOCK as u64)) {
-            return Err(format!("MASTER names a snapshot of {} bytes", m.snap_len));
+        if m.table.is_some_and(|t| t.2 == 0) {
+            return Err("MASTER names an empty translation table".into());
         }
         Ok(m)
     }
@@ -312,11 +316,6 @@ pub fn parse_segment_name(name: &str) -> Option<(u64, u16, u64)> {
     it.next().is_none().then_some((g, l, s))
 }
 
-/// The name of the snapshot of `generation`.
-pub fn snapshot_name(generation: u64) -> String {
-    format!("snap-{generation:010}.dat")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,12 +344,10 @@ mod tests {
     fn master_and_names() {
         let m = Master {
             generation: 3,
-            has_snapshot: true,
+            table: Some((2, 8192, 300, 77)),
             last_exit: false,
             elr: true,
             segment_size: 1 << 20,
-            snap_len: 8192,
-            snap_crc: 77,
         };
         assert_eq!(Master::decode(&m.encode()), Ok(m));
         for byte in 0..MASTER_LEN {
@@ -358,10 +355,10 @@ mod tests {
             b[byte] ^= 1;
             assert!(Master::decode(&b).is_err(), "flipped byte {byte}");
         }
-        // Later generations always start from a snapshot.
-        let crafted = Master { generation: u64::MAX, has_snapshot: false, snap_len: 0, snap_crc: 0, ..m };
+        // Later generations always start from a table.
+        let crafted = Master { generation: u64::MAX, table: None, ..m };
         assert!(Master::decode(&crafted.encode()).is_err());
-        let empty = Master { has_snapshot: true, snap_len: 0, ..m };
+        let empty = Master { table: Some((0, 0, 0, 0)), ..m };
         assert!(Master::decode(&empty.encode()).is_err());
         assert_eq!(segment_len(0, 16 << 20), 64 << 10);
         assert_eq!(segment_len(3, 16 << 20), 512 << 10);

@@ -111,6 +111,13 @@ pub struct LogOptions {
     /// logs, so the logs of a running database stop growing and recovery replays only what
     /// came after it.
     pub checkpoint_bytes: u64,
+    /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
+    /// least 8 KiB): the unit cleaning frees and reuses.
+    pub page_segment_size: u64,
+    /// Test only: a segment the page store no longer needs is reused before the master
+    /// record that stops naming it is durable (a planted bug for the crash tests).
+    #[doc(hidden)]
+    pub early_segment_reuse_for_tests: bool,
     /// Test only: a checkpoint deletes the older logs before the master record naming its
     /// snapshot is durable (a planted bug for the crash tests). Never set it otherwise.
     #[doc(hidden)]
@@ -136,6 +143,8 @@ impl Default for LogOptions {
             device: Device::File,
             segment_size: 16 << 20,
             checkpoint_bytes: 64 << 20,
+            page_segment_size: 4 << 20,
+            early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
@@ -149,6 +158,10 @@ impl LogOptions {
         let s = self.segment_size;
         if s < 2 * BLOCK as u64 || !s.is_multiple_of(BLOCK as u64) {
             return Err(Error::Config(format!("segment_size {s} must be a multiple of 4096 and at least 8192")));
+        }
+        let p = self.page_segment_size;
+        if p < 2 * BLOCK as u64 || !p.is_multiple_of(BLOCK as u64) {
+            return Err(Error::Config(format!("page_segment_size {p} must be a multiple of 4096 and at least 8192")));
         }
         if self.group == 0 {
             return Err(Error::Config("group must be at least 1".into()));
@@ -433,8 +446,8 @@ impl Wal {
         let n = self.lanes.read().len();
         let id = u16::try_from(n)
             .ok()
-            .filter(|&i| i < format::SNAPSHOT_LANE)
-            .ok_or(Error::Config("too many concurrent workers: at most 65535 log lanes per database".into()))?;
+            .filter(|&i| i < format::RESERVED_LANES)
+            .ok_or(Error::Config("too many concurrent workers: at most 65534 log lanes per database".into()))?;
         let lane = Arc::new(Lane {
             id,
             pending: Mutex::new(Pending::default()),

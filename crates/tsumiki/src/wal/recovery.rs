@@ -1,7 +1,7 @@
-//! Recovery: read the master record, the snapshot and every lane's log; cut torn tails;
-//! decide which transactions are durable (analysis); redo them by a k-way merge of the
-//! lanes (by LSN under ELR, by commit timestamp under NLR); write the snapshot that starts
-//! the next generation.
+//! Recovery: read the master record and every lane's log; cut torn tails; decide which
+//! transactions are durable (analysis); redo them by a k-way merge of the lanes (by LSN
+//! under ELR, by commit timestamp under NLR). The state they are replayed over is the page
+//! store's (`store::pages`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -147,228 +147,13 @@ pub fn read_lane(
     Ok(out)
 }
 
-/// Reads the snapshot of `generation`, calling `f` on every write it holds, in order, with
-/// the key and value borrowed from the read buffer (no copy per record: opening a large
-/// database is bound by this loop).
-/// The file must be exactly what the master record names: `expect = (length, CRC32C)`;
-/// on any error the caller discards what `f` received.
-pub fn read_snapshot(
-    storage: &dyn Storage,
-    generation: u64,
-    expect: (u64, u32),
-    mut f: impl FnMut(&[u8], Option<&[u8]>),
-) -> Result<(), Error> {
-    let name = format::snapshot_name(generation);
-    let file = match storage.open(&name, false) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(corrupt(format!("{name}, which MASTER names, is missing")));
-        }
-        Err(e) => return Err(io(&name, e)),
-    };
-    let len = file.len().map_err(|e| io(&name, e))?;
-    if len != expect.0 {
-        return Err(corrupt(format!("{name} is {len} bytes, but MASTER names one of {} bytes", expect.0)));
-    }
-    // Read a chunk of blocks at a time and parse what is complete: opening holds one
-    // chunk and one partial record, not a copy of the file (the peak of a reopen).
-    let mut chunk = vec![0u8; SNAPSHOT_READ.min(len as usize)];
-    let (mut stream, mut off, mut b, mut crc) = (Vec::new(), 0u64, 0usize, 0u32);
-    while off < len {
-        let n = chunk.len().min((len - off) as usize);
-        read_exact_at(&*file, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
-        crc = crc32c::crc32c_append(crc, &chunk[..n]);
-        off += n as u64;
-        for block in chunk[..n].chunks(BLOCK) {
-            match format::open_block(block) {
-                Some(t) if t.lane == format::SNAPSHOT_LANE && t.seq as usize == b => {
-                    stream.extend_from_slice(&block[..t.used as usize])
-                }
-                _ => return Err(corrupt(format!("{name}: block {b} is damaged"))),
-            }
-            b += 1;
-        }
-        let mut at = 0;
-        while at < stream.len() {
-            match format::parse_record(&stream[at..]) {
-                Ok((view, n)) => {
-                    view.for_each(&mut f);
-                    at += n;
-                }
-                Err(format::DecodeError::Truncated) if off < len => break,
-                Err(e) => return Err(corrupt(format!("{name}: {e:?}"))),
-            }
-        }
-        stream.drain(..at);
-    }
-    // Known only at the end: `f` may have been called with a foreign snapshot's records
-    // before this error, which every caller then discards with everything it built.
-    if crc != expect.1 {
-        return Err(corrupt(format!("{name} does not match the checksum MASTER records for it")));
-    }
-    Ok(())
-}
-
-/// Bytes of a snapshot read at a time when opening.
-const SNAPSHOT_READ: usize = 1 << 20;
-
-/// Fills `buf` from `off`; a file shorter than that is an error.
-fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-    let mut at = 0;
-    while at < buf.len() {
-        match file.read_at(&mut buf[at..], off + at as u64)? {
-            0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file ended early")),
-            n => at += n,
-        }
-    }
-    Ok(())
-}
-
-/// Writes a snapshot of `items` (sorted or not) for `generation`, durably, under a
-/// temporary name renamed into place.
-pub fn write_snapshot<'a>(
-    storage: &dyn Storage,
-    generation: u64,
-    items: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-) -> Result<(u64, u32), Error> {
-    let mut w = SnapshotWriter::new(storage, generation)?;
-    for (k, v) in items {
-        w.put(k, v)?;
-    }
-    w.finish()
-}
-
-/// Writes a snapshot one record at a time, holding at most a batch and a megabyte of
-/// blocks in memory (closing a large database must not copy it whole first).
-pub struct SnapshotWriter<'s> {
-    storage: &'s dyn Storage,
-    name: String,
-    tmp: String,
-    file: Box<dyn crate::wal::storage::StorageFile>,
-    /// Keys and values of the batch being gathered, and their lengths.
-    batch: Vec<u8>,
-    lens: Vec<(u32, u32)>,
-    /// Encoded records not yet cut into blocks.
-    stream: Vec<u8>,
-    block: Vec<u8>,
-    /// Sealed blocks not yet written.
-    out: Vec<u8>,
-    seq: u32,
-    off: u64,
-    /// CRC32C of everything written so far.
-    crc: u32,
-    enc: Vec<u8>,
-}
-
-/// Bytes of keys and values encoded as one snapshot record.
-const SNAPSHOT_BATCH: usize = 64 << 10;
-
-impl<'s> SnapshotWriter<'s> {
-    /// Starts the snapshot of `generation` under a temporary name.
-    pub fn new(storage: &'s dyn Storage, generation: u64) -> Result<Self, Error> {
-        let name = format::snapshot_name(generation);
-        let tmp = format!("{name}.tmp");
-        let file = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
-        Ok(SnapshotWriter {
-            storage,
-            name,
-            tmp,
-            file,
-            batch: Vec::new(),
-            lens: Vec::new(),
-            stream: Vec::new(),
-            block: vec![0u8; BLOCK],
-            out: Vec::new(),
-            seq: 0,
-            off: 0,
-            crc: 0,
-            enc: Vec::new(),
-        })
-    }
-
-    /// Adds one record.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.batch.extend_from_slice(key);
-        self.batch.extend_from_slice(value);
-        self.lens.push((key.len() as u32, value.len() as u32));
-        if self.batch.len() + 9 * self.lens.len() >= SNAPSHOT_BATCH {
-            self.encode();
-            self.emit(false)?;
-        }
-        Ok(())
-    }
-
-    fn encode(&mut self) {
-        if self.lens.is_empty() {
-            return;
-        }
-        let mut enc = format::RecordEncoder::begin(&mut self.enc, 0);
-        let mut at = 0;
-        for &(k, v) in &self.lens {
-            let (k, v) = (k as usize, v as usize);
-            enc.write(&self.batch[at..at + k], Some(&self.batch[at + k..at + k + v]));
-            at += k + v;
-        }
-        enc.finish().expect("a snapshot batch stays far below the record limit");
-        self.stream.append(&mut self.enc);
-        self.batch.clear();
-        self.lens.clear();
-    }
-
-    /// Cuts the stream into sealed blocks (all of it when `all`), writing them out per MiB.
-    fn emit(&mut self, all: bool) -> Result<(), Error> {
-        let mut taken = 0;
-        while self.stream.len() - taken >= format::PAYLOAD || (all && taken < self.stream.len()) {
-            let n = (self.stream.len() - taken).min(format::PAYLOAD);
-            self.block.fill(0);
-            self.block[..n].copy_from_slice(&self.stream[taken..taken + n]);
-            let t =
-                format::Trailer { lane: format::SNAPSHOT_LANE, used: n as u16, seq: self.seq, ..Default::default() };
-            format::seal_block(&mut self.block, &t);
-            self.out.extend_from_slice(&self.block);
-            self.seq += 1;
-            taken += n;
-        }
-        self.stream.drain(..taken);
-        if self.out.len() >= 1 << 20 || all {
-            self.file.write_at(&self.out, self.off).map_err(|e| io(&self.tmp, e))?;
-            self.crc = crc32c::crc32c_append(self.crc, &self.out);
-            self.off += self.out.len() as u64;
-            self.out.clear();
-        }
-        Ok(())
-    }
-
-    /// Writes the rest, syncs, and renames the snapshot into place (directory synced).
-    /// Returns the file's length and CRC32C, for the master record. An empty snapshot is
-    /// one empty block, so that a file of length 0 is never a valid snapshot.
-    pub fn finish(mut self) -> Result<(u64, u32), Error> {
-        self.encode();
-        if self.seq == 0 && self.stream.is_empty() {
-            let t = format::Trailer { lane: format::SNAPSHOT_LANE, ..Default::default() };
-            self.block.fill(0);
-            format::seal_block(&mut self.block, &t);
-            self.out.extend_from_slice(&self.block);
-            self.seq = 1;
-        }
-        self.emit(true)?;
-        self.file.sync_data().map_err(|e| io(&self.tmp, e))?;
-        let (storage, tmp, name) = (self.storage, std::mem::take(&mut self.tmp), std::mem::take(&mut self.name));
-        let made = (self.off, self.crc);
-        drop(self);
-        storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
-        storage.sync_dir().map_err(|e| io("syncing the database directory", e))?;
-        Ok(made)
-    }
-}
-
 /// Reads the master record; `Ok(None)` for a new (empty) directory.
 pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
     let names = storage.list().map_err(|e| io("listing the database directory", e))?;
     if !names.iter().any(|n| n == MASTER) {
-        let ours = names.iter().any(|n| n.starts_with("wal-") || n.starts_with("snap-"));
+        let ours = names.iter().any(|n| n.starts_with("wal-") || n.starts_with("pages-"));
         if ours {
-            return Err(corrupt("the MASTER record is missing but log or snapshot files exist".into()));
+            return Err(corrupt("the MASTER record is missing but log or page files exist".into()));
         }
         return Ok(None);
     }
@@ -477,28 +262,15 @@ pub fn replay(
     Ok(stats)
 }
 
-/// The generation a snapshot file name carries.
-fn snapshot_generation(name: &str) -> Option<u64> {
-    name.strip_prefix("snap-")?.strip_suffix(".dat")?.parse().ok()
-}
-
-/// Checks that no file is newer than the master record's generation `g` allows: the only
-/// newer file a crash can leave is the snapshot of `g + 1` (written before the master
-/// record that would name it). Anything else means the master record was put back or
-/// crafted, and opening would destroy the newer state.
-///
-/// A checkpoint that did not finish may also leave the logs of `g + 1` (every lane had
-/// moved on to them) and, once recovered from, the snapshot of `g + 2`.
+/// Checks that no log is newer than the master record's generation `g` allows. A
+/// checkpoint that did not finish leaves the logs of `g + 1` (every lane had moved on to
+/// them); anything newer means the master record was put back or crafted, and opening
+/// would destroy the newer state.
 pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     let next_logs = has_logs(storage, g.saturating_add(1))?;
     let last_log = if next_logs { g.saturating_add(1) } else { g };
     for n in storage.list().map_err(|e| io("listing the database directory", e))? {
-        let newer = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
-            (Some((fg, _, _)), _) => fg > last_log,
-            (None, Some(fg)) => fg > last_log.saturating_add(1),
-            _ => false,
-        };
-        if newer {
+        if format::parse_segment_name(&n).is_some_and(|(fg, _, _)| fg > last_log) {
             return Err(corrupt(format!(
                 "{n} is newer than generation {g}, which MASTER names: MASTER is older than the database"
             )));
@@ -507,17 +279,33 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Removes the files of generations before `keep`, the unnamed snapshots a crash may have
-/// left after it, and temporary files. Called only once the master record naming `keep`
-/// is durable: nothing is deleted before the state that replaces it is.
+/// Every key the complete records of generation `generation`'s logs write, sorted and
+/// unique: what changed since the checkpoint that started it.
+pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<Vec<Vec<u8>>, Error> {
+    let lanes = segments_of(storage, generation)?;
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for (id, segs) in &lanes {
+        let log = read_lane(storage, generation, *id, segs, segment_size)?;
+        for &(_, at, n) in &log.records {
+            let (view, _) = format::parse_record(&log.stream[at..at + n]).expect("validated when the lane was read");
+            view.for_each(|k, _| keys.push(k.to_vec()));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+    }
+    Ok(keys)
+}
+
+/// Removes the logs of generations before `keep` and temporary files. Called only once
+/// the master record naming `keep` is durable: nothing is deleted before the state that
+/// replaces it is.
 pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> {
     for n in storage.list().map_err(|e| io("listing the database directory", e))? {
-        let stale = match (format::parse_segment_name(&n), snapshot_generation(&n)) {
-            (Some((g, _, _)), _) => g < keep,
-            (None, Some(g)) => g != keep && g <= keep.saturating_add(2),
+        let stale = match format::parse_segment_name(&n) {
+            Some((g, _, _)) => g < keep,
             // A segment being preallocated (the lanes' background preparation may run
             // during a checkpoint): only an older generation's.
-            _ => match n.strip_suffix(".tmp").map(format::parse_segment_name) {
+            None => match n.strip_suffix(".tmp").map(format::parse_segment_name) {
                 Some(Some((g, _, _))) => g < keep,
                 _ => n.ends_with(".tmp") && n != "MASTER.tmp",
             },

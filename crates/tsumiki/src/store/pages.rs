@@ -1,0 +1,905 @@
+//! The page store (paper 004, LLAMA): the committed state as pages of key ranges, each a
+//! chain of images on disk (a base, then deltas that name the page and the address of its
+//! previous state), found through a translation table from page to chain.
+//!
+//! Images are packed into a byte stream cut into the 4 KiB blocks of [`crate::block`]
+//! (trailer lane [`STORE_LANE`], sequence = block number in its segment, `lo` = the
+//! generation that wrote it), in segment files `pages-<n>.seg`. Writes only append: each
+//! checkpoint starts at a fresh block after the last one written, and a block is never
+//! rewritten while a durable translation table may name it. A segment whose images are all
+//! dead is reused only once the table that no longer names it is durable (the master
+//! record naming that table is written): a crash before that recovers from the previous
+//! table, whose images are all still there.
+//!
+//! A checkpoint changes only the pages whose keys changed: a page gets a delta with the
+//! changed keys' values (or tombstones), or, when its chain is long or its deltas outweigh
+//! its base, a new consolidated base (split into several pages when it grew past twice
+//! [`PAGE_TARGET`]; an empty page is dropped and its range joins its left neighbour).
+//! Cleaning picks segments by cost-benefit (Rosenblum and Ousterhout's `(1 - u) * age /
+//! (1 + u)`) whenever the files hold more than [`SPACE_GOAL`] times the live images, and
+//! relocates their live pages as consolidated bases.
+//!
+//! Every image is checksummed, names its page and (deltas) its predecessor by address and
+//! checksum; the table names every image of every chain the same way, and the master
+//! record names the table: a stale, foreign or damaged image is always
+//! [`Error::Corrupt`], never read as data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
+use crate::error::{Error, MAX_VALUE_LEN};
+use crate::index::MAX_KEY_LEN;
+use crate::wal::storage::{create_fresh, Storage, StorageFile};
+
+/// The trailer lane id of page-store blocks.
+pub const STORE_LANE: u16 = 0xFFFE;
+/// A page's target size in encoded bytes: a consolidation splits a page larger than
+/// twice this into pieces of about this size.
+pub const PAGE_TARGET: usize = 8 << 10;
+/// Images in a chain beyond which the next change consolidates the page.
+pub const MAX_CHAIN: usize = 8;
+/// A page is consolidated once its deltas would exceed its base divided by this: the
+/// deltas cost at most a quarter of the live bytes (and of a read of the page).
+pub const DELTA_SHARE: u64 = 4;
+/// Cleaning runs while the segment files hold more than this times the live images
+/// (plus two segments of slack, so a small store never churns).
+pub const SPACE_GOAL: f64 = 1.2;
+/// Segments relocated by one checkpoint at most (cleaning is incremental).
+const CLEAN_PER_CHECKPOINT: usize = 16;
+/// The longest image accepted when reading (a page holding one maximal value, with room).
+const MAX_IMAGE: u32 = (MAX_VALUE_LEN + MAX_KEY_LEN + (64 << 10)) as u32 * 2;
+
+const KIND_BASE: u8 = 1;
+const KIND_DELTA: u8 = 2;
+const KIND_TABLE: u8 = 3;
+/// Image header: crc (4), body length (4), kind (1), page id (8), previous image (20),
+/// entry count (4).
+const IMAGE_HEADER: usize = 4 + 4 + 1 + 8 + REF_LEN + 4;
+const REF_LEN: usize = 4 + 8 + 4 + 4;
+/// Bytes of blocks gathered before they are written.
+const WRITE_BATCH: usize = 1 << 20;
+
+/// Where an image lies: segment, offset in the segment's payload stream (block number
+/// times [`PAYLOAD`] plus the offset in that block), length and CRC32C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImageRef {
+    /// The segment file number.
+    pub seg: u32,
+    /// Payload offset in the segment.
+    pub off: u64,
+    /// The image's length in bytes.
+    pub len: u32,
+    /// The image's CRC32C (its first four bytes).
+    pub crc: u32,
+}
+
+impl ImageRef {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.seg.to_le_bytes());
+        out.extend_from_slice(&self.off.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<ImageRef, String> {
+        Ok(ImageRef { seg: r.u32()?, off: r.u64()?, len: r.u32()?, crc: r.u32()? })
+    }
+
+    /// The block after the image's last byte.
+    fn end_block(&self) -> u64 {
+        (self.off + self.len as u64).div_ceil(PAYLOAD as u64)
+    }
+}
+
+/// A bounded reader over an image's bytes.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("an image ends inside an entry".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    /// A length, checked against `max` before use.
+    fn len(&mut self, max: usize, what: &str) -> Result<usize, String> {
+        let n = self.u32()? as usize;
+        if n > max {
+            return Err(format!("{what} length {n} exceeds {max}"));
+        }
+        Ok(n)
+    }
+}
+
+/// One page: the keys from `low` up to the next page's `low`, and its chain on disk,
+/// newest image first (the last is a base). An empty chain is an empty page.
+#[derive(Debug, Clone)]
+struct Page {
+    low: Vec<u8>,
+    pid: u64,
+    chain: Vec<ImageRef>,
+}
+
+impl Page {
+    fn low(&self) -> &[u8] {
+        &self.low
+    }
+}
+
+/// One segment file.
+#[derive(Default)]
+struct Segment {
+    /// Bytes of live images in it (named by the table being built).
+    live: u64,
+    /// The generation that last wrote into it (cleaning's age).
+    gen: u64,
+}
+
+/// Counters of the page store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Pages in the translation table.
+    pub pages: u64,
+    /// Segment files, and how many of them are free for reuse.
+    pub segments: u64,
+    /// Free segment files.
+    pub free_segments: u64,
+    /// Bytes of images the current table names (including the table itself).
+    pub live_bytes: u64,
+    /// Bytes of segment files on disk.
+    pub file_bytes: u64,
+    /// Bytes of blocks written since open.
+    pub written_bytes: u64,
+    /// Base images written since open (consolidations, splits, relocations).
+    pub bases_written: u64,
+    /// Delta images written since open.
+    pub deltas_written: u64,
+    /// Pages relocated by cleaning since open.
+    pub relocated_pages: u64,
+    /// Segments cleaned since open.
+    pub segments_cleaned: u64,
+}
+
+/// The page store of one database directory.
+pub struct PageStore {
+    storage: Arc<dyn Storage>,
+    segment_bytes: u64,
+    pages: Vec<Page>,
+    next_pid: u64,
+    segs: BTreeMap<u32, Segment>,
+    /// Segments no durable table names: reusable.
+    free: BTreeSet<u32>,
+    /// Segments the table being built no longer names: free once it is durable.
+    freed: Vec<u32>,
+    table: Option<ImageRef>,
+    /// The segment being appended to and its next block, with the bytes not yet in a
+    /// written block (`buf`) and sealed blocks not yet written (`out`, from `out_block`).
+    cur: Option<(u32, Box<dyn StorageFile>)>,
+    next_block: u64,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    out_block: u64,
+    /// Files written since the last sync, and whether one was created.
+    touched: Vec<(u32, Box<dyn StorageFile>)>,
+    created: bool,
+    /// Whether this checkpoint appended an image yet: its first goes right after the
+    /// durable table, whatever the segment's fill, so that a block there newer than the
+    /// master record proves a later checkpoint ran (see [`PageStore::newest_unnamed`]).
+    started: bool,
+    gen: u64,
+    stats: StoreStats,
+    /// Test only: a freed segment is reused at once, before the table that frees it is
+    /// durable (a planted bug for the crash tests).
+    early_reuse: bool,
+}
+
+/// The name of segment `n`.
+pub fn segment_file(n: u32) -> String {
+    format!("pages-{n:08}.seg")
+}
+
+/// The number in a segment file name.
+pub fn parse_segment_file(name: &str) -> Option<u32> {
+    let n = name.strip_prefix("pages-")?.strip_suffix(".seg")?;
+    (n.len() == 8).then(|| n.parse().ok()).flatten()
+}
+
+fn corrupt(m: impl Into<String>) -> Error {
+    Error::Corrupt(m.into())
+}
+
+/// A change to apply: a key and its new value (`None`: deleted).
+pub type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// Receives live keys and their values, in key order.
+pub type Sink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
+
+impl PageStore {
+    /// Opens the store whose translation table is `table` (none: an empty store, whose one
+    /// page is empty). Reads only the table; pages are read when loaded.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        segment_bytes: u64,
+        table: Option<ImageRef>,
+        early_reuse: bool,
+    ) -> Result<PageStore, Error> {
+        let mut s = PageStore {
+            storage,
+            segment_bytes: segment_bytes.max(2 * BLOCK as u64),
+            pages: vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }],
+            next_pid: 1,
+            segs: BTreeMap::new(),
+            free: BTreeSet::new(),
+            freed: Vec::new(),
+            table,
+            cur: None,
+            next_block: 0,
+            buf: Vec::new(),
+            out: Vec::new(),
+            out_block: 0,
+            touched: Vec::new(),
+            created: false,
+            started: false,
+            gen: 0,
+            stats: StoreStats::default(),
+            early_reuse,
+        };
+        let files: Vec<u32> = s
+            .storage
+            .list()
+            .map_err(|e| Error::io("listing the database directory", e))?
+            .iter()
+            .filter_map(|n| parse_segment_file(n))
+            .collect();
+        if let Some(t) = table {
+            let img = s.read_image(t, None)?;
+            s.decode_table(&img)?;
+            let refs: Vec<ImageRef> = s.pages.iter().flat_map(|p| p.chain.iter().copied()).chain([t]).collect();
+            for r in refs {
+                s.segs.entry(r.seg).or_default().live += r.len as u64;
+            }
+            let file = s.open_segment(t.seg)?;
+            s.cur = Some((t.seg, file));
+            s.next_block = t.end_block();
+            s.out_block = s.next_block;
+        }
+        for n in files {
+            if !s.segs.contains_key(&n) {
+                s.free.insert(n);
+            }
+        }
+        Ok(s)
+    }
+
+    /// The generation of the newest write the durable table does not name, if one is on
+    /// disk where the next checkpoint writes first: the block after the table (without a
+    /// table: the first block of any segment). A master record older than the store
+    /// shows up here: a later checkpoint wrote after the table it names.
+    pub fn newest_unnamed(&self) -> Result<Option<u64>, Error> {
+        let mut newest = None;
+        let mut probe = |n: u32, block: u64| -> Result<(), Error> {
+            let f = self.open_segment(n)?;
+            let mut b = vec![0u8; BLOCK];
+            let got = f.read_at(&mut b, block * BLOCK as u64).map_err(|e| Error::io(segment_file(n), e))?;
+            if got == BLOCK {
+                if let Some(t) = open_block(&b).filter(|t| t.lane == STORE_LANE && t.seq as u64 == block) {
+                    newest = newest.max(Some(t.lo));
+                }
+            }
+            Ok(())
+        };
+        match self.table {
+            Some(t) => probe(t.seg, t.end_block())?,
+            None => {
+                for &n in &self.free {
+                    probe(n, 0)?;
+                }
+            }
+        }
+        Ok(newest)
+    }
+
+    fn open_segment(&self, n: u32) -> Result<Box<dyn StorageFile>, Error> {
+        let name = segment_file(n);
+        self.storage.open(&name, false).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => corrupt(format!("{name}, which the translation table names, is missing")),
+            _ => Error::io(name, e),
+        })
+    }
+
+    /// Bytes of blocks written since open.
+    pub fn written(&self) -> u64 {
+        self.stats.written_bytes
+    }
+
+    /// The store's counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut s = self.stats;
+        s.pages = self.pages.len() as u64;
+        s.free_segments = self.free.len() as u64;
+        s.segments = (self.segs.len() + self.free.len()) as u64;
+        s.live_bytes = self.segs.values().map(|g| g.live).sum();
+        s.file_bytes = 0;
+        for n in self.segs.keys().chain(&self.free) {
+            if let Ok(f) = self.storage.open(&segment_file(*n), false) {
+                s.file_bytes += f.len().unwrap_or(0);
+            }
+        }
+        s
+    }
+
+    /// Reads the image at `r`, checking every block and the image's checksum (and, with
+    /// `pid`, that it belongs to that page). Returns its bytes.
+    fn read_image(&self, r: ImageRef, pid: Option<u64>) -> Result<Vec<u8>, Error> {
+        let what = || format!("the page image at {}:{} ({} bytes)", segment_file(r.seg), r.off, r.len);
+        if r.len as usize > MAX_IMAGE as usize || (r.len as usize) < IMAGE_HEADER {
+            return Err(corrupt(format!("{}: invalid length", what())));
+        }
+        let first = r.off / PAYLOAD as u64;
+        let blocks = r.end_block() - first;
+        let mut raw = vec![0u8; (blocks as usize) * BLOCK];
+        let file = self.open_segment(r.seg)?;
+        let mut at = 0;
+        while at < raw.len() {
+            match file.read_at(&mut raw[at..], first * BLOCK as u64 + at as u64) {
+                Ok(0) => return Err(corrupt(format!("{}: the segment ends before it", what()))),
+                Ok(n) => at += n,
+                Err(e) => return Err(Error::io(what(), e)),
+            }
+        }
+        let mut img = Vec::with_capacity(r.len as usize);
+        let mut skip = (r.off % PAYLOAD as u64) as usize;
+        for (i, block) in raw.chunks(BLOCK).enumerate() {
+            let t = match open_block(block) {
+                Some(t) if t.lane == STORE_LANE && t.seq as u64 == first + i as u64 => t,
+                _ => return Err(corrupt(format!("{}: block {} is damaged", what(), first + i as u64))),
+            };
+            let want = (r.len as usize - img.len()).min(PAYLOAD - skip);
+            if (t.used as usize) < skip + want {
+                return Err(corrupt(format!("{}: block {} is shorter than the image", what(), first + i as u64)));
+            }
+            img.extend_from_slice(&block[skip..skip + want]);
+            skip = 0;
+        }
+        let stored = u32::from_le_bytes(img[0..4].try_into().expect("4 bytes"));
+        let body = u32::from_le_bytes(img[4..8].try_into().expect("4 bytes"));
+        if stored != r.crc || crc32c::crc32c(&img[4..]) != stored || body as usize + 8 != img.len() {
+            return Err(corrupt(format!("{}: checksum mismatch (damaged, stale or foreign)", what())));
+        }
+        if let Some(pid) = pid {
+            let got = u64::from_le_bytes(img[9..17].try_into().expect("8 bytes"));
+            if got != pid || !matches!(img[8], KIND_BASE | KIND_DELTA) {
+                return Err(corrupt(format!("{}: not an image of page {pid}", what())));
+            }
+        }
+        Ok(img)
+    }
+
+    fn decode_table(&mut self, img: &[u8]) -> Result<(), Error> {
+        let bad = |m: String| corrupt(format!("the translation table: {m}"));
+        if img[8] != KIND_TABLE {
+            return Err(bad("not a table image".into()));
+        }
+        self.next_pid = u64::from_le_bytes(img[9..17].try_into().expect("8 bytes"));
+        let mut r = Reader(&img[IMAGE_HEADER..]);
+        let n = r.u32().map_err(bad)? as usize;
+        if n == 0 || n > img.len() {
+            return Err(bad(format!("{n} pages")));
+        }
+        let mut pages = Vec::with_capacity(n);
+        for i in 0..n {
+            let pid = r.u64().map_err(bad)?;
+            let low = r.len(MAX_KEY_LEN, "key").and_then(|l| r.take(l)).map_err(bad)?.to_vec();
+            let c = r.u8().map_err(bad)? as usize;
+            if c > MAX_CHAIN + 1 || pid >= self.next_pid {
+                return Err(bad(format!("page {pid}: chain of {c}")));
+            }
+            let chain = (0..c).map(|_| ImageRef::decode(&mut r)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
+            let ordered = match pages.last() {
+                None => low.is_empty(),
+                Some(p) => i > 0 && Page::low(p) < low.as_slice(),
+            };
+            if !ordered {
+                return Err(bad("pages out of key order".into()));
+            }
+            pages.push(Page { low, pid, chain });
+        }
+        let m = r.u32().map_err(bad)? as usize;
+        for _ in 0..m {
+            let seg = r.u32().map_err(bad)?;
+            let gen = r.u64().map_err(bad)?;
+            self.segs.insert(seg, Segment { live: 0, gen });
+        }
+        if !r.0.is_empty() {
+            return Err(bad("trailing bytes".into()));
+        }
+        self.pages = pages;
+        Ok(())
+    }
+
+    /// Calls `f` with every live key and value of page `i`, in key order, after applying
+    /// `changes` (sorted, all within the page's range).
+    fn page_entries(
+        &self,
+        i: usize,
+        changes: &[Change],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let page = &self.pages[i];
+        let high = self.pages.get(i + 1).map(|p| p.low.as_slice());
+        let imgs = page.chain.iter().map(|&r| self.read_image(r, Some(page.pid))).collect::<Result<Vec<_>, _>>()?;
+        // Each image names the one before it.
+        for (w, img) in imgs.iter().enumerate() {
+            let kind = img[8];
+            let last = w + 1 == imgs.len();
+            let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(corrupt)?;
+            let ok = if last { kind == KIND_BASE } else { kind == KIND_DELTA && prev == page.chain[w + 1] };
+            if !ok {
+                return Err(corrupt(format!("page {}: its chain is broken at image {w}", page.pid)));
+            }
+        }
+        let in_range = |k: &[u8]| k >= page.low.as_slice() && high.is_none_or(|h| k < h);
+        if imgs.len() == 1 && changes.is_empty() {
+            return for_each_entry(&imgs[0], page.pid, |k, v| match v {
+                Some(v) if in_range(k) => f(k, v),
+                _ => Err(corrupt(format!("page {}: a base holds a key outside its range or a tombstone", page.pid))),
+            });
+        }
+        let mut state: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for img in imgs.iter().rev() {
+            for_each_entry(img, page.pid, |k, v| {
+                if !in_range(k) {
+                    return Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)));
+                }
+                state.insert(k, v);
+                Ok(())
+            })?;
+        }
+        for (k, v) in changes {
+            state.insert(k, v.as_deref());
+        }
+        for (k, v) in state {
+            if let Some(v) = v {
+                f(k, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams the whole state to `load`, in key order, with `changes` (sorted) applied
+    /// over the pages (recovery's replayed writes).
+    pub fn load_all(&self, changes: &[Change], load: &mut Sink<'_>) -> Result<u64, Error> {
+        let mut n = 0;
+        let mut at = 0;
+        for i in 0..self.pages.len() {
+            let end = self.range_end(i, changes, at);
+            self.page_entries(i, &changes[at..end], |k, v| {
+                n += 1;
+                load(k, v)
+            })?;
+            at = end;
+        }
+        Ok(n)
+    }
+
+    /// The end (exclusive) in `changes` of the changes of page `i`, from `at`.
+    fn range_end(&self, i: usize, changes: &[Change], at: usize) -> usize {
+        match self.pages.get(i + 1) {
+            Some(next) => at + changes[at..].partition_point(|(k, _)| k.as_slice() < next.low.as_slice()),
+            None => changes.len(),
+        }
+    }
+
+    /// Applies `changes` (sorted by key, unique) for generation `gen`: deltas or new
+    /// bases for the pages they touch, and relocation of the pages of the segments
+    /// cleaning picks. Then [`write_table`](Self::write_table).
+    pub fn apply(&mut self, gen: u64, changes: &[Change]) -> Result<(), Error> {
+        self.gen = gen;
+        let victims = self.pick_victims();
+        self.stats.segments_cleaned += victims.len() as u64;
+        // `self.pages` is read while the new list is built.
+        let mut out: Vec<Page> = Vec::with_capacity(self.pages.len());
+        let mut at = 0;
+        for i in 0..self.pages.len() {
+            let end = self.range_end(i, changes, at);
+            let mine = &changes[at..end];
+            at = end;
+            let page = self.pages[i].clone();
+            let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
+            if mine.is_empty() && !relocate {
+                out.push(page);
+                continue;
+            }
+            if relocate {
+                self.stats.relocated_pages += 1;
+            }
+            let delta = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+            let deltas_bytes: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
+            let base_bytes = page.chain.last().map_or(0, |r| r.len as u64);
+            let consolidate = page.chain.is_empty()
+                || relocate
+                || page.chain.len() >= MAX_CHAIN
+                || deltas_bytes + delta.1.len() as u64 > (base_bytes / DELTA_SHARE).max(PAGE_TARGET as u64 / 8);
+            if !consolidate {
+                let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], delta.0, &delta.1)?;
+                self.stats.deltas_written += 1;
+                let mut p = page;
+                p.chain.insert(0, r);
+                out.push(p);
+                continue;
+            }
+            let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            self.page_entries(i, mine, |k, v| {
+                entries.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })?;
+            for r in &page.chain {
+                self.dead(*r);
+            }
+            self.write_bases(page, entries, &mut out)?;
+        }
+        if out.is_empty() {
+            out.push(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() });
+        }
+        // The first page always starts at the empty key (an emptied first page was
+        // dropped: its right neighbour now covers its range too).
+        out[0].low.clear();
+        self.pages = out;
+        Ok(())
+    }
+
+    /// Replaces the whole store with `entries` (key order): every page new, every old
+    /// image dead. For databases whose changes are not known from the log.
+    pub fn rebuild(&mut self, gen: u64, fill: &mut dyn FnMut(&mut Sink<'_>) -> Result<(), Error>) -> Result<(), Error> {
+        self.gen = gen;
+        for r in self.pages.iter().flat_map(|p| p.chain.clone()).collect::<Vec<_>>() {
+            self.dead(r);
+        }
+        let mut out: Vec<Page> = Vec::new();
+        let mut piece: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut size = 0;
+        fill(&mut |k, v| {
+            size += entry_len(k, Some(v));
+            piece.push((k.to_vec(), v.to_vec()));
+            if size >= PAGE_TARGET {
+                let low = if out.is_empty() { Vec::new() } else { piece[0].0.clone() };
+                let page = Page { low, pid: self.take_pid(), chain: Vec::new() };
+                self.write_bases(page, std::mem::take(&mut piece), &mut out)?;
+                size = 0;
+            }
+            Ok(())
+        })?;
+        if !piece.is_empty() || out.is_empty() {
+            let low = if out.is_empty() { Vec::new() } else { piece[0].0.clone() };
+            let page = Page { low, pid: self.take_pid(), chain: Vec::new() };
+            if piece.is_empty() {
+                out.push(page);
+            } else {
+                self.write_bases(page, piece, &mut out)?;
+            }
+        }
+        out[0].low.clear();
+        self.pages = out;
+        Ok(())
+    }
+
+    fn take_pid(&mut self) -> u64 {
+        self.next_pid += 1;
+        self.next_pid - 1
+    }
+
+    /// Writes `entries` (the whole content of `page`) as one base, or as several pages
+    /// when it is more than twice [`PAGE_TARGET`]; an empty page is dropped.
+    fn write_bases(&mut self, page: Page, entries: Vec<(Vec<u8>, Vec<u8>)>, out: &mut Vec<Page>) -> Result<(), Error> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let total: usize = entries.iter().map(|(k, v)| entry_len(k, Some(v))).sum();
+        let pieces = if total > 2 * PAGE_TARGET { total.div_ceil(PAGE_TARGET) } else { 1 };
+        let per = total.div_ceil(pieces);
+        let mut start = 0;
+        let mut first = true;
+        while start < entries.len() {
+            let mut size = 0;
+            let mut end = start;
+            while end < entries.len() && (end == start || size < per) {
+                size += entry_len(&entries[end].0, Some(&entries[end].1));
+                end += 1;
+            }
+            let (pid, low) =
+                if first { (page.pid, page.low.clone()) } else { (self.take_pid(), entries[start].0.clone()) };
+            first = false;
+            let (count, body) =
+                encode_entries(entries[start..end].iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
+            let r = self.append_image(KIND_BASE, pid, ImageRef::default(), count, &body)?;
+            self.stats.bases_written += 1;
+            out.push(Page { low, pid, chain: vec![r] });
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Marks the image at `r` dead (its page moved on).
+    fn dead(&mut self, r: ImageRef) {
+        let cur = self.cur.as_ref().map(|c| c.0);
+        if let Some(s) = self.segs.get_mut(&r.seg) {
+            s.live = s.live.saturating_sub(r.len as u64);
+            if s.live == 0 && cur != Some(r.seg) {
+                self.segs.remove(&r.seg);
+                if self.early_reuse {
+                    self.free.insert(r.seg);
+                } else {
+                    self.freed.push(r.seg);
+                }
+            }
+        }
+    }
+
+    /// The segments cleaning relocates this time: while the files hold more than
+    /// [`SPACE_GOAL`] times the live bytes, the best by cost-benefit.
+    fn pick_victims(&self) -> BTreeSet<u32> {
+        let cur = self.cur.as_ref().map(|c| c.0);
+        let live: u64 = self.segs.values().map(|s| s.live).sum();
+        let mut files = (self.segs.len() as u64) * self.segment_bytes;
+        let slack = 2 * self.segment_bytes;
+        let mut cands: Vec<(f64, u32, u64)> = self
+            .segs
+            .iter()
+            .filter(|(n, _)| Some(**n) != cur)
+            .map(|(n, s)| {
+                let u = (s.live as f64 / self.segment_bytes as f64).min(1.0);
+                let age = self.gen.saturating_sub(s.gen) as f64 + 1.0;
+                ((1.0 - u) * age / (1.0 + u), *n, s.live)
+            })
+            .collect();
+        cands.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut victims = BTreeSet::new();
+        for (_, n, l) in cands {
+            if files as f64 <= SPACE_GOAL * live as f64 + slack as f64 || victims.len() >= CLEAN_PER_CHECKPOINT {
+                break;
+            }
+            victims.insert(n);
+            // Its live bytes are written again elsewhere.
+            files = files.saturating_sub(self.segment_bytes - l.min(self.segment_bytes));
+        }
+        victims
+    }
+
+    /// Appends one image; returns where it lies.
+    fn append_image(&mut self, kind: u8, pid: u64, prev: ImageRef, count: u32, body: &[u8]) -> Result<ImageRef, Error> {
+        let mut img = Vec::with_capacity(IMAGE_HEADER + body.len());
+        img.extend_from_slice(&[0; 8]);
+        img.push(kind);
+        img.extend_from_slice(&pid.to_le_bytes());
+        prev.encode(&mut img);
+        img.extend_from_slice(&count.to_le_bytes());
+        img.extend_from_slice(body);
+        let len = u32::try_from(img.len()).map_err(|_| Error::Config("a page image over 4 GiB".into()))?;
+        img[4..8].copy_from_slice(&(len - 8).to_le_bytes());
+        let crc = crc32c::crc32c(&img[4..]);
+        img[0..4].copy_from_slice(&crc.to_le_bytes());
+        // A new segment when this one is full (an image never spans two; one larger than
+        // a segment gets a segment of its own).
+        let used = self.next_block * BLOCK as u64 + self.buf.len() as u64;
+        let reuse_now = self.early_reuse && self.started && !self.free.is_empty();
+        if self.cur.is_none() || reuse_now || (self.started && !self.fits(img.len()) && used > 0) {
+            self.next_segment()?;
+        }
+        let seg = self.cur.as_ref().expect("a segment").0;
+        let r = ImageRef { seg, off: self.next_block * PAYLOAD as u64 + self.buf.len() as u64, len, crc };
+        self.buf.extend_from_slice(&img);
+        self.segs.entry(seg).or_default().live += len as u64;
+        self.started = true;
+        self.emit(false)?;
+        Ok(r)
+    }
+
+    /// Finishes the current segment and starts the next: a free one, or a new file.
+    fn next_segment(&mut self) -> Result<(), Error> {
+        self.emit(true)?;
+        let (n, file) = match self.free.pop_first() {
+            Some(n) => (n, self.open_segment(n)?),
+            None => {
+                let n = self.segs.keys().chain(&self.freed).max().map_or(0, |m| m + 1);
+                let name = segment_file(n);
+                let f = create_fresh(&*self.storage, &name).map_err(|e| Error::io(name, e))?;
+                self.created = true;
+                (n, f)
+            }
+        };
+        if let Some(old) = self.cur.take() {
+            self.touched.push(old);
+        }
+        self.segs.entry(n).or_default().gen = self.gen;
+        self.cur = Some((n, file));
+        self.next_block = 0;
+        self.out_block = 0;
+        Ok(())
+    }
+
+    /// Seals full blocks of `buf` (and, with `all`, the partly filled last one) and writes
+    /// them out per [`WRITE_BATCH`] (with `all`, everything).
+    fn emit(&mut self, all: bool) -> Result<(), Error> {
+        let mut taken = 0;
+        let mut block = vec![0u8; BLOCK];
+        while self.buf.len() - taken >= PAYLOAD || (all && taken < self.buf.len()) {
+            let n = (self.buf.len() - taken).min(PAYLOAD);
+            block.fill(0);
+            block[..n].copy_from_slice(&self.buf[taken..taken + n]);
+            let t = Trailer {
+                lane: STORE_LANE,
+                used: n as u16,
+                seq: self.next_block as u32,
+                lo: self.gen,
+                ..Default::default()
+            };
+            seal_block(&mut block, &t);
+            self.out.extend_from_slice(&block);
+            self.next_block += 1;
+            taken += n;
+        }
+        self.buf.drain(..taken);
+        if (self.out.len() >= WRITE_BATCH || all) && !self.out.is_empty() {
+            let (n, file) = self.cur.as_ref().expect("blocks belong to a segment");
+            file.write_at(&self.out, self.out_block * BLOCK as u64).map_err(|e| Error::io(segment_file(*n), e))?;
+            self.stats.written_bytes += self.out.len() as u64;
+            self.out_block = self.next_block;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the translation table as the last image of this checkpoint, and makes every
+    /// block written since the last call durable. Returns the table's address for the
+    /// master record; [`commit`](Self::commit) once that record is durable.
+    pub fn write_table(&mut self) -> Result<ImageRef, Error> {
+        if let Some(t) = self.table.take() {
+            self.dead(t);
+        }
+        if self.cur.is_none() {
+            self.next_segment()?;
+        }
+        // The table lists the segments, its own included: start the segment it goes to
+        // before encoding it.
+        let mut body = self.table_body();
+        if !self.fits(IMAGE_HEADER + body.len()) {
+            self.next_segment()?;
+            body = self.table_body();
+        }
+        let r = self.append_image(KIND_TABLE, self.next_pid, ImageRef::default(), 0, &body)?;
+        self.table = Some(r);
+        self.started = false;
+        self.emit(true)?;
+        if let Some((n, f)) = &self.cur {
+            f.sync_data().map_err(|e| Error::io(segment_file(*n), e))?;
+        }
+        for (n, f) in self.touched.drain(..) {
+            f.sync_data().map_err(|e| Error::io(segment_file(n), e))?;
+        }
+        if std::mem::take(&mut self.created) {
+            self.storage.sync_dir().map_err(|e| Error::io("syncing the database directory", e))?;
+        }
+        Ok(r)
+    }
+
+    /// The table: page count, then per page its id, low key and chain; then the segments
+    /// with the generation that last wrote each. (The image's page id field holds the
+    /// next page id.)
+    fn table_body(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&(self.pages.len() as u32).to_le_bytes());
+        for p in &self.pages {
+            body.extend_from_slice(&p.pid.to_le_bytes());
+            body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
+            body.extend_from_slice(&p.low);
+            body.push(p.chain.len() as u8);
+            for r in &p.chain {
+                r.encode(&mut body);
+            }
+        }
+        body.extend_from_slice(&(self.segs.len() as u32).to_le_bytes());
+        for (n, s) in &self.segs {
+            body.extend_from_slice(&n.to_le_bytes());
+            body.extend_from_slice(&s.gen.to_le_bytes());
+        }
+        body
+    }
+
+    /// Whether an image of `len` bytes fits in the current segment.
+    fn fits(&self, len: usize) -> bool {
+        let used = self.next_block * BLOCK as u64 + self.buf.len() as u64;
+        self.cur.is_some()
+            && used + len as u64 + (len as u64 / PAYLOAD as u64 + 1) * TRAILER as u64 <= self.segment_bytes
+    }
+
+    /// The table written last is durable (the master record names it): the segments it
+    /// no longer names may be reused.
+    /// Free segments beyond a reserve (a sixteenth of those in use, at least one) are
+    /// deleted: recycling the reserve saves creating files, deleting the rest keeps the
+    /// disk near the live data after a checkpoint that rewrote much of the store.
+    /// (A deletion that fails leaves the segment free, for the next commit to retry.)
+    pub fn commit(&mut self) {
+        self.free.extend(self.freed.drain(..));
+        let reserve = (self.segs.len() / 16).max(1);
+        while self.free.len() > reserve {
+            let n = *self.free.last().expect("more than the reserve");
+            if self.storage.remove(&segment_file(n)).is_err() {
+                break;
+            }
+            self.free.remove(&n);
+        }
+    }
+}
+
+/// The encoded length of one entry.
+fn entry_len(k: &[u8], v: Option<&[u8]>) -> usize {
+    1 + 4 + k.len() + v.map_or(0, |v| 4 + v.len())
+}
+
+/// Encodes entries: `tag u8` (0 put, 1 delete), `key_len u32`, [`value_len u32`], key,
+/// [value]. Returns the count and the bytes.
+fn encode_entries<'a>(items: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> (u32, Vec<u8>) {
+    let mut out = Vec::new();
+    let mut n = 0u32;
+    for (k, v) in items {
+        n += 1;
+        out.push(v.is_none() as u8);
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        if let Some(v) = v {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        }
+        out.extend_from_slice(k);
+        if let Some(v) = v {
+            out.extend_from_slice(v);
+        }
+    }
+    (n, out)
+}
+
+/// Calls `f` on every entry of a page image, checking lengths and that keys strictly
+/// increase.
+fn for_each_entry<'a>(
+    img: &'a [u8],
+    pid: u64,
+    mut f: impl FnMut(&'a [u8], Option<&'a [u8]>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let bad = |m: String| corrupt(format!("page {pid}: {m}"));
+    let count = u32::from_le_bytes(img[IMAGE_HEADER - 4..IMAGE_HEADER].try_into().expect("4 bytes"));
+    let mut r = Reader(&img[IMAGE_HEADER..]);
+    let mut last: Option<&[u8]> = None;
+    for _ in 0..count {
+        let tag = r.u8().map_err(bad)?;
+        let klen = r.len(MAX_KEY_LEN, "key").map_err(bad)?;
+        let v = match tag {
+            0 => Some(r.len(MAX_VALUE_LEN, "value").map_err(bad)?),
+            1 => None,
+            t => return Err(bad(format!("entry tag {t}"))),
+        };
+        let k = r.take(klen).map_err(bad)?;
+        let v = match v {
+            Some(n) => Some(r.take(n).map_err(bad)?),
+            None => None,
+        };
+        if last.is_some_and(|l| l >= k) {
+            return Err(bad("keys out of order".into()));
+        }
+        last = Some(k);
+        f(k, v)?;
+    }
+    if !r.0.is_empty() {
+        return Err(bad("trailing bytes".into()));
+    }
+    Ok(())
+}
