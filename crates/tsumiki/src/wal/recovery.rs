@@ -279,21 +279,84 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every key the complete records of generation `generation`'s logs write, sorted and
-/// unique: what changed since the checkpoint that started it.
+/// Every key the records of generation `generation`'s logs write, sorted and unique:
+/// what changed since the checkpoint that started it. The lanes were closed and synced by
+/// the switch to the next generation, so every block up to a lane's end is valid: a
+/// damaged one is an error (a key missed here would be lost with the log), not a tail.
+/// Segments are read a chunk at a time into one buffer (no copy of the log in memory).
 pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<Vec<Vec<u8>>, Error> {
     let lanes = segments_of(storage, generation)?;
     let mut keys: Vec<Vec<u8>> = Vec::new();
-    for (id, segs) in &lanes {
-        let log = read_lane(storage, generation, *id, segs, segment_size)?;
-        for &(_, at, n) in &log.records {
-            let (view, _) = format::parse_record(&log.stream[at..at + n]).expect("validated when the lane was read");
-            view.for_each(|k, _| keys.push(k.to_vec()));
+    let mut chunk = vec![0u8; LOGGED_KEYS_CHUNK];
+    let mut stream: Vec<u8> = Vec::new();
+    for (&lane, segs) in &lanes {
+        stream.clear();
+        let mut seq: u32 = 0;
+        'lane: for (i, &seg) in segs.iter().enumerate() {
+            let name = format::segment_name(generation, lane, seg);
+            if seg != i as u64 {
+                return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
+            }
+            let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
+            let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
+            let mut off = 0u64;
+            while off < len {
+                let n = (chunk.len() as u64).min(len - off) as usize;
+                read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+                off += n as u64;
+                for block in chunk[..n].chunks(BLOCK) {
+                    match format::open_block(block) {
+                        Some(t) if t.lane == lane && t.seq == seq => {
+                            stream.extend_from_slice(&block[..t.used as usize]);
+                            seq = seq.wrapping_add(1);
+                        }
+                        // The lane's end: the rest of a preallocated segment.
+                        _ if block.iter().all(|&b| b == 0) => break 'lane,
+                        _ => return Err(corrupt(format!("{name}: a damaged block in a closed lane"))),
+                    }
+                }
+                take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+            }
         }
+        // The blocks read before the lane's end.
+        take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+        // Sorting per lane keeps the list near the distinct keys, not the writes.
         keys.sort_unstable();
         keys.dedup();
     }
     Ok(keys)
+}
+
+/// Moves the keys of the complete records at the start of `stream` into `keys`.
+fn take_keys(stream: &mut Vec<u8>, keys: &mut Vec<Vec<u8>>) -> Result<(), String> {
+    let mut at = 0;
+    while at < stream.len() {
+        match format::parse_record(&stream[at..]) {
+            Ok((view, used)) => {
+                view.for_each(|k, _| keys.push(k.to_vec()));
+                at += used;
+            }
+            Err(format::DecodeError::Truncated) => break,
+            Err(format::DecodeError::Corrupt(m)) => return Err(m),
+        }
+    }
+    stream.drain(..at);
+    Ok(())
+}
+
+/// Bytes of a closed lane read at a time by [`logged_keys`].
+const LOGGED_KEYS_CHUNK: usize = 1 << 20;
+
+/// Fills `buf` from `off`; a file shorter than that is an error.
+fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match file.read_at(&mut buf[at..], off + at as u64)? {
+            0 => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file ended early")),
+            n => at += n,
+        }
+    }
+    Ok(())
 }
 
 /// Removes the logs of generations before `keep` and temporary files. Called only once
