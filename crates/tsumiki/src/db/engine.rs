@@ -369,7 +369,7 @@ impl<P: Protocol> Engine<P> {
         }
         let _one = self.checkpointing.lock();
         let slot = self.checkpoint_slot.get_or_init(|| self.new_slot()).clone();
-        // Entered like a transaction: no record the snapshot meets is freed meanwhile.
+        // Entered like a transaction: no record the checkpoint reads is freed meanwhile.
         self.enter(&slot);
         let r = self.checkpoint();
         self.leave(&slot);
@@ -414,7 +414,7 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
-    /// Marks the database closed without flushing or writing a snapshot (a simulated
+    /// Marks the database closed without flushing or writing pages (a simulated
     /// crash for tests).
     pub(crate) fn abandon(&self) {
         if let Some(d) = &self.durable {

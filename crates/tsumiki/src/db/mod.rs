@@ -429,7 +429,7 @@ impl Db {
         dispatch!(&self.inner, db => db.wal_stats())
     }
 
-    /// Test only: drops the handle as a crash would (no final flush, no snapshot), so the
+    /// Test only: drops the handle as a crash would (no final flush, no page write), so the
     /// next open runs recovery. Never use it otherwise.
     #[doc(hidden)]
     pub fn abandon_for_tests(self) {

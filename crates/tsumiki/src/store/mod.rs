@@ -216,7 +216,6 @@ pub(crate) fn open(
     };
     let logs_readable = log.mode != LogMode::None && log.device == Device::File;
     let wal = Arc::new(Wal::new(log_storage, log, generation));
-    wal.note_snapshot(0);
     if let Some(e) = &read_only {
         wal.poison(format!(
             "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"

@@ -104,9 +104,9 @@ pub struct LogOptions {
     /// commits a size change.
     pub segment_size: u64,
     /// Log bytes written since the last checkpoint that make the next commit take one
-    /// (64 MiB by default; 0: never while open), or four times the size of the last snapshot
-    /// if that is more: a checkpoint writes the whole state (until the page store writes
-    /// only dirty pages), so its cost stays under a quarter of the log volume. A checkpoint starts a
+    /// (64 MiB by default; 0: never while open), or four times what the last checkpoint
+    /// wrote to the page store if that is more, so its cost stays under a quarter of the
+    /// log volume. A checkpoint starts a
     /// new generation of every lane, writes the state beside it and deletes the older
     /// logs, so the logs of a running database stop growing and recovery replays only what
     /// came after it.
@@ -119,7 +119,7 @@ pub struct LogOptions {
     #[doc(hidden)]
     pub early_segment_reuse_for_tests: bool,
     /// Test only: a checkpoint deletes the older logs before the master record naming its
-    /// snapshot is durable (a planted bug for the crash tests). Never set it otherwise.
+    /// table is durable (a planted bug for the crash tests). Never set it otherwise.
     #[doc(hidden)]
     pub early_log_removal_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
@@ -295,8 +295,8 @@ impl Lane {
 }
 
 /// A checkpoint is due once the log since the last one is this many times the size of the
-/// snapshot it wrote (or `checkpoint_bytes`, if more): each checkpoint writes the whole
-/// state, so this bounds its cost to a fraction of the log's own writes.
+/// bytes it wrote to the page store (or `checkpoint_bytes`, if more): this bounds a
+/// checkpoint's cost to a fraction of the log's own writes.
 const CHECKPOINT_GROWTH: u64 = 4;
 
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
@@ -330,8 +330,8 @@ pub(crate) struct Wal {
     /// `bytes` when the last checkpoint switched generations (or one failed): the log since
     /// is their difference, with no second counter on the flush path.
     checkpoint_base: AtomicU64,
-    /// Size of the snapshot the current generation started from.
-    snapshot_bytes: AtomicU64,
+    /// Bytes the last checkpoint wrote to the page store.
+    checkpoint_written: AtomicU64,
     checkpoints: AtomicU64,
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
@@ -360,7 +360,7 @@ impl Wal {
             opts,
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
-            snapshot_bytes: AtomicU64::new(0),
+            checkpoint_written: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
@@ -831,7 +831,7 @@ impl Wal {
         limit > 0
             && self.opts.device == Device::File
             && self.bytes.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
-                >= limit.max(self.snapshot_bytes.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
+                >= limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
     }
 
     /// Moves every lane to generation `g` (a checkpoint). The caller guarantees that no
@@ -874,15 +874,10 @@ impl Wal {
         Ok(())
     }
 
-    /// Counts a completed checkpoint, whose snapshot has `snapshot_bytes`.
-    pub(crate) fn note_checkpoint(&self, snapshot_bytes: u64) {
+    /// Counts a completed checkpoint, which wrote `written` bytes to the page store.
+    pub(crate) fn note_checkpoint(&self, written: u64) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
-        self.note_snapshot(snapshot_bytes);
-    }
-
-    /// The size of the snapshot the current generation started from.
-    pub(crate) fn note_snapshot(&self, snapshot_bytes: u64) {
-        self.snapshot_bytes.store(snapshot_bytes, Ordering::Relaxed);
+        self.checkpoint_written.store(written, Ordering::Relaxed);
     }
 
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
