@@ -69,9 +69,6 @@ enum Planted {
     SkipSync,
     /// A checkpoint deletes the older logs before its master record is durable.
     EarlyLogRemoval,
-    /// The page store reuses a segment before the master record that stops naming it is
-    /// durable.
-    EarlySegmentReuse,
 }
 
 /// One crash iteration with the chain workload on two threads.
@@ -82,10 +79,6 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
         Planted::SkipSync => opts.log.skip_sync_for_tests = true,
         Planted::EarlyLogRemoval => {
             opts.log.early_log_removal_for_tests = true;
-            opts.log.checkpoint_bytes = 12 << 10;
-        }
-        Planted::EarlySegmentReuse => {
-            opts.log.early_segment_reuse_for_tests = true;
             opts.log.checkpoint_bytes = 12 << 10;
         }
     }
@@ -194,21 +187,99 @@ fn planted_early_log_removal_is_caught() {
     assert!(caught > 0, "deleting logs before the checkpoint was durable went unnoticed in 300 crash iterations");
 }
 
+/// One thread commits and checkpoints (explicitly, so that the storage operations come in
+/// the same order every run) and loses power after operation `crash_at` (`None`: never).
+/// Returns the storage operations the run made, or how recovery went wrong.
+fn checkpoint_run(crash_at: Option<u64>, early_reuse: bool) -> Result<u64, String> {
+    let log = LogOptions {
+        segment_size: 16 << 10,
+        // Only the explicit checkpoints below.
+        checkpoint_bytes: u64::MAX,
+        // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
+        page_segment_size: 8 << 10,
+        early_segment_reuse_for_tests: early_reuse,
+        ..LogOptions::default()
+    };
+    let opts = Options { cc: Cc::TicToc, log, ..Options::default() };
+    let disk = SimStorage::new(7);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("open: {e}"))?;
+    if let Some(k) = crash_at {
+        disk.crash_after(k);
+    }
+    let mut rng = SimRng::new(11);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    // The state after each commit; the recovered state must be one from `acked` on.
+    let mut states = vec![model.clone()];
+    let mut acked = 0;
+    'run: for i in 0..100u64 {
+        let mut txn = db.begin();
+        let mut next = model.clone();
+        for _ in 0..8 {
+            let k = format!("key{:03}", rng.below(200)).into_bytes();
+            let v = format!("{i:04}").repeat(10 + rng.below(60) as usize).into_bytes();
+            if txn.put(&k, &v).is_err() {
+                break 'run;
+            }
+            next.insert(k, v);
+        }
+        match txn.commit() {
+            Ok(()) => {
+                model = next;
+                states.push(model.clone());
+                acked = states.len() - 1;
+            }
+            Err(_) => {
+                // Not acknowledged, but its record may have reached the disk.
+                states.push(next);
+                break;
+            }
+        }
+        if i % 10 == 9 && db.checkpoint().is_err() {
+            break;
+        }
+    }
+    let ops = disk.ops();
+    let image = disk.crash();
+    drop(db);
+    let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 7)), opts)
+        .map_err(|e| format!("crash after operation {crash_at:?}: reopen: {e}"))?;
+    let got = dump(&db);
+    match states.iter().rposition(|s| *s == got) {
+        Some(j) if j >= acked => Ok(ops),
+        Some(j) => Err(format!("crash after operation {crash_at:?}: recovered commit {j}, {acked} were acknowledged")),
+        None => Err(format!("crash after operation {crash_at:?}: the recovered state is not one after any commit")),
+    }
+}
+
+/// Power lost after every storage operation of a run with checkpoints in turn: each
+/// recovers an acknowledged state.
+fn checkpoint_sweep(early_reuse: bool) -> (u64, Vec<String>) {
+    let ops = checkpoint_run(None, early_reuse).expect("the run without a crash recovers");
+    let failures = (1..=ops).filter_map(|k| checkpoint_run(Some(k), early_reuse).err()).collect();
+    (ops, failures)
+}
+
+#[test]
+fn power_loss_at_every_operation_of_checkpoints() {
+    let (ops, failures) = checkpoint_sweep(false);
+    assert!(
+        failures.is_empty(),
+        "{} of {ops} crash points failed; first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
 /// The planted bug: the page store reuses a segment (cleaning's, or one an old table
 /// leaves) before the master record that stops naming it is durable. The checker must
 /// notice.
 #[test]
 fn planted_early_segment_reuse_is_caught() {
-    let mut caught = 0;
-    for seed in 0..iterations(300) {
-        if let Err(e) = chain_iteration(seed, Planted::EarlySegmentReuse) {
-            println!("{e}");
-            caught += 1;
-        }
-    }
+    let (ops, failures) = checkpoint_sweep(true);
+    println!("{} of {ops} crash points caught the planted reuse; first: {:?}", failures.len(), failures.first());
     assert!(
-        caught > 0,
-        "reusing page segments before the checkpoint was durable went unnoticed in 300 crash iterations"
+        !failures.is_empty(),
+        "reusing page segments before the checkpoint was durable went unnoticed at all {ops} crash points"
     );
 }
 
