@@ -49,6 +49,8 @@ pub enum Access {
     Removed,
     /// The transaction conflicts and must abort.
     Conflict(Conflict),
+    /// Reading the store failed (the error is kept by the transaction): it must abort.
+    Failed,
 }
 
 impl From<Conflict> for Access {

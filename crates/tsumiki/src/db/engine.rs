@@ -16,6 +16,7 @@ use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
+use super::residency::Residency;
 use super::{Error, MAX_VALUE_LEN};
 
 /// A record pointer as the index stores it. Records are freed only through the epoch after
@@ -206,6 +207,8 @@ pub struct Engine<P: Protocol> {
     /// Held by the checkpoint that uses `checkpoint_slot` (an explicit one and the
     /// background thread's must not enter and leave the one slot at once).
     checkpointing: Mutex<()>,
+    /// Opened lazily: which key ranges of the pages are in the index yet (`None`: all).
+    residency: Option<Residency>,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
@@ -312,12 +315,14 @@ impl<P: Protocol> Engine<P> {
             checkpointer: OnceLock::new(),
             checkpoint_slot: OnceLock::new(),
             checkpointing: Mutex::new(()),
+            residency: None,
         })
     }
 
     /// Opens the database in `storage`: recovers what its files hold into this (empty)
     /// engine, bulk-loaded in key order, then starts a new log.
     pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
+        let unchecked_gaps = log.lazy_gaps_unchecked_for_tests;
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         let opened = store::open(storage, log, proto.name(), proto.can_hold_locks(), &mut |k, v| {
@@ -340,6 +345,9 @@ impl<P: Protocol> Engine<P> {
             }
         };
         self.index = index.map_err(Error::Index)?;
+        if durable.lazy {
+            self.residency = Some(Residency::new(durable.page_lows(), unchecked_gaps));
+        }
         self.durable = Some(durable);
         Ok(())
     }
@@ -553,6 +561,57 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
+    /// Whether every key range overlapping `from..=to` (`to` `None`: to the end) is in the
+    /// index. If one is not, loads it and answers `false`: the caller looks again (a gap
+    /// it found may have records in it now). See [`Residency`].
+    #[inline]
+    fn loaded(&self, from: &[u8], to: Option<&[u8]>) -> Result<bool, Error> {
+        match &self.residency {
+            Some(r) if !r.all_loaded() => self.load_first_missing(r, from, to),
+            _ => Ok(true),
+        }
+    }
+
+    /// [`loaded`](Self::loaded) when some range may be missing.
+    #[cold]
+    fn load_first_missing(&self, r: &Residency, from: &[u8], to: Option<&[u8]>) -> Result<bool, Error> {
+        let Some(i) = r.first_missing(from, to) else { return Ok(true) };
+        let _one = r.load_lock.lock();
+        if r.is_loaded(i) {
+            return Ok(false);
+        }
+        let (low, high) = r.range(i);
+        let d = self.durable.as_ref().expect("a lazily opened database has files");
+        d.load_range(low, high, &mut |k, v| {
+            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v)));
+            match self.index.insert(k, RecPtr(rec)) {
+                Ok(true) => Ok(()),
+                // Only a load that failed halfway leaves keys behind: the index's record is
+                // the same committed value.
+                Ok(false) => {
+                    // SAFETY: never published.
+                    drop(unsafe { Box::from_raw(rec) });
+                    Ok(())
+                }
+                Err(e) => {
+                    // SAFETY: never published.
+                    drop(unsafe { Box::from_raw(rec) });
+                    Err(Error::Index(e))
+                }
+            }
+        })?;
+        r.mark_loaded(i);
+        Ok(false)
+    }
+
+    /// Where a scan from `from` must stop this time: the start of the first key range
+    /// before `end` that is not in the index (after loading the one `from` is in).
+    fn scan_limit(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        let Some(r) = self.residency.as_ref().filter(|r| !r.all_loaded()) else { return Ok(None) };
+        while !self.loaded(from, Some(from))? {}
+        Ok(r.first_missing(from, end).map(|i| r.range(i).0.to_vec()).filter(|l| end.is_none_or(|e| l.as_slice() < e)))
+    }
+
     /// Whether `rec` is the sentinel (the gap owner after the last key).
     #[inline]
     fn is_sentinel(&self, rec: &P::Record) -> bool {
@@ -587,7 +646,7 @@ impl<P: Protocol> Engine<P> {
             match self.proto.latch_next(next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
-                Err(Access::Conflict(_)) => {
+                Err(Access::Conflict(_) | Access::Failed) => {
                     self.proto.unlatch_absent(r);
                     self.put_off_unlink(key);
                     return false;
@@ -689,6 +748,8 @@ pub struct TypedTxn<'a, P: Protocol> {
     active: bool,
     /// Operations since the last explicit collection of epoch garbage.
     ops: u32,
+    /// Why an operation returned [`Access::Failed`] (loading a page failed).
+    failure: Option<Error>,
 }
 
 // SAFETY: a transaction holds no epoch guard (each operation pins its own) and no
@@ -707,7 +768,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         eng.enter(slot);
         bufs.clear();
         eng.proto.begin(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0 }
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None }
     }
 
     /// Pins the epoch for one operation. Under NLR group commit it also names this
@@ -758,6 +819,21 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         Err(Error::Conflict(c))
     }
 
+    /// Ends the transaction after an operation failed with [`Access::Failed`].
+    fn failed<T>(&mut self) -> Result<T, Error> {
+        self.rollback();
+        Err(self.failure.take().unwrap_or_else(|| Error::Corrupt("loading a page failed".into())))
+    }
+
+    /// [`Engine::loaded`] for an operation: a failure is kept for [`failed`](Self::failed).
+    #[inline]
+    fn loaded(&mut self, from: &[u8], to: Option<&[u8]>) -> Result<bool, Access> {
+        self.eng.loaded(from, to).map_err(|e| {
+            self.failure = Some(e);
+            Access::Failed
+        })
+    }
+
     /// Reads `rec` (own write first). `Ok(None)`: absent.
     fn read_rec(&mut self, rec: &P::Record, want: bool, guard: &Guard) -> Result<Option<Vec<u8>>, Access> {
         let p = rec as *const P::Record;
@@ -777,12 +853,33 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     fn read_missing(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
         if !eng.proto.gap_protection() {
-            return Ok(None);
+            return match self.loaded(key, Some(key))? {
+                true => Ok(None),
+                // Loaded just now: the key may be there.
+                false => Err(Access::Removed),
+            };
         }
+        let mut nk = std::mem::take(&mut self.b().key_buf);
+        let r = self.read_missing_with(key, &mut nk, guard);
+        self.b().key_buf = nk;
+        r
+    }
+
+    fn read_missing_with(
+        &mut self,
+        key: &[u8],
+        nk: &mut Vec<u8>,
+        guard: &Guard,
+    ) -> Result<Option<&'a P::Record>, Access> {
+        let eng = self.eng;
         loop {
-            let (exact, next) = eng.next_record(key, false, None, guard);
+            let (exact, next) = eng.next_record(key, false, Some(nk), guard);
             if exact {
                 return Ok(Some(next));
+            }
+            // The follower owns the gap only if nothing unloaded lies before it.
+            if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? {
+                continue;
             }
             match self.read_rec(next, false, guard) {
                 Ok(_) => {}
@@ -869,6 +966,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 return Ok(Place::Existing(unsafe { &*(next as *const P::Record) }));
             }
+            // The key's range, and every one before its follower, must be in the index.
+            if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? {
+                continue;
+            }
             match eng.proto.latch_gap(&mut self.b().st, next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
@@ -923,6 +1024,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let mut k = Vec::new();
         loop {
             let (_, next) = eng.next_record(&at_key, true, Some(&mut k), guard);
+            if !self.loaded(&at_key, (!eng.is_sentinel(next)).then_some(k.as_slice()))? {
+                continue;
+            }
             if self.b().own(next as *const P::Record).is_some() {
                 // Already in the write set: whenever a fresh record enters it, the records
                 // beyond it up to a committed one are written too, and a record inserted
@@ -969,12 +1073,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(Some(r)) => r,
                     Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
+                    Err(Access::Failed) => return self.failed(),
                 },
             };
             match self.read_rec(rec, true, guard) {
                 Ok(v) => return Ok(v),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
+                Err(Access::Failed) => return self.failed(),
             }
         }
     }
@@ -997,6 +1103,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(()) => return Ok(()),
                     Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
+                    Err(Access::Failed) => return self.failed(),
                 }
             }
             let step = match self.place_at(&mut at, key, guard) {
@@ -1009,6 +1116,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 Ok(()) => return Ok(()),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
+                Err(Access::Failed) => return self.failed(),
             }
         }
     }
@@ -1046,6 +1154,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 Ok(done) => return Ok(done),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
+                Err(Access::Failed) => return self.failed(),
             }
         }
     }
@@ -1077,7 +1186,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let guard = &self.pin();
         'retry: loop {
             out.clear();
-            let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, end).take(SCAN_CHUNK).collect();
+            // A chunk covers only key ranges in the index: it stops where one is not, and
+            // the next chunk loads that one first.
+            let limit = match eng.scan_limit(from, end) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.failure = Some(e);
+                    return self.failed();
+                }
+            };
+            let stop = limit.as_deref().or(end);
+            let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, stop).take(SCAN_CHUNK).collect();
             let last = recs.len() < SCAN_CHUNK;
             for (k, p) in &recs {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
@@ -1087,21 +1206,35 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(None) => {}
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
+                    Err(Access::Failed) => return self.failed(),
                 }
             }
+            let next_start = |recs: &[(Vec<u8>, RecPtr<P::Record>)]| match (last, &limit) {
+                (false, _) => Some(successor_key(&recs[recs.len() - 1].0)),
+                (true, l) => l.clone(),
+            };
             if !eng.proto.gap_protection() {
-                return Ok(if last { None } else { Some(successor_key(&recs[recs.len() - 1].0)) });
+                return Ok(next_start(&recs));
             }
             // The gap after the range belongs to the first record at or past its end.
-            let terminal = if last {
+            let terminal = if last && limit.is_none() {
+                let mut tk = Vec::new();
                 let t = match end {
-                    Some(e) => eng.next_record(e, false, None, guard).1,
+                    Some(e) => eng.next_record(e, false, Some(&mut tk), guard).1,
                     None => &*eng.sentinel,
                 };
+                if let Some(e) = end {
+                    match self.loaded(e, (!eng.is_sentinel(t)).then_some(tk.as_slice())) {
+                        Ok(true) => {}
+                        Ok(false) => continue 'retry,
+                        Err(_) => return self.failed(),
+                    }
+                }
                 match self.read_rec(t, false, guard) {
                     Ok(_) => {}
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
+                    Err(Access::Failed) => return self.failed(),
                 }
                 Some(t as *const P::Record)
             } else {
@@ -1109,7 +1242,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             };
             // Membership re-check, as for a missing key: the index must still hold exactly
             // the records read.
-            let again = eng.index.scan(from, end).take(SCAN_CHUNK).map(|(_, p)| p.0);
+            let again = eng.index.scan(from, stop).take(SCAN_CHUNK).map(|(_, p)| p.0);
             if !again.eq(recs.iter().map(|(_, p)| p.0)) {
                 continue 'retry;
             }
@@ -1123,7 +1256,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
                 return Ok(None);
             }
-            return Ok(Some(successor_key(&recs[recs.len() - 1].0)));
+            return Ok(next_start(&recs));
         }
     }
 

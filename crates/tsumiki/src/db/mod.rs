@@ -21,6 +21,7 @@
 //! ```
 
 mod engine;
+mod residency;
 
 use std::sync::Arc;
 

@@ -44,6 +44,9 @@ pub(crate) struct Durable {
     /// Whether the logs are files a checkpoint can read back (which keys changed); if
     /// not (no log, NVM emulation), a checkpoint rewrites every page.
     logs_readable: bool,
+    /// Whether the pages were left on disk at open, to be loaded as their keys are first
+    /// used ([`Durable::page_lows`], [`Durable::load_range`]).
+    pub(crate) lazy: bool,
 }
 
 /// Receives the recovered state, one live key and its value at a time.
@@ -93,6 +96,11 @@ pub(crate) fn open(
     let mut read_only: Option<Error> = None;
     let seg_bytes = log.page_segment_size;
     let early_reuse = log.early_segment_reuse_for_tests;
+    // Pages stay on disk until used when a checkpoint can tell the changed keys from the
+    // log (it writes only those, all of them in memory); otherwise it rewrites every page
+    // from memory, which needs them all there.
+    let logs_readable = log.mode != LogMode::None && log.device == Device::File;
+    let mut lazy = logs_readable;
     let (generation, table, pages) = match recovery::read_master(&*storage)? {
         None => {
             let m = Master { generation: 1, table: None, last_exit: false, elr, segment_size: log.segment_size };
@@ -123,8 +131,10 @@ pub(crate) fn open(
                     )));
                 }
                 // A clean exit: the pages are the whole state, handed over in key order
-                // as they are read.
-                stats.keys = pages.load_all(&[], load)?;
+                // as they are read (or when used).
+                if !lazy {
+                    stats.keys = pages.load_all(&[], load)?;
+                }
                 // This generation's log starts empty: its old segments are obsolete now
                 // that the durable master record says the pages hold everything.
                 recovery::remove_stale(&storage, m.generation)?;
@@ -172,7 +182,9 @@ pub(crate) fn open(
                 })?;
                 let mut changes: Vec<Change> = replayed.into_iter().collect();
                 changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                stats.keys = pages.load_all(&changes, load)?;
+                if !lazy {
+                    stats.keys = pages.load_all(&changes, load)?;
+                }
                 // The replayed writes become deltas of their pages in generation `g`.
                 if no_logs {
                     // Nothing to replay (a crash before the first commit): the table is the
@@ -202,6 +214,14 @@ pub(crate) fn open(
                         // were (the old master record still names them all).
                         Err(e) if disk_full(&e) => {
                             read_only = Some(e);
+                            let mut pages = pages;
+                            if lazy {
+                                // The replayed writes are in no page: load everything now,
+                                // from the table as it was, with them applied.
+                                pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+                                stats.keys = pages.load_all(&changes, load)?;
+                                lazy = false;
+                            }
                             (m.generation, table, pages)
                         }
                         Err(e) => return Err(e),
@@ -214,7 +234,6 @@ pub(crate) fn open(
         Device::File => storage.clone(),
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
-    let logs_readable = log.mode != LogMode::None && log.device == Device::File;
     let wal = Arc::new(Wal::new(log_storage, log, generation));
     if let Some(e) = &read_only {
         wal.poison(format!(
@@ -226,6 +245,7 @@ pub(crate) fn open(
         wal,
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
+        lazy,
         _lock: lock,
         closed: AtomicBool::new(false),
         recovery: stats,
@@ -297,6 +317,19 @@ impl Durable {
             current.pages.rebuild(g, &mut |f| state.scan(f))?;
         }
         current.pages.write_table()
+    }
+
+    /// The low keys of the store's pages (the first is empty): what a lazily opened
+    /// database loads, a page's range at a time.
+    pub(crate) fn page_lows(&self) -> Vec<Vec<u8>> {
+        self.current.lock().pages.page_lows()
+    }
+
+    /// Streams the committed keys `low <= key < high` and their values from the pages.
+    /// Only for a range no transaction has touched since open: its pages are unchanged
+    /// since then (checkpoints write only the keys transactions wrote).
+    pub(crate) fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Loader<'_>) -> Result<u64, Error> {
+        self.current.lock().pages.load_range(low, high, load)
     }
 
     /// The page store's counters.

@@ -24,8 +24,10 @@
 //! record names the table: a stale, foreign or damaged image is always
 //! [`Error::Corrupt`], never read as data.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
 use crate::error::{Error, MAX_VALUE_LEN};
@@ -170,6 +172,8 @@ pub struct StoreStats {
     pub relocated_pages: u64,
     /// Segments cleaned since open.
     pub segments_cleaned: u64,
+    /// Records loaded from pages into memory since open (lazily, as keys are first used).
+    pub records_loaded: u64,
 }
 
 /// The page store of one database directory.
@@ -203,6 +207,11 @@ pub struct PageStore {
     /// Test only: a freed segment is reused at once, before the table that frees it is
     /// durable (a planted bug for the crash tests).
     early_reuse: bool,
+    /// Segment files opened for reading, kept open: pages load one at a time, each a few
+    /// images (a deleted segment's handle is dropped with it).
+    readers: Mutex<HashMap<u32, Arc<dyn StorageFile>>>,
+    /// Records [`load_range`](Self::load_range) handed out.
+    loaded: std::sync::atomic::AtomicU64,
 }
 
 /// The name of segment `n`.
@@ -255,6 +264,8 @@ impl PageStore {
             gen: 0,
             stats: StoreStats::default(),
             early_reuse,
+            readers: Mutex::new(HashMap::new()),
+            loaded: std::sync::atomic::AtomicU64::new(0),
         };
         let files: Vec<u32> = s
             .storage
@@ -319,6 +330,16 @@ impl PageStore {
         })
     }
 
+    /// Segment `n` open for reading (kept open for the next read).
+    fn reader(&self, n: u32) -> Result<Arc<dyn StorageFile>, Error> {
+        if let Some(f) = self.readers.lock().get(&n) {
+            return Ok(f.clone());
+        }
+        let f: Arc<dyn StorageFile> = Arc::from(self.open_segment(n)?);
+        self.readers.lock().insert(n, f.clone());
+        Ok(f)
+    }
+
     /// Bytes of blocks written since open.
     pub fn written(&self) -> u64 {
         self.stats.written_bytes
@@ -327,6 +348,7 @@ impl PageStore {
     /// The store's counters.
     pub fn stats(&self) -> StoreStats {
         let mut s = self.stats;
+        s.records_loaded = self.loaded.load(std::sync::atomic::Ordering::Relaxed);
         s.pages = self.pages.len() as u64;
         s.free_segments = self.free.len() as u64;
         s.segments = (self.segs.len() + self.free.len()) as u64;
@@ -350,7 +372,7 @@ impl PageStore {
         let first = r.off / PAYLOAD as u64;
         let blocks = r.end_block() - first;
         let mut raw = vec![0u8; (blocks as usize) * BLOCK];
-        let file = self.open_segment(r.seg)?;
+        let file = self.reader(r.seg)?;
         let mut at = 0;
         while at < raw.len() {
             match file.read_at(&mut raw[at..], first * BLOCK as u64 + at as u64) {
@@ -491,6 +513,33 @@ impl PageStore {
             })?;
             at = end;
         }
+        Ok(n)
+    }
+
+    /// The low keys of the pages, in key order (the first is empty): page `i` holds the
+    /// keys from its low key to the next page's.
+    pub fn page_lows(&self) -> Vec<Vec<u8>> {
+        self.pages.iter().map(|p| p.low.clone()).collect()
+    }
+
+    /// Streams the live keys `low <= key < high` (no upper bound: `None`) with their
+    /// values to `load`, in key order, reading only the pages covering that range.
+    pub fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Sink<'_>) -> Result<u64, Error> {
+        let mut n = 0;
+        let first = self.pages.partition_point(|p| p.low.as_slice() <= low).saturating_sub(1);
+        for i in first..self.pages.len() {
+            if high.is_some_and(|h| self.pages[i].low.as_slice() >= h) {
+                break;
+            }
+            self.page_entries(i, &[], |k, v| {
+                if k >= low && high.is_none_or(|h| k < h) {
+                    n += 1;
+                    load(k, v)?;
+                }
+                Ok(())
+            })?;
+        }
+        self.loaded.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         Ok(n)
     }
 
@@ -835,6 +884,7 @@ impl PageStore {
         let reserve = (self.segs.len() / 16).max(1);
         while self.free.len() > reserve {
             let n = *self.free.last().expect("more than the reserve");
+            self.readers.lock().remove(&n);
             if self.storage.remove(&segment_file(n)).is_err() {
                 break;
             }

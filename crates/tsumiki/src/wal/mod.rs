@@ -122,6 +122,10 @@ pub struct LogOptions {
     /// table is durable (a planted bug for the crash tests). Never set it otherwise.
     #[doc(hidden)]
     pub early_log_removal_for_tests: bool,
+    /// Test only: a lazily opened database trusts the record after a missing key without
+    /// loading the key ranges between them (a planted bug for the isolation tests).
+    #[doc(hidden)]
+    pub lazy_gaps_unchecked_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -146,6 +150,7 @@ impl Default for LogOptions {
             page_segment_size: 4 << 20,
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
+            lazy_gaps_unchecked_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
         }

@@ -44,7 +44,7 @@ pub struct RecoveryStats {
     pub records_dropped: u64,
     /// Torn-tail blocks cut.
     pub cut_blocks: u64,
-    /// Keys in the recovered state.
+    /// Keys loaded into memory at open (0 when the pages stay on disk until used).
     pub keys: u64,
     /// Time spent reading and redoing the logs.
     pub replay_time: Duration,
