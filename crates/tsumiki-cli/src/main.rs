@@ -2,6 +2,7 @@
 //! real peers, and (later) tools for databases.
 
 mod bench;
+mod stats;
 
 use clap::{Parser, Subcommand};
 
@@ -24,12 +25,15 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Show what a database directory holds, from its block trailers and page table.
+    Stats(stats::StatsArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(b) => bench::run(b),
+        Command::Stats(a) => stats::run(&a),
     };
     if let Err(e) = result {
         eprintln!("tsumiki: error: {e}");

@@ -24,5 +24,6 @@ pub mod wal;
 pub use db::{Cc, Db, LockWait, Options, Scan, Txn};
 pub use error::{Conflict, Error};
 pub use mvcc::Gc;
+pub use store::inspect::{inspect, FileReport, Inspection};
 pub use store::pages::StoreStats;
 pub use wal::{CommitMode, CommitTicket, Device, Durability, LogMode, LogOptions, Release};

@@ -122,3 +122,34 @@ fn replay_rate() {
     drop(db);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `tsumiki::inspect` (what `tsumiki stats` prints) reads the trailers: the commits a
+/// crash left in the logs, then the page segments' live bytes after a clean close; it
+/// refuses a database open elsewhere and a directory that holds none.
+#[test]
+fn inspect_reports_what_the_trailers_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    for i in 0..50u32 {
+        db.run(|t| t.put(&i.to_be_bytes(), b"value")).unwrap();
+    }
+    assert!(matches!(tsumiki::inspect(dir.path()), Err(tsumiki::Error::Locked(_))));
+    db.abandon_for_tests();
+    let r = tsumiki::inspect(dir.path()).unwrap();
+    assert!(!r.last_exit);
+    let logs: Vec<_> = r.files.iter().filter(|f| f.log.is_some()).collect();
+    assert_eq!(logs.iter().map(|f| f.records).sum::<u64>(), 50, "{r:?}");
+    assert!(logs.iter().all(|f| f.bad_blocks == 0 && (f.valid_blocks == 0 || f.flushes > 0)), "{r:?}");
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let live = db.store_stats().unwrap().live_bytes;
+    db.close().unwrap();
+    let r = tsumiki::inspect(dir.path()).unwrap();
+    assert!(r.last_exit);
+    assert!(r.files.iter().all(|f| f.log.is_none()), "a clean close leaves no log: {r:?}");
+    assert_eq!(r.files.iter().filter_map(|f| f.live).map(|l| l.0).sum::<u64>(), live);
+    let empty = tempfile::tempdir().unwrap();
+    assert!(tsumiki::inspect(empty.path()).is_err());
+    assert!(tsumiki::inspect(&empty.path().join("nothing")).is_err());
+}

@@ -516,6 +516,12 @@ impl PageStore {
         Ok(n)
     }
 
+    /// Each segment the table names: its number, the bytes of live images in it, and the
+    /// generation that last wrote it.
+    pub fn segment_usage(&self) -> Vec<(u32, u64, u64)> {
+        self.segs.iter().map(|(n, s)| (*n, s.live, s.gen)).collect()
+    }
+
     /// The low keys of the pages, in key order (the first is empty): page `i` holds the
     /// keys from its low key to the next page's.
     pub fn page_lows(&self) -> Vec<Vec<u8>> {

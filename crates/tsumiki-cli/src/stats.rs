@@ -1,0 +1,92 @@
+//! `tsumiki stats DIR`: a database's files as their block trailers describe them.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use tsumiki::{inspect, Inspection};
+
+/// Arguments of `tsumiki stats`.
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the report for `args.dir`.
+pub fn run(args: &StatsArgs) -> Result<(), String> {
+    let r = inspect(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
+    if args.json {
+        println!("{}", json(&r));
+    } else {
+        print!("{}", table(&r));
+    }
+    Ok(())
+}
+
+/// The report as a human-readable table.
+pub fn table(r: &Inspection) -> String {
+    let mut s = format!(
+        "generation {} ({}), {} logs, {} pages\n",
+        r.generation,
+        if r.last_exit { "closed cleanly" } else { "open or crashed: the next open replays the logs" },
+        if r.elr { "ELR" } else { "NLR" },
+        r.pages
+    );
+    s += &format!(
+        "{:<28} {:>10} {:>8} {:>6} {:>5} {:>9} {:>8} {:>10} {:>5}\n",
+        "file", "bytes", "valid", "zero", "bad", "records", "flushes", "live", "gen"
+    );
+    let (mut logs, mut log_records, mut seg_bytes, mut live) = (0u64, 0u64, 0u64, 0u64);
+    for f in &r.files {
+        let (lv, gen) = match (f.log, f.live) {
+            (Some((g, _)), _) => (String::new(), g.to_string()),
+            (None, Some((l, g))) => (l.to_string(), g.to_string()),
+            (None, None) => ("free".to_string(), String::new()),
+        };
+        s += &format!(
+            "{:<28} {:>10} {:>8} {:>6} {:>5} {:>9} {:>8} {:>10} {:>5}\n",
+            f.name, f.bytes, f.valid_blocks, f.zero_blocks, f.bad_blocks, f.records, f.flushes, lv, gen
+        );
+        if f.log.is_some() {
+            logs += f.bytes;
+            log_records += f.records;
+        } else {
+            seg_bytes += f.bytes;
+            live += f.live.map_or(0, |l| l.0);
+        }
+    }
+    s += &format!(
+        "logs: {logs} bytes, {log_records} records; page segments: {seg_bytes} bytes, {live} live ({:.2}x)\n",
+        if live == 0 { 0.0 } else { seg_bytes as f64 / live as f64 }
+    );
+    s
+}
+
+/// The report as one JSON object.
+pub fn json(r: &Inspection) -> serde_json::Value {
+    let files: Vec<serde_json::Value> = r
+        .files
+        .iter()
+        .map(|f| {
+            json!({
+                "name": f.name,
+                "bytes": f.bytes,
+                "kind": if f.log.is_some() { "log" } else { "pages" },
+                "generation": f.log.map(|l| l.0).or(f.live.map(|l| l.1)),
+                "lane": f.log.map(|l| l.1),
+                "valid_blocks": f.valid_blocks,
+                "zero_blocks": f.zero_blocks,
+                "bad_blocks": f.bad_blocks,
+                "records": f.records,
+                "flushes": f.flushes,
+                "lo": f.lo,
+                "hi": f.hi,
+                "live_bytes": f.live.map(|l| l.0),
+            })
+        })
+        .collect();
+    json!({"generation": r.generation, "last_exit": r.last_exit, "elr": r.elr, "pages": r.pages, "files": files})
+}

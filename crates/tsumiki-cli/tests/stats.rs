@@ -1,0 +1,31 @@
+//! `tsumiki stats DIR`: the table and the JSON agree with what the library wrote.
+
+use std::process::Command;
+
+#[test]
+fn stats_shows_the_page_segments_of_a_closed_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = tsumiki::Db::open(dir.path(), tsumiki::Options::default()).unwrap();
+    db.run(|t| {
+        for i in 0..2000u32 {
+            t.put(&i.to_be_bytes(), &[7u8; 40])?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    db.close().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats", "--json"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["last_exit"], true);
+    let files = v["files"].as_array().unwrap();
+    assert!(!files.is_empty() && files.iter().all(|f| f["kind"] == "pages"), "{v}");
+    let live: u64 = files.iter().map(|f| f["live_bytes"].as_u64().unwrap_or(0)).sum();
+    assert!(live > 2000 * 40, "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).arg("stats").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("closed cleanly") && text.contains("pages-00000000.seg"), "{text}");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats"]).arg(dir.path().join("none")).output().unwrap();
+    assert!(!out.status.success());
+}
