@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(Box<bench::BenchCommand>),
     /// Show what a database directory holds, from its block trailers and page table.
     Stats(stats::StatsArgs),
 }
@@ -32,7 +32,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(b) => bench::run(b),
+        Command::Bench(b) => bench::run(*b),
         Command::Stats(a) => stats::run(&a),
     };
     if let Err(e) = result {
