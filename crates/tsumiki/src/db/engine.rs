@@ -640,9 +640,24 @@ impl<P: Protocol> Engine<P> {
                 return false;
             }
         }
+        let partial = self.residency.as_ref().filter(|res| !res.all_loaded());
+        let mut nk = Vec::new();
         loop {
-            let next =
-                if self.proto.gap_protection() { self.next_record(key, true, None, guard).1 } else { &*self.sentinel };
+            let next = if self.proto.gap_protection() {
+                self.next_record(key, true, partial.is_some().then_some(&mut nk), guard).1
+            } else {
+                &*self.sentinel
+            };
+            // The unlink hands the deleted record's gap to its follower; a range loaded
+            // between them later would own part of that gap without what it was handed.
+            // Wait until the ranges between are loaded (transactions load them).
+            if let Some(res) = partial.filter(|_| self.proto.gap_protection()) {
+                if res.first_missing(key, (!self.is_sentinel(next)).then_some(nk.as_slice())).is_some() {
+                    self.proto.unlatch_absent(r);
+                    self.put_off_unlink(key);
+                    return false;
+                }
+            }
             match self.proto.latch_next(next) {
                 Ok(()) => {}
                 Err(Access::Removed) => continue,
