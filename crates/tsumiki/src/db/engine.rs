@@ -843,9 +843,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// [`Engine::loaded`] for an operation: a failure is kept for [`failed`](Self::failed).
     #[inline]
     fn loaded(&mut self, from: &[u8], to: Option<&[u8]>) -> Result<bool, Access> {
-        self.eng.loaded(from, to).map_err(|e| {
-            self.failure = Some(e);
-            Access::Failed
+        self.eng.loaded(from, to).map_err(|e| match e {
+            Error::Conflict(c) => Access::Conflict(c),
+            e => {
+                self.failure = Some(e);
+                Access::Failed
+            }
         })
     }
 
@@ -1205,6 +1208,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // the next chunk loads that one first.
             let limit = match eng.scan_limit(from, end) {
                 Ok(l) => l,
+                Err(Error::Conflict(c)) => return self.fail(c),
                 Err(e) => {
                     self.failure = Some(e);
                     return self.failed();
@@ -1242,6 +1246,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     match self.loaded(e, (!eng.is_sentinel(t)).then_some(tk.as_slice())) {
                         Ok(true) => {}
                         Ok(false) => continue 'retry,
+                        Err(Access::Conflict(c)) => return self.fail(c),
                         Err(_) => return self.failed(),
                     }
                 }

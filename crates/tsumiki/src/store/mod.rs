@@ -50,6 +50,9 @@ pub(crate) struct Durable {
     pub(crate) lazy: bool,
 }
 
+/// How long a page load waits for a running checkpoint (see [`Durable::load_range`]).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Receives the recovered state, one live key and its value at a time.
 pub(crate) type Loader<'a> = pages::Sink<'a>;
 
@@ -329,8 +332,16 @@ impl Durable {
     /// Streams the committed keys `low <= key < high` and their values from the pages.
     /// Only for a range no transaction has touched since open: its pages are unchanged
     /// since then (checkpoints write only the keys transactions wrote).
+    ///
+    /// A checkpoint holds the store while it reads committed values, which under 2PL waits
+    /// for the writers' locks: a transaction holding one must not wait for the checkpoint in
+    /// turn. So the wait is bounded, and past it the load answers a retryable conflict (the
+    /// transaction rolls back, releasing its locks).
     pub(crate) fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Loader<'_>) -> Result<u64, Error> {
-        self.current.lock().pages.load_range(low, high, load)
+        let Some(current) = self.current.try_lock_for(LOAD_WAIT) else {
+            return Err(Error::Conflict(crate::error::Conflict::LockBusy));
+        };
+        current.pages.load_range(low, high, load)
     }
 
     /// The page store's counters.
