@@ -243,12 +243,8 @@ fn checkpoint_run(crash_at: Option<u64>, early_reuse: bool) -> Result<u64, Strin
     drop(db);
     let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 7)), opts)
         .map_err(|e| format!("crash after operation {crash_at:?}: reopen: {e}"))?;
-    let got = dump(&db);
-    match states.iter().rposition(|s| *s == got) {
-        Some(j) if j >= acked => Ok(ops),
-        Some(j) => Err(format!("crash after operation {crash_at:?}: recovered commit {j}, {acked} were acknowledged")),
-        None => Err(format!("crash after operation {crash_at:?}: the recovered state is not one after any commit")),
-    }
+    recovered_state_is_allowed(&format!("crash after operation {crash_at:?}"), &states, acked, &dump(&db))?;
+    Ok(ops)
 }
 
 /// Power lost after every storage operation of a run with checkpoints in turn: each
@@ -355,8 +351,19 @@ fn serial_iteration(seed: u64) -> Result<(), String> {
     drop(db);
     let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, seed)), opts)
         .map_err(|e| format!("{what}: reopen: {e}"))?;
-    let got = dump(&db);
-    match states.iter().rposition(|s| *s == got) {
+    recovered_state_is_allowed(&what, &states, acked, &dump(&db))
+}
+
+/// Whether `got`, a recovered state, is the state after some commit from the last
+/// acknowledged one (`acked`) on; if not, the error names the closest state and how it
+/// differs.
+fn recovered_state_is_allowed(
+    what: &str,
+    states: &[BTreeMap<Vec<u8>, Vec<u8>>],
+    acked: usize,
+    got: &BTreeMap<Vec<u8>, Vec<u8>>,
+) -> Result<(), String> {
+    match states.iter().rposition(|s| s == got) {
         Some(j) if j >= acked => Ok(()),
         Some(j) => Err(format!("{what}: recovered the state after commit {j}, but {acked} were acknowledged")),
         None => {

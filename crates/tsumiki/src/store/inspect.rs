@@ -71,8 +71,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
         _ => Error::io("locking the database", e),
     })?;
     let m = read_master(&*storage)?.ok_or_else(|| missing("holds no database"))?;
-    let table = m.table.map(|(seg, off, len, crc)| super::pages::ImageRef { seg, off, len, crc });
-    let pages = PageStore::open(storage.clone(), 4 << 20, table, false)?;
+    let pages = PageStore::open(storage.clone(), 4 << 20, super::table_ref(m.table), false)?;
     let usage = pages.segment_usage();
     let mut out = Inspection {
         generation: m.generation,

@@ -71,8 +71,20 @@ struct Current {
     pages: PageStore,
 }
 
-fn table_ref(t: Option<(u32, u64, u32, u32)>) -> Option<ImageRef> {
+pub(crate) fn table_ref(t: Option<(u32, u64, u32, u32)>) -> Option<ImageRef> {
     t.map(|(seg, off, len, crc)| ImageRef { seg, off, len, crc })
+}
+
+/// The master record naming `generation` and `table`, with `log`'s release and segment
+/// size.
+fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOptions) -> Master {
+    Master {
+        generation,
+        table: table_fields(table),
+        last_exit,
+        elr: log.release == Release::Elr,
+        segment_size: log.segment_size,
+    }
 }
 
 fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
@@ -94,7 +106,6 @@ pub(crate) fn open(
         std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
         _ => Error::io("locking the database", e),
     })?;
-    let elr = log.release == Release::Elr;
     let mut stats = RecoveryStats::default();
     // Opening must not need free space: on a full disk the database opens read-only.
     let mut read_only: Option<Error> = None;
@@ -107,8 +118,7 @@ pub(crate) fn open(
     let mut lazy = logs_readable;
     let (generation, table, pages) = match recovery::read_master(&*storage)? {
         None => {
-            let m = Master { generation: 1, table: None, last_exit: false, elr, segment_size: log.segment_size };
-            recovery::write_master(&*storage, &m)?;
+            recovery::write_master(&*storage, &master(1, None, false, &log))?;
             (1, None, PageStore::open(storage.clone(), seg_bytes, None, early_reuse)?)
         }
         Some(m) => {
@@ -147,8 +157,7 @@ pub(crate) fn open(
                         storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
                     }
                 }
-                let next = Master { last_exit: false, elr, segment_size: log.segment_size, ..m };
-                match recovery::write_master(&*storage, &next) {
+                match recovery::write_master(&*storage, &master(m.generation, table, false, &log)) {
                     Ok(()) => {}
                     // The clean exit's master record stays true while nothing is written.
                     Err(e) if disk_full(&e) => read_only = Some(e),
@@ -198,14 +207,7 @@ pub(crate) fn open(
                     (m.generation, table, pages)
                 } else {
                     let started = pages.apply(g, &changes).and_then(|()| pages.write_table()).and_then(|t| {
-                        let next = Master {
-                            generation: g,
-                            table: table_fields(Some(t)),
-                            last_exit: false,
-                            elr,
-                            segment_size: log.segment_size,
-                        };
-                        recovery::write_master(&*storage, &next)?;
+                        recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
                         Ok(t)
                     });
                     match started {
@@ -273,33 +275,18 @@ impl Durable {
         self.wal.check()?;
         self.wal.flush_all()?;
         let opts = &self.wal.opts;
-        let elr = opts.release == Release::Elr;
         if opts.mode != LogMode::None && self.wal.stats().records == 0 {
             // Nothing was committed since open: the state is still the one this generation
             // started from (its table, or nothing), so mark the exit clean without
             // writing anything else.
-            let m = Master {
-                generation: current.generation,
-                table: table_fields(current.table),
-                last_exit: true,
-                elr,
-                segment_size: opts.segment_size,
-            };
-            return recovery::write_master(&*self.storage, &m);
+            return recovery::write_master(&*self.storage, &master(current.generation, current.table, true, opts));
         }
         let g = current
             .generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         let t = self.write_pages(&mut current, g, state)?;
-        let m = Master {
-            generation: g,
-            table: table_fields(Some(t)),
-            last_exit: true,
-            elr,
-            segment_size: opts.segment_size,
-        };
-        recovery::write_master(&*self.storage, &m)?;
+        recovery::write_master(&*self.storage, &master(g, Some(t), true, opts))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
     }
@@ -403,13 +390,7 @@ impl Durable {
         let t = self.write_pages(current, g, state).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
-        let m = Master {
-            generation: g,
-            table: table_fields(Some(t)),
-            last_exit: false,
-            elr: opts.release == Release::Elr,
-            segment_size: opts.segment_size,
-        };
+        let m = master(g, Some(t), false, opts);
         if opts.early_log_removal_for_tests {
             recovery::remove_stale(&self.storage, g).map_err(poison)?;
         }
