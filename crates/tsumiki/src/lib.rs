@@ -21,7 +21,7 @@ pub mod mvcc;
 pub(crate) mod store;
 pub mod wal;
 
-pub use db::{Cc, Db, LockWait, Options, Scan, Txn};
+pub use db::{CacheStats, Cc, Db, LockWait, Options, Scan, Txn, DEFAULT_CACHE_BYTES};
 pub use error::{Conflict, Error};
 pub use mvcc::Gc;
 pub use store::inspect::{inspect, FileReport, Inspection};

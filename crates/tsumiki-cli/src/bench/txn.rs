@@ -621,8 +621,14 @@ fn open_db<P: Protocol>(
         None => TypedDb::new(proto, index.clone()).map_err(|e| e.to_string()),
         Some(l) => {
             let storage = DirStorage::new(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            TypedDb::open_durable(proto, index.clone(), std::sync::Arc::new(storage), l.clone())
-                .map_err(|e| e.to_string())
+            TypedDb::open_durable(
+                proto,
+                index.clone(),
+                std::sync::Arc::new(storage),
+                l.clone(),
+                tsumiki::DEFAULT_CACHE_BYTES,
+            )
+            .map_err(|e| e.to_string())
         }
     }
 }

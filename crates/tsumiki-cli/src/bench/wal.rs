@@ -140,8 +140,14 @@ fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Du
     let mode = if s.log == "pwal" { LogMode::PWal } else { LogMode::SWal };
     let opts = log_options(args, mode, s.group)?;
     let storage = DirStorage::new(dir).map_err(|e| e.to_string())?;
-    let db = TypedDb::open_durable(TwoPl::no_wait(), BwTreeConfig::default(), std::sync::Arc::new(storage), opts)
-        .map_err(|e| e.to_string())?;
+    let db = TypedDb::open_durable(
+        TwoPl::no_wait(),
+        BwTreeConfig::default(),
+        std::sync::Arc::new(storage),
+        opts,
+        tsumiki::DEFAULT_CACHE_BYTES,
+    )
+    .map_err(|e| e.to_string())?;
     let (value_size, _) = volume(s.mix, args.record_size);
     let value = vec![b'w'; value_size];
     let mut loader = db.worker();

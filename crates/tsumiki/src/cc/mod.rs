@@ -193,9 +193,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_record(&self, st: &mut Self::TxnState) -> Self::Record;
     /// A record for the gap after the last key (never in the index, never unlinked).
     fn new_sentinel(&self) -> Self::Record;
-    /// A record holding `value` as committed before every transaction of this process
-    /// (recovered at open).
-    fn new_loaded(&self, value: &[u8]) -> Self::Record;
+    /// A record holding `value` as committed before every running transaction (recovered
+    /// at open, or loaded from the pages). `stamp` is the newest timestamp (or TID) of the
+    /// records evicted so far: a reloaded record starts there, so that no later writer of
+    /// the key can order itself before a reader of the record that left.
+    fn new_loaded(&self, value: &[u8], stamp: u64) -> Self::Record;
     /// The latest committed value of `rec` (`None`: absent or removed), read whole while
     /// transactions run: for a checkpoint's snapshot, and at close. It may wait for a
     /// writer that is installing.
@@ -258,6 +260,20 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn unlatch_next(&self, next: &Self::Record);
     /// Releases `rec` when an unlink is abandoned.
     fn unlatch_absent(&self, rec: &Self::Record);
+
+    /// Latches `rec` so that it can leave memory (its page is on disk): only if no one
+    /// holds it and, under MVCC, no running snapshot needs an older version than its
+    /// newest. Returns its stamp (newest timestamp or TID; see
+    /// [`new_loaded`](Self::new_loaded)).
+    fn try_latch_evict(&self, rec: &Self::Record) -> Option<u64>;
+    /// Marks a record latched by [`try_latch_evict`](Self::try_latch_evict) removed for
+    /// good and lets its value go: whoever still holds it looks the key up again, and the
+    /// validation of a read of it fails.
+    fn evict(&self, worker: &Self::Worker, rec: &Self::Record, guard: &Guard);
+    /// Releases a latch of [`try_latch_evict`](Self::try_latch_evict) (eviction abandoned).
+    fn unlatch_evict(&self, rec: &Self::Record);
+    /// Whether `rec` left the index for good (unlinked or evicted).
+    fn is_removed(&self, rec: &Self::Record, guard: &Guard) -> bool;
 }
 
 /// The value of a single-version record. A value of up to [`INLINE_MAX`] bytes sits in the
@@ -360,6 +376,16 @@ impl ValueCell {
         if is_heap(old) {
             // SAFETY: `old` came from `into_usize` in an earlier `store` and is unreachable
             // from now on; readers that loaded it are pinned.
+            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
+        }
+    }
+
+    /// Marks the record removed, letting its value go (the holder of its exclusive lock
+    /// calls this: an eviction).
+    pub(crate) fn remove(&self, guard: &Guard) {
+        let old = self.state.swap(REMOVED, Ordering::AcqRel);
+        if is_heap(old) {
+            // SAFETY: as in `store`.
             unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
         }
     }

@@ -125,6 +125,22 @@ impl OccRecord {
     }
 }
 
+impl OccRecord {
+    /// Locks the record for an eviction if no one holds it; returns its word.
+    pub(crate) fn try_latch_evict(&self) -> Option<u64> {
+        let cur = self.word.load(Ordering::Acquire);
+        if cur & LOCK != 0 || self.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return None;
+        }
+        if self.value.is_removed(&crossbeam_epoch::pin()) {
+            self.word.store(cur, Ordering::Release);
+            return None;
+        }
+        Some(cur)
+    }
+}
+
 /// Restores the first `n` locked words of a write set (`locked[i]` is entry `i`'s word as
 /// it was before the lock).
 pub(crate) fn unlock_prefix(writes: &[WriteEntry<OccRecord>], locked: &[u64], n: usize) {

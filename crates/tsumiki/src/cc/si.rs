@@ -353,7 +353,9 @@ impl Protocol for Si {
         SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(std::ptr::null_mut()) }
     }
 
-    fn new_loaded(&self, value: &[u8]) -> SiRecord {
+    fn new_loaded(&self, value: &[u8], _stamp: u64) -> SiRecord {
+        // Timestamp 0 even after evictions: a record leaves only when its newest version is
+        // older than every running snapshot, so every snapshot from then on sees it.
         let v = Box::into_raw(Box::new(Version {
             prev: AtomicPtr::new(std::ptr::null_mut()),
             status: AtomicU8::new(COMMITTED),
@@ -564,19 +566,7 @@ impl Protocol for Si {
     }
 
     fn unlink(&self, worker: &SiWorker, rec: &SiRecord, _next: &SiRecord, _guard: &Guard) {
-        rec.latch.store(REMOVED, Ordering::Release);
-        // The chain goes with the record (freed through the epoch with it).
-        let (mut n, mut bytes) = (0i64, 0i64);
-        let mut v = rec.latest.load(Ordering::Acquire);
-        while !v.is_null() {
-            // SAFETY: latched for good; settled versions only.
-            let r = unsafe { &*v };
-            n += 1;
-            bytes += r.bytes();
-            v = r.prev.load(Ordering::Acquire);
-        }
-        worker.stats.versions.fetch_sub(n, Ordering::Relaxed);
-        worker.stats.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        remove_chain(worker, rec);
     }
 
     fn unlatch_next(&self, _next: &SiRecord) {}
@@ -584,4 +574,61 @@ impl Protocol for Si {
     fn unlatch_absent(&self, rec: &SiRecord) {
         rec.unlock();
     }
+
+    fn try_latch_evict(&self, rec: &SiRecord) -> Option<u64> {
+        if rec.latch.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        let mut v = rec.latest.load(Ordering::Acquire);
+        let stamp = loop {
+            if v.is_null() {
+                break Some(0);
+            }
+            // SAFETY: under the latch.
+            let r = unsafe { &*v };
+            match r.status.load(Ordering::Acquire) {
+                ABORTED => v = r.prev.load(Ordering::Acquire),
+                COMMITTED => {
+                    let ts = r.commit_ts.load(Ordering::Acquire);
+                    // Older versions are then garbage for every snapshot.
+                    break (ts < self.oldest_active()).then_some(ts);
+                }
+                _ => break None,
+            }
+        };
+        if stamp.is_none() {
+            rec.unlock();
+        }
+        stamp
+    }
+
+    fn evict(&self, worker: &SiWorker, rec: &SiRecord, _guard: &Guard) {
+        remove_chain(worker, rec);
+    }
+
+    fn unlatch_evict(&self, rec: &SiRecord) {
+        rec.unlock();
+    }
+
+    fn is_removed(&self, rec: &SiRecord, guard: &Guard) -> bool {
+        let _ = guard;
+        rec.latch.load(Ordering::Acquire) == REMOVED
+    }
+}
+
+/// Marks a latched record removed for good and takes its versions out of the statistics
+/// (the chain goes with the record, freed through the epoch with it).
+fn remove_chain(worker: &SiWorker, rec: &SiRecord) {
+    rec.latch.store(REMOVED, Ordering::Release);
+    let (mut n, mut bytes) = (0i64, 0i64);
+    let mut v = rec.latest.load(Ordering::Acquire);
+    while !v.is_null() {
+        // SAFETY: latched for good; settled versions only.
+        let r = unsafe { &*v };
+        n += 1;
+        bytes += r.bytes();
+        v = r.prev.load(Ordering::Acquire);
+    }
+    worker.stats.versions.fetch_sub(n, Ordering::Relaxed);
+    worker.stats.bytes.fetch_sub(bytes, Ordering::Relaxed);
 }

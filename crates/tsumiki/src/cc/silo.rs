@@ -142,9 +142,10 @@ impl Protocol for Silo {
         OccRecord::absent()
     }
 
-    fn new_loaded(&self, value: &[u8]) -> SiloRecord {
-        // TID 1: committed (placeholders have 0), below every TID of this process.
-        OccRecord::loaded(1, value)
+    fn new_loaded(&self, value: &[u8], stamp: u64) -> SiloRecord {
+        // At least TID 1: committed (placeholders have 0); `stamp`: every TID an evicted
+        // record had, so that TIDs of a key only grow.
+        OccRecord::loaded(stamp.max(1), value)
     }
 
     fn committed_value(&self, rec: &SiloRecord, guard: &Guard) -> Option<Vec<u8>> {
@@ -264,5 +265,21 @@ impl Protocol for Silo {
 
     fn unlatch_absent(&self, rec: &SiloRecord) {
         rec.unlock();
+    }
+
+    fn try_latch_evict(&self, rec: &SiloRecord) -> Option<u64> {
+        rec.try_latch_evict()
+    }
+
+    fn evict(&self, _worker: &SiloWorker, rec: &SiloRecord, guard: &Guard) {
+        rec.value.remove(guard);
+    }
+
+    fn unlatch_evict(&self, rec: &SiloRecord) {
+        rec.unlock();
+    }
+
+    fn is_removed(&self, rec: &SiloRecord, guard: &Guard) -> bool {
+        rec.value.is_removed(guard)
     }
 }

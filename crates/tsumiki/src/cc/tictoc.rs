@@ -106,9 +106,11 @@ impl Protocol for TicToc {
         OccRecord::absent()
     }
 
-    fn new_loaded(&self, value: &[u8]) -> TicTocRecord {
-        // wts 1: committed (placeholders have 0), before every commit of this process.
-        OccRecord::loaded(pack(1, 1), value)
+    fn new_loaded(&self, value: &[u8], stamp: u64) -> TicTocRecord {
+        // At least 1: committed (placeholders have 0); at `stamp`, after every reader of an
+        // evicted record.
+        let ts = stamp.max(1);
+        OccRecord::loaded(pack(ts, ts), value)
     }
 
     fn committed_value(&self, rec: &TicTocRecord, guard: &Guard) -> Option<Vec<u8>> {
@@ -267,6 +269,22 @@ impl Protocol for TicToc {
 
     fn unlatch_absent(&self, rec: &TicTocRecord) {
         rec.unlock();
+    }
+
+    fn try_latch_evict(&self, rec: &TicTocRecord) -> Option<u64> {
+        rec.try_latch_evict().map(rts)
+    }
+
+    fn evict(&self, _worker: &(), rec: &TicTocRecord, guard: &Guard) {
+        rec.value.remove(guard);
+    }
+
+    fn unlatch_evict(&self, rec: &TicTocRecord) {
+        rec.unlock();
+    }
+
+    fn is_removed(&self, rec: &TicTocRecord, guard: &Guard) -> bool {
+        rec.value.is_removed(guard)
     }
 }
 

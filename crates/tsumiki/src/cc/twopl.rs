@@ -232,7 +232,7 @@ impl Protocol for TwoPl {
         TwoPlRecord { lock: AtomicU64::new(WRITER | st.ts), value: ValueCell::absent() }
     }
 
-    fn new_loaded(&self, value: &[u8]) -> TwoPlRecord {
+    fn new_loaded(&self, value: &[u8], _stamp: u64) -> TwoPlRecord {
         let r = TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() };
         // SAFETY: the record is not published yet, and its cell is empty: nothing is deferred.
         r.value.store(Some(value), unsafe { crossbeam_epoch::unprotected() });
@@ -377,5 +377,22 @@ impl Protocol for TwoPl {
 
     fn unlatch_absent(&self, rec: &TwoPlRecord) {
         rec.lock.store(0, Ordering::Release);
+    }
+
+    fn try_latch_evict(&self, rec: &TwoPlRecord) -> Option<u64> {
+        // No holder and no waiter's claim: removed records keep their lock for good.
+        rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| 0)
+    }
+
+    fn evict(&self, _worker: &(), rec: &TwoPlRecord, guard: &Guard) {
+        rec.value.remove(guard);
+    }
+
+    fn unlatch_evict(&self, rec: &TwoPlRecord) {
+        rec.lock.store(0, Ordering::Release);
+    }
+
+    fn is_removed(&self, rec: &TwoPlRecord, guard: &Guard) -> bool {
+        rec.value.is_removed(guard)
     }
 }

@@ -16,7 +16,7 @@ use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
-use super::residency::Residency;
+use super::residency::{Clock, Range, Residency, RECORD_OVERHEAD};
 use super::{Error, MAX_VALUE_LEN};
 
 /// A record pointer as the index stores it. Records are freed only through the epoch after
@@ -168,6 +168,10 @@ pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
     pub(crate) aborts: AtomicU64,
     pub(crate) unlinked: AtomicU64,
+    /// Key ranges read from the pages, and those that left memory (with their records).
+    pub(crate) ranges_loaded: AtomicU64,
+    pub(crate) ranges_evicted: AtomicU64,
+    pub(crate) records_evicted: AtomicU64,
 }
 
 /// The engine for one protocol.
@@ -207,14 +211,26 @@ pub struct Engine<P: Protocol> {
     /// Held by the checkpoint that uses `checkpoint_slot` (an explicit one and the
     /// background thread's must not enter and leave the one slot at once).
     checkpointing: Mutex<()>,
-    /// Opened lazily: which key ranges of the pages are in the index yet (`None`: all).
+    /// Databases with pages: which key ranges are in the index, and the cache budget
+    /// (`None`: everything is in memory for good).
     residency: Option<Residency>,
+    /// `Options::cache_bytes`, for [`open_durable`](Self::open_durable).
+    pub(crate) cache_bytes: usize,
+    /// The newest stamp of the records evicted so far: reloaded records start there
+    /// ([`Protocol::new_loaded`]).
+    reload_stamp: AtomicU64,
+    /// Set when the records in memory pass the budget and none can leave before a
+    /// checkpoint: makes one due.
+    cache_pressure: AtomicBool,
 }
 
 /// The logging step of one commit: appends the record while the locks are held; under
 /// NLR also makes it durable before the protocol installs anything.
 struct LogHook<'w> {
     wal: &'w Wal,
+    /// Marks the ranges of written keys dirty (databases with pages).
+    residency: Option<&'w Residency>,
+    guard: &'w Guard,
     lane: &'w Lane,
     private: bool,
     /// NLR group commit: locks stay held until the group is durable.
@@ -235,6 +251,14 @@ impl<R> CommitLog<R> for LogHook<'_> {
     }
 
     fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool {
+        if let Some(res) = self.residency {
+            // The records are locked here, and checkpoints wait for this commit: the
+            // generation is the one its record goes to.
+            let generation = self.wal.generation();
+            for w in writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(_))) {
+                res.mark_dirty(&w.key, generation, self.guard);
+            }
+        }
         let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
             self.done = Some((seq, order));
             if self.wal.opts.release == Release::Nlr && !self.hold {
@@ -316,17 +340,21 @@ impl<P: Protocol> Engine<P> {
             checkpoint_slot: OnceLock::new(),
             checkpointing: Mutex::new(()),
             residency: None,
+            cache_bytes: usize::MAX,
+            reload_stamp: AtomicU64::new(0),
+            cache_pressure: AtomicBool::new(false),
         })
     }
 
     /// Opens the database in `storage`: recovers what its files hold into this (empty)
     /// engine, bulk-loaded in key order, then starts a new log.
     pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
-        let unchecked_gaps = log.lazy_gaps_unchecked_for_tests;
+        let (unchecked_gaps, evict_dirty, evict_unmarked) =
+            (log.lazy_gaps_unchecked_for_tests, log.evict_dirty_for_tests, log.evict_unmarked_for_tests);
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         let opened = store::open(storage, log, proto.name(), proto.can_hold_locks(), &mut |k, v| {
-            let rec = Box::into_raw(Box::new(proto.new_loaded(v)));
+            let rec = Box::into_raw(Box::new(proto.new_loaded(v, 0)));
             builder.push(k, RecPtr(rec)).map_err(|e| {
                 // SAFETY: never published.
                 drop(unsafe { Box::from_raw(rec) });
@@ -346,7 +374,9 @@ impl<P: Protocol> Engine<P> {
         };
         self.index = index.map_err(Error::Index)?;
         if durable.lazy {
-            self.residency = Some(Residency::new(durable.page_lows(), unchecked_gaps));
+            let mut r = Residency::new(durable.page_lows(), self.cache_bytes, unchecked_gaps);
+            (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
+            self.residency = Some(r);
         }
         self.durable = Some(durable);
         Ok(())
@@ -364,9 +394,24 @@ impl<P: Protocol> Engine<P> {
         self.durable.as_ref().map(|d| d.store_stats())
     }
 
+    /// The record cache's counters.
+    pub(crate) fn cache_stats(&self) -> Option<super::CacheStats> {
+        let r = self.residency.as_ref()?;
+        let (ranges, ranges_loaded) = r.counts(&epoch::pin());
+        Some(super::CacheStats {
+            budget: r.budget,
+            resident_bytes: r.resident(),
+            ranges,
+            ranges_loaded,
+            loads: self.counters.ranges_loaded.load(Ordering::Relaxed),
+            evictions: self.counters.ranges_evicted.load(Ordering::Relaxed),
+            records_evicted: self.counters.records_evicted.load(Ordering::Relaxed),
+        })
+    }
+
     /// Whether enough log was written to take a checkpoint.
     pub(crate) fn checkpoint_due(&self) -> bool {
-        self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due())
+        self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
     }
 
     /// Takes a checkpoint now, from outside any transaction.
@@ -388,6 +433,7 @@ impl<P: Protocol> Engine<P> {
     /// Takes a checkpoint (see `store::Durable::checkpoint`); the caller's slot is entered.
     fn checkpoint(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
+        self.cache_pressure.store(false, Ordering::Release);
         d.checkpoint(|switch| self.quiesced(switch), self)
     }
 
@@ -575,19 +621,25 @@ impl<P: Protocol> Engine<P> {
     /// [`loaded`](Self::loaded) when some range may be missing.
     #[cold]
     fn load_first_missing(&self, r: &Residency, from: &[u8], to: Option<&[u8]>) -> Result<bool, Error> {
-        let Some(i) = r.first_missing(from, to) else { return Ok(true) };
-        let _one = r.load_lock.lock();
-        if r.is_loaded(i) {
+        let guard = &epoch::pin();
+        let Some(range) = r.first_missing(from, to, guard) else { return Ok(true) };
+        let mut clock = r.lock.lock();
+        if range.is_loaded() {
             return Ok(false);
         }
-        let (low, high) = r.range(i);
-        let d = self.durable.as_ref().expect("a lazily opened database has files");
-        d.load_range(low, high, &mut |k, v| {
-            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v)));
+        let Some((low, high)) = r.bounds(range, guard) else { return Ok(false) };
+        let d = self.durable.as_ref().expect("a database with ranges has files");
+        let stamp = self.reload_stamp.load(Ordering::Acquire);
+        let mut bytes = 0;
+        let loaded = d.load_range(&low, high.as_deref(), &mut |k, v| {
+            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v, stamp)));
             match self.index.insert(k, RecPtr(rec)) {
-                Ok(true) => Ok(()),
-                // Only a load that failed halfway leaves keys behind: the index's record is
-                // the same committed value.
+                Ok(true) => {
+                    bytes += (k.len() + v.len() + RECORD_OVERHEAD) as i64;
+                    Ok(())
+                }
+                // A key already there: a load that failed halfway (the same committed
+                // value), or an insert that placed it while the range was leaving (newer).
                 Ok(false) => {
                     // SAFETY: never published.
                     drop(unsafe { Box::from_raw(rec) });
@@ -599,9 +651,21 @@ impl<P: Protocol> Engine<P> {
                     Err(Error::Index(e))
                 }
             }
-        })?;
-        r.mark_loaded(i);
+        });
+        r.credit_range(range, bytes);
+        loaded?;
+        r.mark_loaded(&mut clock, range);
+        self.counters.ranges_loaded.fetch_add(1, Ordering::Relaxed);
         Ok(false)
+    }
+
+    /// Whether every range overlapping `from..end` (exclusive) is loaded, without loading
+    /// any.
+    fn covered(&self, from: &[u8], end: Option<&[u8]>) -> bool {
+        match self.residency.as_ref().filter(|r| !r.all_loaded()) {
+            Some(r) => r.covers(from, end, &epoch::pin()),
+            None => true,
+        }
     }
 
     /// Where a scan from `from` must stop this time: the start of the first key range
@@ -609,7 +673,153 @@ impl<P: Protocol> Engine<P> {
     fn scan_limit(&self, from: &[u8], end: Option<&[u8]>) -> Result<Option<Vec<u8>>, Error> {
         let Some(r) = self.residency.as_ref().filter(|r| !r.all_loaded()) else { return Ok(None) };
         while !self.loaded(from, Some(from))? {}
-        Ok(r.first_missing(from, end).map(|i| r.range(i).0.to_vec()).filter(|l| end.is_none_or(|e| l.as_slice() < e)))
+        let guard = &epoch::pin();
+        Ok(r.first_missing(from, end, guard).map(|m| m.low().to_vec()).filter(|l| end.is_none_or(|e| l.as_slice() < e)))
+    }
+
+    /// Evicts clean ranges while the records in memory pass the budget (CLOCK: a range
+    /// touched since the hand last passed gets another round). Called after a
+    /// transaction ends, by one thread at a time; if nothing can leave before a checkpoint
+    /// covers the ranges' last writes, one is made due.
+    pub(crate) fn evict_over_budget(&self, worker: &P::Worker) {
+        let Some(r) = self.residency.as_ref().filter(|r| r.over_budget()) else { return };
+        let Some(mut clock) = r.lock.try_lock() else { return };
+        let Some(d) = self.durable.as_ref() else { return };
+        let covered = if r.evict_dirty { u64::MAX } else { d.covered() };
+        let guard = &epoch::pin();
+        let target = (r.budget as i64) / 10 * 9;
+        let mut steps = 2 * r.counts(guard).0 + 2;
+        let mut blocked_by_dirt = false;
+        while r.resident() > target && steps > 0 {
+            steps -= 1;
+            let (range, low, high) = r.advance(&mut clock, guard);
+            if !range.is_loaded() {
+                continue;
+            }
+            // A range too large to leave at once is split first (written or not: a fresh
+            // database is one range), and its lower part considered.
+            let split_at = r.split_records();
+            let (range, high) = match self.index.scan(&low, high.as_deref()).map(|(k, _)| k).nth(split_at) {
+                Some(at) => {
+                    let lower: i64 =
+                        self.index.scan(&low, Some(&at)).map(|(k, p)| self.record_bytes(&k, p, guard)).sum();
+                    (r.split(range, &at, lower, guard), Some(at))
+                }
+                None => (range.clone(), high),
+            };
+            if range.dirty() > covered {
+                blocked_by_dirt = true;
+                continue;
+            }
+            if range.take_reference() {
+                continue;
+            }
+            self.evict_range(worker, r, &mut clock, &range, &low, high.as_deref(), covered, guard);
+        }
+        drop(clock);
+        if r.over_budget() && blocked_by_dirt && !self.cache_pressure.swap(true, Ordering::AcqRel) {
+            if let Some(t) = self.checkpointer.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// The memory counted for one record: key, value and [`RECORD_OVERHEAD`].
+    fn record_bytes(&self, key: &[u8], p: RecPtr<P::Record>, guard: &Guard) -> i64 {
+        // SAFETY: in the index under the caller's pin.
+        let len = self.proto.committed_value(unsafe { &*p.0 }, guard).map_or(0, |v| v.len());
+        (key.len() + len + RECORD_OVERHEAD) as i64
+    }
+
+    /// Takes the records of `range` (`low..high`) out of the index, if none is held and
+    /// none was written since the checkpoint `covered` names. See [`Residency`] for the
+    /// order of steps.
+    #[allow(clippy::too_many_arguments)]
+    fn evict_range(
+        &self,
+        worker: &P::Worker,
+        r: &Residency,
+        clock: &mut Clock,
+        range: &Arc<Range>,
+        low: &[u8],
+        high: Option<&[u8]>,
+        covered: u64,
+        guard: &Guard,
+    ) {
+        r.mark_unloaded(clock, range);
+        // The gap owner past the range: no insert enters the range's last gap meanwhile
+        // (an insert latches the follower of its key; one that did before is in the scan).
+        let gaps = self.proto.gap_protection();
+        let next = loop {
+            let next = match high {
+                Some(h) if gaps => self.next_record(h, false, None, guard).1,
+                _ => &*self.sentinel,
+            };
+            match self.proto.latch_next(next) {
+                Ok(()) => break Some(next),
+                Err(Access::Removed) => continue,
+                Err(_) => break None,
+            }
+        };
+        let Some(next) = next else {
+            r.mark_loaded(clock, range);
+            return;
+        };
+        let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = self.index.scan(low, high).collect();
+        let mut stamps = Vec::with_capacity(recs.len());
+        for (_, p) in &recs {
+            if r.evict_unmarked {
+                break;
+            }
+            // SAFETY: in the index under this pin.
+            let rec = unsafe { &*p.0 };
+            // An insert in flight: its transaction would have to start over.
+            if self.proto.is_fresh(rec) {
+                break;
+            }
+            match self.proto.try_latch_evict(rec) {
+                Some(s) => stamps.push(s),
+                None => break,
+            }
+        }
+        if r.evict_unmarked {
+            // The planted bug: the records leave unmarked.
+            for (k, p) in &recs {
+                self.index.delete(k).ok();
+                self.retire(*p);
+            }
+            self.proto.unlatch_next(next);
+            r.debit_all(range);
+            return;
+        }
+        // Written since the checkpoint (a writer marks the range while it holds the record,
+        // so the latches above come after its mark), or held by someone: not now.
+        if stamps.len() < recs.len() || range.dirty() > covered {
+            for (_, p) in &recs[..stamps.len()] {
+                // SAFETY: as above.
+                self.proto.unlatch_evict(unsafe { &*p.0 });
+            }
+            self.proto.unlatch_next(next);
+            r.mark_loaded(clock, range);
+            range.touch();
+            return;
+        }
+        for (k, p) in &recs {
+            // SAFETY: as above; latched by us, so it stays until retired below.
+            let rec = unsafe { &*p.0 };
+            self.proto.evict(worker, rec, guard);
+            let removed = self.index.delete(k).unwrap_or(false);
+            debug_assert!(removed, "a latched record stays in the index until it leaves");
+            self.retire(*p);
+        }
+        self.proto.unlatch_next(next);
+        if let Some(&max) = stamps.iter().max() {
+            self.reload_stamp.fetch_max(max, Ordering::AcqRel);
+        }
+        r.debit_all(range);
+        self.reclaim();
+        self.counters.ranges_evicted.fetch_add(1, Ordering::Relaxed);
+        self.counters.records_evicted.fetch_add(recs.len() as u64, Ordering::Relaxed);
     }
 
     /// Whether `rec` is the sentinel (the gap owner after the last key).
@@ -652,7 +862,7 @@ impl<P: Protocol> Engine<P> {
             // between them later would own part of that gap without what it was handed.
             // Wait until the ranges between are loaded (transactions load them).
             if let Some(res) = partial.filter(|_| self.proto.gap_protection()) {
-                if res.first_missing(key, (!self.is_sentinel(next)).then_some(nk.as_slice())).is_some() {
+                if res.first_missing(key, (!self.is_sentinel(next)).then_some(nk.as_slice()), guard).is_some() {
                     self.proto.unlatch_absent(r);
                     self.put_off_unlink(key);
                     return false;
@@ -675,6 +885,9 @@ impl<P: Protocol> Engine<P> {
             let removed = self.index.delete(key).unwrap_or(false);
             debug_assert!(removed, "a latched record stays in the index until its unlink");
             self.retire(RecPtr(rec));
+            if let Some(res) = &self.residency {
+                res.credit(key, -((key.len() + RECORD_OVERHEAD) as i64), guard);
+            }
             self.counters.unlinked.fetch_add(1, Ordering::Relaxed);
             return true;
         }
@@ -1017,6 +1230,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let b = self.b();
             b.created.push((b.created_keys.len() as u32, key.len() as u32, rec));
             b.created_keys.extend_from_slice(key);
+            if let Some(res) = &eng.residency {
+                res.credit(key, (key.len() + RECORD_OVERHEAD) as i64, guard);
+            }
             if !eng.proto.gap_protection() {
                 return Ok(Place::New(r));
             }
@@ -1232,6 +1448,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 (false, _) => Some(successor_key(&recs[recs.len() - 1].0)),
                 (true, l) => l.clone(),
             };
+            // The ranges the chunk covers were all in the index while it was read (a range
+            // that left meanwhile was marked before its records went).
+            let reach = match (last, recs.last()) {
+                (false, Some((k, _))) => Some(successor_key(k)),
+                _ => stop.map(<[u8]>::to_vec),
+            };
+            if !eng.covered(from, reach.as_deref()) {
+                continue 'retry;
+            }
             if !eng.proto.gap_protection() {
                 return Ok(next_start(&recs));
             }
@@ -1321,7 +1546,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             };
             let private = wal.opts.mode == LogMode::PWal;
             let hold = wal.holds_locks();
-            let mut hook = LogHook { wal, lane: &lane, private, hold, kept: Vec::new(), done: None, err: None };
+            let mut hook = LogHook {
+                wal,
+                residency: eng.residency.as_ref(),
+                guard,
+                lane: &lane,
+                private,
+                hold,
+                kept: Vec::new(),
+                done: None,
+                err: None,
+            };
             let b = self.bufs.as_mut().expect("buffers");
             eng.enter_commit(slot);
             let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
@@ -1387,8 +1622,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         for (key, rec) in b.created() {
-            if b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize).is_err() {
-                eng.try_unlink(worker, key, rec, guard);
+            match b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize) {
+                Ok(i) => {
+                    if let (Some(res), Some(v)) = (&eng.residency, b.writes[i].kind.value()) {
+                        res.credit(key, v.len() as i64, guard);
+                    }
+                }
+                Err(_) => {
+                    eng.try_unlink(worker, key, rec, guard);
+                }
             }
         }
         eng.drain_pending_unlinks(worker, guard);
@@ -1432,7 +1674,11 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
             crate::cc::set_lock_waiter(None);
         }
         // SAFETY: the slot outlives the transaction (see `worker`).
-        self.eng.leave(unsafe { &*self.slot });
+        let slot = unsafe { &*self.slot };
+        self.eng.leave(slot);
+        // Out of its slot, so that the records it read can be freed; the slot stays ours
+        // until `home` takes it back below.
+        self.eng.evict_over_budget(&slot.worker);
         let bufs = self.bufs.take();
         match self.home.take() {
             Some(Home::Worker(slot)) => *slot = bufs,

@@ -124,7 +124,35 @@ pub struct Options {
     /// Logging, for databases opened with a path ([`Db::open`]): P-WAL with NLR and
     /// fdatasync at every commit by default.
     pub log: LogOptions,
+    /// Databases opened with a path: the memory the records may hold (keys, values and
+    /// their share of the index, estimated), [`DEFAULT_CACHE_BYTES`] by default. Past it,
+    /// key ranges that no transaction wrote since the last checkpoint leave memory (CLOCK)
+    /// and are read back from the pages when used again; past it with nothing clean, a
+    /// checkpoint is taken. A running transaction may hold more until it ends.
+    pub cache_bytes: usize,
 }
+
+/// The record cache of a database with pages ([`Db::cache_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// [`Options::cache_bytes`].
+    pub budget: usize,
+    /// Memory counted for the records in the index (keys, values and their overhead).
+    pub resident_bytes: i64,
+    /// Key ranges.
+    pub ranges: usize,
+    /// Key ranges in memory now.
+    pub ranges_loaded: usize,
+    /// Ranges read from the pages since open.
+    pub loads: u64,
+    /// Ranges that left memory since open.
+    pub evictions: u64,
+    /// Records that left memory since open.
+    pub records_evicted: u64,
+}
+
+/// The default [`Options::cache_bytes`]: 512 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 512 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -134,6 +162,7 @@ impl Default for Options {
             gc_refresh: DEFAULT_REFRESH,
             skip_validation_for_tests: false,
             log: LogOptions::default(),
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -209,8 +238,10 @@ impl<P: Protocol> TypedDb<P> {
         index: BwTreeConfig,
         storage: Arc<dyn Storage>,
         log: LogOptions,
+        cache_bytes: usize,
     ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
+        eng.cache_bytes = cache_bytes;
         eng.open_durable(storage, log)?;
         let eng = Arc::new(eng);
         let checkpointer = Some(Checkpointer::start(&eng));
@@ -240,6 +271,11 @@ impl<P: Protocol> TypedDb<P> {
     /// (`None` for an in-memory database).
     pub fn store_stats(&self) -> Option<StoreStats> {
         self.eng.store_stats()
+    }
+
+    /// The record cache's counters (`None` when every record stays in memory).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.eng.cache_stats()
     }
 
     /// Starts a transaction on a worker slot from the pool.
@@ -390,7 +426,7 @@ impl Db {
         fn mk<P: Protocol>(p: P, opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<TypedDb<P>, Error> {
             match storage {
                 None => TypedDb::new(p, opts.index.clone()),
-                Some(s) => TypedDb::open_durable(p, opts.index.clone(), s, opts.log.clone()),
+                Some(s) => TypedDb::open_durable(p, opts.index.clone(), s, opts.log.clone(), opts.cache_bytes),
             }
         }
         let inner = match opts.cc {
@@ -446,6 +482,12 @@ impl Db {
     /// (`None` for an in-memory database).
     pub fn store_stats(&self) -> Option<StoreStats> {
         dispatch!(&self.inner, db => db.store_stats())
+    }
+
+    /// The record cache's counters: memory counted against [`Options::cache_bytes`], key
+    /// ranges in memory, loads and evictions (`None` for a database without pages).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        dispatch!(&self.inner, db => db.cache_stats())
     }
 
     /// Starts a transaction. It ends when committed, aborted or dropped (dropping rolls

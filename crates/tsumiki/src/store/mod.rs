@@ -48,6 +48,9 @@ pub(crate) struct Durable {
     /// Whether the pages were left on disk at open, to be loaded as their keys are first
     /// used ([`Durable::page_lows`], [`Durable::load_range`]).
     pub(crate) lazy: bool,
+    /// The generation whose starting state the pages hold: the commits of every earlier
+    /// generation are in them.
+    covered: std::sync::atomic::AtomicU64,
 }
 
 /// How long a page load waits for a running checkpoint (see [`Durable::load_range`]).
@@ -252,6 +255,7 @@ pub(crate) fn open(
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
         lazy,
+        covered: std::sync::atomic::AtomicU64::new(generation),
         _lock: lock,
         closed: AtomicBool::new(false),
         recovery: stats,
@@ -308,6 +312,12 @@ impl Durable {
             current.pages.rebuild(g, &mut |f| state.scan(f))?;
         }
         current.pages.write_table()
+    }
+
+    /// See the field: a key range written last in generation `g` is the same in the pages
+    /// as in memory once this is above `g`.
+    pub(crate) fn covered(&self) -> u64 {
+        self.covered.load(Ordering::Acquire)
     }
 
     /// The low keys of the store's pages (the first is empty): what a lazily opened
@@ -398,6 +408,7 @@ impl Durable {
         current.generation = g;
         current.table = Some(t);
         current.pages.commit();
+        self.covered.store(g, Ordering::Release);
         self.wal.note_checkpoint(current.pages.written() - written);
         // The new state is durable: the older files are obsolete (a failure here leaves
         // them for the next open or checkpoint to remove).

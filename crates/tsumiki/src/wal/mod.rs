@@ -126,6 +126,14 @@ pub struct LogOptions {
     /// loading the key ranges between them (a planted bug for the isolation tests).
     #[doc(hidden)]
     pub lazy_gaps_unchecked_for_tests: bool,
+    /// Test only: key ranges written since the last checkpoint may leave memory (their
+    /// newest writes are then lost until recovery; a planted bug for the cache tests).
+    #[doc(hidden)]
+    pub evict_dirty_for_tests: bool,
+    /// Test only: evicted records are not marked (a transaction that read one can still
+    /// validate it; a planted bug for the isolation tests under a tiny cache).
+    #[doc(hidden)]
+    pub evict_unmarked_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -151,6 +159,8 @@ impl Default for LogOptions {
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
             lazy_gaps_unchecked_for_tests: false,
+            evict_dirty_for_tests: false,
+            evict_unmarked_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
         }
@@ -837,6 +847,13 @@ impl Wal {
             && self.opts.device == Device::File
             && self.bytes.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
                 >= limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
+    }
+
+    /// The generation commits log into now (stable while a commit is between its log
+    /// append and its install: checkpoints wait for those).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Moves every lane to generation `g` (a checkpoint). The caller guarantees that no

@@ -1,0 +1,235 @@
+//! The record cache: with `cache_bytes` far below the data, key ranges leave memory once a
+//! checkpoint covers them and load again when used. Results must match a model under every
+//! protocol, concurrent transfers must stay consistent while ranges leave under them, and
+//! a planted bug (ranges evicted before their last writes reach the pages) must be caught.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
+
+fn key(n: u64) -> Vec<u8> {
+    format!("k{n:06}").into_bytes()
+}
+
+fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
+    let mut v = format!("{n}-{round}-").into_bytes();
+    v.resize(len, b'.');
+    v
+}
+
+/// A small cache, frequent checkpoints, buffered commits (the test is about the cache).
+fn opts(cc: Cc, cache_bytes: usize, evict_dirty: bool) -> Options {
+    let log = LogOptions {
+        durability: Durability::Buffered,
+        checkpoint_bytes: 256 << 10,
+        evict_dirty_for_tests: evict_dirty,
+        ..LogOptions::default()
+    };
+    Options { cc, cache_bytes, log, ..Options::default() }
+}
+
+fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    db.run(|t| t.scan(b"", None).collect::<Result<BTreeMap<_, _>, Error>>()).unwrap()
+}
+
+/// Fills a database through a 64 KiB cache (about a twentieth of the data), then runs
+/// random reads, writes, inserts, deletes and scans against a model, with checkpoints
+/// along the way; the state must match after a clean close and after a crash too.
+fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 64 << 10;
+    let db = Db::open(dir.path(), opts(cc, budget, evict_dirty)).unwrap();
+    let mut model = BTreeMap::new();
+    for chunk in (0..4000u64).collect::<Vec<_>>().chunks(100) {
+        db.run(|t| {
+            for &i in chunk {
+                t.put(&key(i * 2), &value(i, 0, 300))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        for &i in chunk {
+            model.insert(key(i * 2), value(i, 0, 300));
+        }
+        if chunk[0] % 1000 == 0 {
+            db.checkpoint().unwrap();
+        }
+    }
+    let mut rng = StdRng::seed_from_u64(11);
+    for round in 1..=1500u64 {
+        let k = rng.random_range(0..8200u64);
+        let kk = key(k);
+        let op = rng.random_range(0..6);
+        let end = key(k + rng.random_range(1..300u64));
+        let r = db.run(|t| {
+            Ok(match op {
+                0 => (t.get(&kk)? == model.get(&kk).cloned(), None),
+                1 => {
+                    t.put(&kk, &value(k, round, 200))?;
+                    (true, Some(Some(value(k, round, 200))))
+                }
+                2 => (t.insert(&kk, &value(k, round, 100))? != model.contains_key(&kk), None),
+                3 => (t.delete(&kk)? == model.contains_key(&kk), Some(None)),
+                4 => {
+                    let did = t.update(&kk, &value(k, round, 50))?;
+                    (did == model.contains_key(&kk), did.then(|| Some(value(k, round, 50))))
+                }
+                _ => {
+                    let got: Vec<_> = t.scan(&kk, Some(&end)).collect::<Result<_, _>>()?;
+                    let want: Vec<_> =
+                        model.range(kk.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
+                    (got == want, None)
+                }
+            })
+        });
+        let (agrees, change) = r.map_err(|e| format!("{cc:?}: round {round}: {e}"))?;
+        if !agrees {
+            return Err(format!("{cc:?}: round {round}: operation {op} on key {k} disagrees with the model"));
+        }
+        match (op, change) {
+            (2, _) => {
+                model.entry(kk).or_insert_with(|| value(k, round, 100));
+            }
+            (_, Some(Some(v))) => {
+                model.insert(kk, v);
+            }
+            (_, Some(None)) => {
+                model.remove(&kk);
+            }
+            _ => {}
+        }
+        if round % 300 == 0 {
+            db.checkpoint().unwrap();
+        }
+    }
+    let st = db.cache_stats().unwrap();
+    assert!(st.evictions > 20 && st.loads > 20, "{cc:?}: the cache was not exercised: {st:?}");
+    if dump(&db) != model {
+        return Err(format!("{cc:?}: the whole state after the random operations"));
+    }
+    // Once a checkpoint covers everything, the next transaction's end brings the records
+    // in memory back under the budget.
+    db.checkpoint().unwrap();
+    db.run(|t| t.get(&key(0))).unwrap();
+    let st = db.cache_stats().unwrap();
+    assert!(st.resident_bytes <= budget as i64, "{cc:?}: {st:?}");
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts(cc, budget, false)).unwrap();
+    if dump(&db) != model {
+        return Err(format!("{cc:?}: the state after a clean close"));
+    }
+    db.run(|t| t.put(&key(1), b"after the close")).unwrap();
+    model.insert(key(1), b"after the close".to_vec());
+    db.abandon_for_tests();
+    let db = Db::open(dir.path(), opts(cc, budget, false)).unwrap();
+    if dump(&db) != model {
+        return Err(format!("{cc:?}: the state after a crash"));
+    }
+    db.close().unwrap();
+    Ok(())
+}
+
+#[test]
+fn databases_twenty_times_their_cache_agree_with_a_model() {
+    for cc in Cc::ALL {
+        model_run(cc, false).unwrap();
+    }
+}
+
+#[test]
+fn planted_eviction_of_dirty_ranges_is_caught() {
+    for cc in [Cc::TicToc, Cc::TwoPl(tsumiki::LockWait::NoWait), Cc::MvccSi(tsumiki::Gc::default())] {
+        assert!(model_run(cc, true).is_err(), "{cc:?}: evicting unwritten changes went unnoticed");
+    }
+}
+
+const ACCOUNTS: u64 = 2000;
+const START: u64 = 1000;
+
+fn balance(v: &[u8]) -> u64 {
+    u64::from_be_bytes(v[..8].try_into().expect("a balance"))
+}
+
+fn account(b: u64) -> Vec<u8> {
+    let mut v = b.to_be_bytes().to_vec();
+    v.resize(200, 0);
+    v
+}
+
+/// Transfers and audits (full scans) on four threads through a cache of a tenth of the
+/// accounts: ranges leave and load while transactions hold their records; every committed
+/// audit must see the total.
+fn bank(cc: Cc) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(cc, 64 << 10, false)).unwrap();
+    for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(200) {
+        db.run(|t| {
+            for &a in chunk {
+                t.put(&key(a), &account(START))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    let bad = AtomicU64::new(0);
+    let barrier = Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (db, bad, barrier) = (&db, &bad, &barrier);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(t + 300);
+                barrier.wait();
+                for _ in 0..400 {
+                    if rng.random_range(0..40) == 0 {
+                        let sum = db
+                            .run(|t| {
+                                let mut sum = 0u64;
+                                for r in t.scan(b"", None) {
+                                    sum = sum.wrapping_add(balance(&r?.1));
+                                }
+                                Ok(sum)
+                            })
+                            .unwrap();
+                        if sum != ACCOUNTS * START {
+                            bad.fetch_add(1, Ordering::Relaxed);
+                        }
+                        continue;
+                    }
+                    let (a, b) = (rng.random_range(0..ACCOUNTS), rng.random_range(0..ACCOUNTS));
+                    if a == b {
+                        continue;
+                    }
+                    db.run(|t| {
+                        let (va, vb) = (t.get(&key(a))?.expect("open"), t.get(&key(b))?.expect("open"));
+                        let amount = rng.random_range(0..=balance(&va).min(50));
+                        t.put(&key(a), &account(balance(&va) - amount))?;
+                        t.put(&key(b), &account(balance(&vb) + amount))
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let st = db.cache_stats().unwrap();
+    assert!(st.evictions > 10, "{cc:?}: the cache was not exercised: {st:?}");
+    let bad = bad.into_inner();
+    if bad > 0 {
+        return Err(format!("{cc:?}: {bad} committed audits saw a wrong total"));
+    }
+    let sum: u64 = dump(&db).values().map(|v| balance(v)).sum();
+    if sum != ACCOUNTS * START {
+        return Err(format!("{cc:?}: final total {sum}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn transfers_stay_consistent_while_ranges_leave_and_load() {
+    for cc in Cc::ALL {
+        bank(cc).unwrap();
+    }
+}
