@@ -150,14 +150,12 @@ fn planted_eviction_of_dirty_ranges_is_caught() {
 const ACCOUNTS: u64 = 2000;
 const START: u64 = 1000;
 
-fn balance(v: &[u8]) -> u64 {
-    u64::from_be_bytes(v[..8].try_into().expect("a balance"))
-}
+#[path = "common/bank.rs"]
+mod bank;
+use bank::{audit, balance};
 
 fn account(b: u64) -> Vec<u8> {
-    let mut v = b.to_be_bytes().to_vec();
-    v.resize(200, 0);
-    v
+    bank::account(b, 200)
 }
 
 /// Transfers and audits (full scans) on four threads through a cache of a tenth of the
@@ -185,16 +183,7 @@ fn bank(cc: Cc) -> Result<(), String> {
                 barrier.wait();
                 for _ in 0..400 {
                     if rng.random_range(0..40) == 0 {
-                        let sum = db
-                            .run(|t| {
-                                let mut sum = 0u64;
-                                for r in t.scan(b"", None) {
-                                    sum = sum.wrapping_add(balance(&r?.1));
-                                }
-                                Ok(sum)
-                            })
-                            .unwrap();
-                        if sum != ACCOUNTS * START {
+                        if audit(db) != ACCOUNTS * START {
                             bad.fetch_add(1, Ordering::Relaxed);
                         }
                         continue;

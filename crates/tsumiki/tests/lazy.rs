@@ -120,15 +120,12 @@ fn lazily_opened_databases_agree_with_a_model() {
 const ACCOUNTS: u64 = 1500;
 const START: u64 = 1000;
 
-fn balance(v: &[u8]) -> u64 {
-    u64::from_be_bytes(v[..8].try_into().expect("a balance"))
-}
+#[path = "common/bank.rs"]
+mod bank;
+use bank::{audit, balance};
 
 fn account(b: u64) -> Vec<u8> {
-    // Padding spreads the accounts over many pages.
-    let mut v = b.to_be_bytes().to_vec();
-    v.resize(300, 0);
-    v
+    bank::account(b, 300)
 }
 
 /// Transfers, account closes and audits (full scans) on a database reopened lazily: ranges load while
@@ -155,16 +152,7 @@ fn lazy_bank(cc: Cc, threads: usize) -> Result<(), String> {
                 barrier.wait();
                 for _ in 0..300 {
                     if rng.random_range(0..15) == 0 {
-                        let sum = db
-                            .run(|t| {
-                                let mut sum = 0u64;
-                                for r in t.scan(b"", None) {
-                                    sum = sum.wrapping_add(balance(&r?.1));
-                                }
-                                Ok(sum)
-                            })
-                            .unwrap();
-                        if sum != ACCOUNTS * START {
+                        if audit(db) != ACCOUNTS * START {
                             bad.fetch_add(1, Ordering::Relaxed);
                         }
                         continue;

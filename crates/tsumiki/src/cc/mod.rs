@@ -272,8 +272,6 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn evict(&self, worker: &Self::Worker, rec: &Self::Record, guard: &Guard);
     /// Releases a latch of [`try_latch_evict`](Self::try_latch_evict) (eviction abandoned).
     fn unlatch_evict(&self, rec: &Self::Record);
-    /// Whether `rec` left the index for good (unlinked or evicted).
-    fn is_removed(&self, rec: &Self::Record, guard: &Guard) -> bool;
 }
 
 /// The value of a single-version record. A value of up to [`INLINE_MAX`] bytes sits in the

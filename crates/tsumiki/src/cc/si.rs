@@ -609,11 +609,6 @@ impl Protocol for Si {
     fn unlatch_evict(&self, rec: &SiRecord) {
         rec.unlock();
     }
-
-    fn is_removed(&self, rec: &SiRecord, guard: &Guard) -> bool {
-        let _ = guard;
-        rec.latch.load(Ordering::Acquire) == REMOVED
-    }
 }
 
 /// Marks a latched record removed for good and takes its versions out of the statistics

@@ -278,8 +278,4 @@ impl Protocol for Silo {
     fn unlatch_evict(&self, rec: &SiloRecord) {
         rec.unlock();
     }
-
-    fn is_removed(&self, rec: &SiloRecord, guard: &Guard) -> bool {
-        rec.value.is_removed(guard)
-    }
 }

@@ -282,10 +282,6 @@ impl Protocol for TicToc {
     fn unlatch_evict(&self, rec: &TicTocRecord) {
         rec.unlock();
     }
-
-    fn is_removed(&self, rec: &TicTocRecord, guard: &Guard) -> bool {
-        rec.value.is_removed(guard)
-    }
 }
 
 #[cfg(test)]

@@ -391,8 +391,4 @@ impl Protocol for TwoPl {
     fn unlatch_evict(&self, rec: &TwoPlRecord) {
         rec.lock.store(0, Ordering::Release);
     }
-
-    fn is_removed(&self, rec: &TwoPlRecord, guard: &Guard) -> bool {
-        rec.value.is_removed(guard)
-    }
 }

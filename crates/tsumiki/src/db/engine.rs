@@ -679,7 +679,8 @@ impl<P: Protocol> Engine<P> {
 
     /// Evicts clean ranges while the records in memory pass the budget (CLOCK: a range
     /// touched since the hand last passed gets another round). Called after a
-    /// transaction ends, by one thread at a time; if nothing can leave before a checkpoint
+    /// transaction ends, inside its slot (which keeps the records it meets allocated), by
+    /// one thread at a time; if nothing can leave before a checkpoint
     /// covers the ranges' last writes, one is made due.
     pub(crate) fn evict_over_budget(&self, worker: &P::Worker) {
         let Some(r) = self.residency.as_ref().filter(|r| r.over_budget()) else { return };
@@ -1675,10 +1676,11 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
         }
         // SAFETY: the slot outlives the transaction (see `worker`).
         let slot = unsafe { &*self.slot };
-        self.eng.leave(slot);
-        // Out of its slot, so that the records it read can be freed; the slot stays ours
-        // until `home` takes it back below.
+        // Still inside the slot: records are freed only once every slot entered before
+        // their retirement is left (`Engine::reclaim`), so the records the eviction meets
+        // in the index stay allocated while it reads and latches them.
         self.eng.evict_over_budget(&slot.worker);
+        self.eng.leave(slot);
         let bufs = self.bufs.take();
         match self.home.take() {
             Some(Home::Worker(slot)) => *slot = bufs,
