@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 /// spends much of a write-heavy run trimming and refaulting its per-thread arenas, for every
 /// structure alike; mimalloc is what embedders of a storage engine typically link (as RocksDB
 /// does jemalloc), so the comparison measures the structures rather than glibc.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

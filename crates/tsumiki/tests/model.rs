@@ -17,6 +17,8 @@ enum Op {
     Update(u16, u32),
     Delete(u16),
     Scan(u16, Option<u16>),
+    /// `apply_batch` over these keys: inserts of `value` (`Some`) or deletes (`None`).
+    Batch(Vec<u16>, Option<u32>),
 }
 
 fn op(keys: u16) -> impl Strategy<Value = Op> {
@@ -27,6 +29,8 @@ fn op(keys: u16) -> impl Strategy<Value = Op> {
         2 => (0..keys, any::<u32>()).prop_map(|(k, v)| Op::Update(k, v)),
         4 => (0..keys).prop_map(Op::Delete),
         1 => (0..keys, proptest::option::of(0..keys)).prop_map(|(s, e)| Op::Scan(s, e)),
+        1 => (proptest::collection::vec(0..keys, 0..48), proptest::option::of(any::<u32>()))
+            .prop_map(|(ks, v)| Op::Batch(ks, v)),
     ]
 }
 
@@ -81,11 +85,38 @@ fn run(cfg: BwTreeConfig, ops: &[Op]) {
                     .collect();
                 assert_eq!(got, want, "op {i} {op:?}");
             }
+            Op::Batch(ns, v) => batch(&tree, &mut model, ns, *v, &format!("op {i}")),
         }
     }
     let all: Vec<_> = tree.scan(b"", None).collect();
     let want: Vec<_> = model.into_iter().collect();
     assert_eq!(all, want, "final contents");
+}
+
+/// `apply_batch` of inserts (`Some(v)`) or deletes over keys `ns`, checked against and
+/// applied to the model.
+fn batch(tree: &BwTree<u32>, model: &mut BTreeMap<Vec<u8>, u32>, ns: &[u16], v: Option<u32>, what: &str) {
+    let mut keys: Vec<Vec<u8>> = ns.iter().map(|n| k(*n)).collect();
+    keys.sort();
+    keys.dedup();
+    let entries: Vec<(&[u8], Option<u32>)> = keys.iter().map(|key| (key.as_slice(), v)).collect();
+    let mut added = vec![false; entries.len()];
+    tree.apply_batch(&entries, &mut added).unwrap();
+    for (key, added) in keys.iter().zip(added) {
+        match v {
+            Some(v) => {
+                let absent = !model.contains_key(key);
+                if absent {
+                    model.insert(key.clone(), v);
+                }
+                assert_eq!(added, absent, "{what}: batch insert of {key:?}");
+            }
+            None => {
+                model.remove(key);
+                assert!(!added, "{what}: a delete is never added");
+            }
+        }
+    }
 }
 
 /// Writes only, and after every step `first_from` (and `first_from_with`) for the written
@@ -347,6 +378,7 @@ fn run_bulk(cfg: BwTreeConfig, keys: &[Vec<u8>], ops: &[Op], space: u16, probes:
     check_against(&tree, &model, space, probes, &format!("{name} after load"));
     for (i, op) in ops.iter().enumerate() {
         match *op {
+            Op::Batch(ref ns, v) => batch(&tree, &mut model, ns, v, &format!("{name} op {i}")),
             Op::Get(n) => assert_eq!(tree.get(&k(n)).unwrap(), model.get(&k(n)).copied(), "{name} op {i} {op:?}"),
             Op::Upsert(n, v) => {
                 assert_eq!(tree.upsert(&k(n), v).unwrap(), model.insert(k(n), v).is_none(), "{name} op {i}")
@@ -518,6 +550,7 @@ fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
                 assert_eq!(tree.delete(&k(n)).unwrap(), model.remove(&k(n)).is_some(), "op {i}");
                 continue;
             }
+            Op::Batch(..) => continue,
         };
         if !via_cursor {
             tree.upsert(&k(n), v).unwrap();

@@ -80,6 +80,47 @@ fn merge_split_race(cfg: BwTreeConfig) {
     assert_eq!(got, (10..24u64).map(|i| key(i, 8)).collect::<Vec<_>>());
 }
 
+/// A batch rewriting leaves (loads and evictions of a cache) races single inserts and
+/// deletes on the same leaves: every change lands exactly once.
+fn batch_race(cfg: BwTreeConfig) {
+    let tree = Arc::new(BwTree::with_config(cfg).unwrap());
+    for i in (0..24u64).step_by(3) {
+        tree.insert(&key(i, 8), i).unwrap();
+    }
+    let batcher = {
+        let tree = Arc::clone(&tree);
+        thread::spawn(move || {
+            // Keys 1, 4, 7, ... inserted as one batch, then keys 0, 6, 12, 18 deleted as one.
+            let keys: Vec<Vec<u8>> = (0..8u64).map(|i| key(i * 3 + 1, 8)).collect();
+            let batch: Vec<(&[u8], Option<u64>)> =
+                keys.iter().zip(0..).map(|(k, i)| (k.as_slice(), Some(i * 3 + 1))).collect();
+            let mut added = vec![false; batch.len()];
+            tree.apply_batch(&batch, &mut added).unwrap();
+            assert!(added.iter().all(|a| *a), "absent keys are added");
+            let gone: Vec<Vec<u8>> = (0..4u64).map(|i| key(i * 6, 8)).collect();
+            let batch: Vec<(&[u8], Option<u64>)> = gone.iter().map(|k| (k.as_slice(), None)).collect();
+            tree.apply_batch(&batch, &mut vec![false; batch.len()]).unwrap();
+        })
+    };
+    let writer = {
+        let tree = Arc::clone(&tree);
+        thread::spawn(move || {
+            for i in (0..8u64).map(|i| i * 3 + 2) {
+                assert!(tree.insert(&key(i, 8), i).unwrap());
+            }
+            for i in [3u64, 9, 15, 21] {
+                assert!(tree.delete(&key(i, 8)).unwrap());
+            }
+        })
+    };
+    for h in [batcher, writer] {
+        h.join().unwrap();
+    }
+    let got: Vec<(Vec<u8>, u64)> = tree.scan(b"", None).collect();
+    let want: Vec<(Vec<u8>, u64)> = (0..24u64).filter(|i| i % 3 != 0).map(|i| (key(i, 8), i)).collect();
+    assert_eq!(got, want);
+}
+
 /// With the planted non-atomic install, shuttle must find a lost update.
 #[cfg(feature = "planted-bug")]
 #[test]
@@ -126,4 +167,16 @@ fn shuttle_merge_split_race_random() {
 #[test]
 fn shuttle_merge_split_race_pct() {
     explore(merge_split_race, true);
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_batch_race_random() {
+    explore(batch_race, false);
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_batch_race_pct() {
+    explore(batch_race, true);
 }

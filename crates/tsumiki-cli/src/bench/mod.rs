@@ -1,6 +1,7 @@
 //! Benchmarks. One runner per benchmark family, one result format, every structure or
 //! protocol behind one trait and monomorphised (no dynamic dispatch per operation).
 
+pub mod cache;
 pub mod fill;
 pub mod index;
 mod report;
@@ -13,6 +14,9 @@ use clap::Subcommand;
 /// `tsumiki bench ...`
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// A database many times larger than its cache (issue 13): fill, a zipfian
+    /// read/update mix, reopen and verify against a model, with resident memory sampled.
+    Cache(cache::CacheArgs),
     /// The fill benchmark of paper 004: inserting records in transactions of a fixed size,
     /// durable at every commit, against real peers (LevelDB, RocksDB, LMDB, SQLite, redb,
     /// fjall) and a raw write + fdatasync floor.
@@ -29,6 +33,7 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
+        BenchCommand::Cache(args) => cache::run(&args),
         BenchCommand::Fill(args) => fill::run(&args),
         BenchCommand::Index(args) => index::run(&args),
         BenchCommand::Txn(args) => txn::run(&args),

@@ -16,7 +16,7 @@ use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
-use super::residency::{Clock, Range, Residency, RECORD_OVERHEAD};
+use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
 use super::{Error, MAX_VALUE_LEN};
 
 /// A record pointer as the index stores it. Records are freed only through the epoch after
@@ -631,32 +631,53 @@ impl<P: Protocol> Engine<P> {
         let d = self.durable.as_ref().expect("a database with ranges has files");
         let stamp = self.reload_stamp.load(Ordering::Acquire);
         let mut bytes = 0;
-        let loaded = d.load_range(&low, high.as_deref(), &mut |k, v| {
-            let rec = Box::into_raw(Box::new(self.proto.new_loaded(v, stamp)));
-            match self.index.insert(k, RecPtr(rec)) {
-                Ok(true) => {
-                    bytes += (k.len() + v.len() + RECORD_OVERHEAD) as i64;
-                    Ok(())
-                }
-                // A key already there: a load that failed halfway (the same committed
-                // value), or an insert that placed it while the range was leaving (newer).
-                Ok(false) => {
-                    // SAFETY: never published.
-                    drop(unsafe { Box::from_raw(rec) });
-                    Ok(())
-                }
-                Err(e) => {
-                    // SAFETY: never published.
-                    drop(unsafe { Box::from_raw(rec) });
-                    Err(Error::Index(e))
-                }
+        let mut pending: Vec<(Vec<u8>, RecPtr<P::Record>)> = Vec::new();
+        let mut loaded = d.load_range(&low, high.as_deref(), &mut |k, v| {
+            pending.push((k.to_vec(), RecPtr(Box::into_raw(Box::new(self.proto.new_loaded(v, stamp))))));
+            bytes += (k.len() + v.len() + RECORD_OVERHEAD) as i64;
+            if pending.len() >= LOAD_BATCH {
+                bytes -= self.insert_loaded(&mut pending)?;
             }
+            Ok(())
         });
+        if loaded.is_ok() {
+            match self.insert_loaded(&mut pending) {
+                Ok(b) => bytes -= b,
+                Err(e) => loaded = Err(e),
+            }
+        }
+        for (_, rec) in pending.drain(..) {
+            // SAFETY: never published (a load that failed before inserting them).
+            drop(unsafe { Box::from_raw(rec.0 as *mut P::Record) });
+        }
         r.credit_range(range, bytes);
+        collect_garbage(bytes as usize / RECORD_OVERHEAD);
         loaded?;
         r.mark_loaded(&mut clock, range);
         self.counters.ranges_loaded.fetch_add(1, Ordering::Relaxed);
         Ok(false)
+    }
+
+    /// Inserts loaded records (sorted, from one range) into the index as one batch, and
+    /// frees those whose key is there already: a load that failed halfway (the same
+    /// committed value), or an insert that placed it while the range was leaving (newer).
+    /// Returns the bytes of the records freed. `pending` is empty after.
+    fn insert_loaded(&self, pending: &mut Vec<(Vec<u8>, RecPtr<P::Record>)>) -> Result<i64, Error> {
+        let batch: Vec<IndexEdit<'_, P::Record>> = pending.iter().map(|(k, p)| (k.as_slice(), Some(*p))).collect();
+        let mut added = vec![false; batch.len()];
+        let r = self.index.apply_batch(&batch, &mut added);
+        drop(batch);
+        let guard = &epoch::pin();
+        let mut freed = 0;
+        for ((k, p), added) in pending.drain(..).zip(added) {
+            if !added {
+                freed += self.record_bytes(&k, p, guard);
+                // SAFETY: never published.
+                drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+            }
+        }
+        r.map_err(Error::Index)?;
+        Ok(freed)
     }
 
     /// Whether every range overlapping `from..end` (exclusive) is loaded, without loading
@@ -689,7 +710,7 @@ impl<P: Protocol> Engine<P> {
         let covered = if r.evict_dirty { u64::MAX } else { d.covered() };
         let guard = &epoch::pin();
         let target = (r.budget as i64) / 10 * 9;
-        let mut steps = 2 * r.counts(guard).0 + 2;
+        let mut steps = 2 * r.len(guard) + 2;
         let mut blocked_by_dirt = false;
         while r.resident() > target && steps > 0 {
             steps -= 1;
@@ -699,13 +720,21 @@ impl<P: Protocol> Engine<P> {
             }
             // A range too large to leave at once is split first (written or not: a fresh
             // database is one range), and its lower part considered.
+            // Cut into pieces of `split_at` records at once (one new range map).
             let split_at = r.split_records();
-            let (range, high) = match self.index.scan(&low, high.as_deref()).map(|(k, _)| k).nth(split_at) {
-                Some(at) => {
-                    let lower: i64 =
-                        self.index.scan(&low, Some(&at)).map(|(k, p)| self.record_bytes(&k, p, guard)).sum();
-                    (r.split(range, &at, lower, guard), Some(at))
+            let mut cuts: Vec<(Vec<u8>, i64)> = Vec::new();
+            let mut piece = 0;
+            for (i, (k, p)) in self.index.scan(&low, high.as_deref()).enumerate() {
+                if i > 0 && i % split_at == 0 {
+                    if cuts.len() == MAX_PIECES {
+                        break;
+                    }
+                    cuts.push((k.clone(), std::mem::take(&mut piece)));
                 }
+                piece += self.record_bytes(&k, p, guard);
+            }
+            let (range, high) = match cuts.first() {
+                Some((at, _)) => (r.split(range, &cuts, guard), Some(at.clone())),
                 None => (range.clone(), high),
             };
             if range.dirty() > covered {
@@ -805,12 +834,16 @@ impl<P: Protocol> Engine<P> {
             range.touch();
             return;
         }
-        for (k, p) in &recs {
+        for (_, p) in &recs {
             // SAFETY: as above; latched by us, so it stays until retired below.
-            let rec = unsafe { &*p.0 };
-            self.proto.evict(worker, rec, guard);
-            let removed = self.index.delete(k).unwrap_or(false);
-            debug_assert!(removed, "a latched record stays in the index until it leaves");
+            self.proto.evict(worker, unsafe { &*p.0 }, guard);
+        }
+        let batch: Vec<IndexEdit<'_, P::Record>> = recs.iter().map(|(k, _)| (k.as_slice(), None)).collect();
+        let mut unused = vec![false; batch.len()];
+        // Latched records stay in the index until they leave, and deletes need no memory:
+        // an index error here would be a bug.
+        self.index.apply_batch(&batch, &mut unused).expect("keys already in the index are valid");
+        for (_, p) in &recs {
             self.retire(*p);
         }
         self.proto.unlatch_next(next);
@@ -819,6 +852,7 @@ impl<P: Protocol> Engine<P> {
         }
         r.debit_all(range);
         self.reclaim();
+        collect_garbage(recs.len());
         self.counters.ranges_evicted.fetch_add(1, Ordering::Relaxed);
         self.counters.records_evicted.fetch_add(recs.len() as u64, Ordering::Relaxed);
     }
@@ -991,6 +1025,25 @@ unsafe impl<P: Protocol> Send for TypedTxn<'_, P> {}
 /// every 128 outermost pins, slower than index operations make garbage, so a transaction
 /// helps it along.
 const OPS_PER_COLLECT: u32 = 32;
+
+/// One entry of an index batch ([`BwTree::apply_batch`]): insert (where absent) or delete.
+type IndexEdit<'k, R> = (&'k [u8], Option<RecPtr<R>>);
+
+/// Records a load inserts into the index per batch.
+const LOAD_BATCH: usize = 1024;
+
+/// Hands the epoch collector enough turns to keep up with `writes` index changes made
+/// under one pin (a range loaded or evicted). Each turn frees at most 8 bags of 64 deferred
+/// destructions (crossbeam-epoch's `COLLECT_STEPS`), and a turn comes only every 32
+/// operations ([`OPS_PER_COLLECT`]): without this, loads and evictions, which defer a few
+/// nodes per record, outran collection and garbage grew without bound (gigabytes of
+/// retired Bw-tree nodes under a cache of a few MiB).
+fn collect_garbage(writes: usize) {
+    let guard = epoch::pin();
+    for _ in 0..writes / 128 + 1 {
+        guard.flush();
+    }
+}
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
     pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, mut bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {

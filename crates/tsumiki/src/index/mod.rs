@@ -209,6 +209,19 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         self.tree.write(key, WriteOp::Delete)
     }
 
+    /// Applies a batch of distinct keys in ascending order: `(key, Some(v))` inserts `v`
+    /// where `key` is absent (then `added[i]` is set), `(key, None)` removes `key`. Each
+    /// leaf the batch covers is rewritten once (one consolidation with the batch merged
+    /// in) rather than once per key; every change is atomic on its own, as with
+    /// [`insert`](Self::insert) and [`delete`](Self::delete), not the batch as a whole.
+    ///
+    /// # Panics
+    /// If `added` is not as long as `batch` (debug builds also check the order).
+    pub fn apply_batch(&self, batch: &[(&[u8], Option<V>)], added: &mut [bool]) -> Result<(), IndexError> {
+        assert_eq!(batch.len(), added.len(), "one flag per entry");
+        self.tree.apply_batch(batch, added)
+    }
+
     /// A forward iterator over the records with `start <= key < end` (no upper bound when
     /// `end` is `None`), in key order.
     ///

@@ -944,6 +944,56 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
     Base { range: new_range, keys, vals, children: Vec::new() }
 }
 
+/// A leaf's consolidated base with a sorted batch applied: an entry `(key, Some(v))` is
+/// added if the leaf lacks the key (then `added[i]` is set), `(key, None)` removes the
+/// key. Every key must lie in `range`. One pass of [`merge_leaf`] with the batch merged in.
+pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
+    head: &'g Node<V>,
+    range: &Range,
+    guard: &'g Guard,
+    new_range: Arc<Range>,
+    batch: &[(&[u8], Option<V>)],
+    added: &mut [bool],
+) -> Base<V> {
+    let mut keys = KeyVec::default();
+    let mut vals = Vec::new();
+    let base = chain_base(head, guard).as_base().expect("base");
+    let n = head.size as usize + batch.len();
+    let mean_key = base.keys.data.len().div_ceil(base.len().max(1)).max(8);
+    keys.reserve(n, n * mean_key);
+    vals.reserve(n);
+    let mut at = 0;
+    merge_leaf(head, range, guard, |k, v| {
+        while at < batch.len() && batch[at].0 < k {
+            if let Some(nv) = &batch[at].1 {
+                keys.push(batch[at].0);
+                vals.push(nv.clone());
+                added[at] = true;
+            }
+            at += 1;
+        }
+        if at < batch.len() && batch[at].0 == k {
+            // Present: an insert leaves it, a delete drops it.
+            let keep = batch[at].1.is_some();
+            at += 1;
+            if !keep {
+                return;
+            }
+        }
+        keys.push(k);
+        vals.push(v.clone());
+    });
+    for (i, (k, v)) in batch.iter().enumerate().skip(at) {
+        if let Some(nv) = v {
+            keys.push(k);
+            vals.push(nv.clone());
+            added[i] = true;
+        }
+    }
+    keys.finish();
+    Base { range: new_range, keys, vals, children: Vec::new() }
+}
+
 /// The ascending-insert fast path of [`consolidate_leaf`]: when the chain is one base with
 /// only upserts of keys above its last key (a bulk load in key order), the new base is the
 /// old one copied whole (a few `memcpy`s) with the new keys pushed after it, instead of a

@@ -539,6 +539,73 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
     }
 
+    /// Applies a batch sorted by key (unique keys): `(key, Some(v))` inserts `v` where the
+    /// key is absent (`added[i]` says so), `(key, None)` deletes the key. Each leaf the batch
+    /// covers is rewritten once, as a consolidation with the batch's entries merged in (one
+    /// slot CAS, then the split or merge the new size calls for), instead of a delta and a
+    /// descent per key: a cache loads and evicts key ranges of a hundred records or more at
+    /// a time. A leaf with a structure change under way, or a lost CAS, takes the key
+    /// through [`write`](Self::write) instead, so every call makes progress.
+    pub(crate) fn apply_batch(&self, batch: &[(&[u8], Option<V>)], added: &mut [bool]) -> Result<(), IndexError> {
+        debug_assert_eq!(batch.len(), added.len());
+        debug_assert!(batch.windows(2).all(|w| w[0].0 < w[1].0), "a batch is sorted and unique");
+        for (k, _) in batch {
+            check_key(k)?;
+        }
+        let guard = &epoch::pin();
+        let mut at = 0;
+        while at < batch.len() {
+            if let Some(n) = self.rebase_leaf(&batch[at..], &mut added[at..], guard) {
+                at += n;
+                continue;
+            }
+            let (k, v) = &batch[at];
+            added[at] = match v {
+                Some(v) => self.write(k, WriteOp::Insert(v.clone()))?,
+                None => {
+                    self.write(k, WriteOp::Delete)?;
+                    false
+                }
+            };
+            at += 1;
+        }
+        Ok(())
+    }
+
+    /// [`apply_batch`](Self::apply_batch) on the leaf covering `batch[0]`'s key: how many
+    /// entries it took (at least one), or `None` if the leaf has an SMO delta or the CAS
+    /// lost.
+    fn rebase_leaf(&self, batch: &[(&[u8], Option<V>)], added: &mut [bool], guard: &Guard) -> Option<usize> {
+        let mut path = Path::new();
+        let (pid, head) = self.descend(batch[0].0, 0, &mut path, guard, 0)?;
+        // SAFETY: `descend` returns a non-null head protected by `guard`.
+        let h = unsafe { node_ref(head) };
+        let Inspected { smo, range, .. } = self.inspect(h, guard);
+        if smo.is_some() || range.beyond(batch[0].0) {
+            return None;
+        }
+        // At most twice a full leaf, so one split brings both halves under the maximum.
+        let room = (2 * self.cfg.leaf_max).saturating_sub(h.size as usize).max(1);
+        let n = batch.partition_point(|(k, _)| !range.beyond(k)).min(room);
+        let new_range = Arc::clone(&chain_base(h, guard).as_base().expect("base").range);
+        let base = consolidate_leaf_with(h, range, guard, new_range, &batch[..n], &mut added[..n]);
+        let new = Owned::new(Node::base(0, base));
+        sched::point();
+        match self.map.slot(pid).compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, guard) {
+            Ok(nb) => {
+                bump(&self.counters.consolidations);
+                // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
+                unsafe { retire_chain(head, &self.map, guard) };
+                self.after_consolidation(pid, nb, &path, guard, 0, false);
+                Some(n)
+            }
+            Err(_) => {
+                added[..n].fill(false);
+                None
+            }
+        }
+    }
+
     // ----- consolidation ---------------------------------------------------------------
 
     /// Replaces the chain at `pid` by one base (slot CAS, not retried), then splits, merges

@@ -28,7 +28,7 @@ use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
 use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
-use pages::{Change, ImageRef, PageStore, StoreStats};
+use pages::{Change, ImageRef, PageReads, PageStore, StoreStats};
 
 /// The files behind a database opened with a path.
 pub(crate) struct Durable {
@@ -37,6 +37,8 @@ pub(crate) struct Durable {
     /// The current generation, the table it started from, and the page store; held
     /// through a checkpoint or close, so that only one runs at a time.
     current: Mutex<Current>,
+    /// The page store's read side: loads read the durable table without `current`.
+    reads: Arc<PageReads>,
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
@@ -52,9 +54,6 @@ pub(crate) struct Durable {
     /// generation are in them.
     covered: std::sync::atomic::AtomicU64,
 }
-
-/// How long a page load waits for a running checkpoint (see [`Durable::load_range`]).
-const LOAD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Receives the recovered state, one live key and its value at a time.
 pub(crate) type Loader<'a> = pages::Sink<'a>;
@@ -252,6 +251,7 @@ pub(crate) fn open(
     Ok(Durable {
         storage,
         wal,
+        reads: pages.reads(),
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
         lazy,
@@ -326,19 +326,13 @@ impl Durable {
         self.current.lock().pages.page_lows()
     }
 
-    /// Streams the committed keys `low <= key < high` and their values from the pages.
-    /// Only for a range no transaction has touched since open: its pages are unchanged
-    /// since then (checkpoints write only the keys transactions wrote).
-    ///
-    /// A checkpoint holds the store while it reads committed values, which under 2PL waits
-    /// for the writers' locks: a transaction holding one must not wait for the checkpoint in
-    /// turn. So the wait is bounded, and past it the load answers a retryable conflict (the
-    /// transaction rolls back, releasing its locks).
+    /// Streams the committed keys `low <= key < high` and their values from the durable
+    /// table's pages. Only for a range not in memory: its keys were not written since the
+    /// checkpoint that table belongs to (see [`PageReads`]). Never waits for a running
+    /// checkpoint, which holds `current` while it writes and syncs: under 2PL a load comes
+    /// from a transaction holding locks, which the checkpoint may be waiting for.
     pub(crate) fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Loader<'_>) -> Result<u64, Error> {
-        let Some(current) = self.current.try_lock_for(LOAD_WAIT) else {
-            return Err(Error::Conflict(crate::error::Conflict::LockBusy));
-        };
-        current.pages.load_range(low, high, load)
+        self.reads.load_range(low, high, load)
     }
 
     /// The page store's counters.

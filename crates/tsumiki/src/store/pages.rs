@@ -27,7 +27,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
 use crate::error::{Error, MAX_VALUE_LEN};
@@ -207,127 +209,53 @@ pub struct PageStore {
     /// Test only: a freed segment is reused at once, before the table that frees it is
     /// durable (a planted bug for the crash tests).
     early_reuse: bool,
+    /// The read side, shared with loads that run while a checkpoint builds the next table.
+    reads: Arc<PageReads>,
+}
+
+/// The read side of the store: the pages of the durable table and the segment files open
+/// for reading. Loads go through it without the store itself, so a load never waits for a
+/// running checkpoint (which holds the store while it writes, syncs and waits for the
+/// master record).
+///
+/// A load reads the durable table's images: a key range that is not in memory was not
+/// written since the checkpoint that table belongs to (it would have been loaded to be
+/// written, and a range leaves memory only once a durable checkpoint covers its writes).
+/// Those images stay where they are until a newer table is durable; the swap to that table
+/// ([`PageStore::commit`]) takes the write lock, so it waits for the loads reading the old
+/// one, and only after it are the segments the old table alone named reused or deleted.
+pub struct PageReads {
+    storage: Arc<dyn Storage>,
     /// Segment files opened for reading, kept open: pages load one at a time, each a few
     /// images (a deleted segment's handle is dropped with it).
     readers: Mutex<HashMap<u32, Arc<dyn StorageFile>>>,
+    durable: RwLock<Arc<Vec<Page>>>,
     /// Records [`load_range`](Self::load_range) handed out.
-    loaded: std::sync::atomic::AtomicU64,
+    loaded: AtomicU64,
 }
 
-/// The name of segment `n`.
-pub fn segment_file(n: u32) -> String {
-    format!("pages-{n:08}.seg")
-}
-
-/// The number in a segment file name.
-pub fn parse_segment_file(name: &str) -> Option<u32> {
-    let n = name.strip_prefix("pages-")?.strip_suffix(".seg")?;
-    (n.len() == 8).then(|| n.parse().ok()).flatten()
-}
-
-fn corrupt(m: impl Into<String>) -> Error {
-    Error::Corrupt(m.into())
-}
-
-/// A change to apply: a key and its new value (`None`: deleted).
-pub type Change = (Vec<u8>, Option<Vec<u8>>);
-
-/// Receives live keys and their values, in key order.
-pub type Sink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
-
-impl PageStore {
-    /// Opens the store whose translation table is `table` (none: an empty store, whose one
-    /// page is empty). Reads only the table; pages are read when loaded.
-    pub fn open(
-        storage: Arc<dyn Storage>,
-        segment_bytes: u64,
-        table: Option<ImageRef>,
-        early_reuse: bool,
-    ) -> Result<PageStore, Error> {
-        let mut s = PageStore {
-            storage,
-            segment_bytes: segment_bytes.max(2 * BLOCK as u64),
-            pages: vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }],
-            next_pid: 1,
-            segs: BTreeMap::new(),
-            free: BTreeSet::new(),
-            freed: Vec::new(),
-            table,
-            cur: None,
-            next_block: 0,
-            buf: Vec::new(),
-            out: Vec::new(),
-            out_block: 0,
-            touched: Vec::new(),
-            created: false,
-            started: false,
-            gen: 0,
-            stats: StoreStats::default(),
-            early_reuse,
-            readers: Mutex::new(HashMap::new()),
-            loaded: std::sync::atomic::AtomicU64::new(0),
-        };
-        let files: Vec<u32> = s
-            .storage
-            .list()
-            .map_err(|e| Error::io("listing the database directory", e))?
-            .iter()
-            .filter_map(|n| parse_segment_file(n))
-            .collect();
-        if let Some(t) = table {
-            let img = s.read_image(t, None)?;
-            s.decode_table(&img)?;
-            let refs: Vec<ImageRef> = s.pages.iter().flat_map(|p| p.chain.iter().copied()).chain([t]).collect();
-            for r in refs {
-                s.segs.entry(r.seg).or_default().live += r.len as u64;
+impl PageReads {
+    /// Streams the live keys `low <= key < high` (no upper bound: `None`) with their
+    /// values to `load`, in key order, reading only the durable table's pages covering that
+    /// range.
+    pub fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Sink<'_>) -> Result<u64, Error> {
+        let pages = self.durable.read();
+        let mut n = 0;
+        let first = pages.partition_point(|p| p.low.as_slice() <= low).saturating_sub(1);
+        for i in first..pages.len() {
+            if high.is_some_and(|h| pages[i].low.as_slice() >= h) {
+                break;
             }
-            let file = s.open_segment(t.seg)?;
-            s.cur = Some((t.seg, file));
-            s.next_block = t.end_block();
-            s.out_block = s.next_block;
-        }
-        for n in files {
-            if !s.segs.contains_key(&n) {
-                s.free.insert(n);
-            }
-        }
-        Ok(s)
-    }
-
-    /// The generation of the newest write the durable table does not name, if one is on
-    /// disk where the next checkpoint writes first: the block after the table (without a
-    /// table: the first block of any segment). A master record older than the store
-    /// shows up here: a later checkpoint wrote after the table it names.
-    pub fn newest_unnamed(&self) -> Result<Option<u64>, Error> {
-        let mut newest = None;
-        let mut probe = |n: u32, block: u64| -> Result<(), Error> {
-            let f = self.open_segment(n)?;
-            let mut b = vec![0u8; BLOCK];
-            let got = f.read_at(&mut b, block * BLOCK as u64).map_err(|e| Error::io(segment_file(n), e))?;
-            if got == BLOCK {
-                if let Some(t) = open_block(&b).filter(|t| t.lane == STORE_LANE && t.seq as u64 == block) {
-                    newest = newest.max(Some(t.lo));
+            self.page_entries(&pages, i, &[], |k, v| {
+                if k >= low && high.is_none_or(|h| k < h) {
+                    n += 1;
+                    load(k, v)?;
                 }
-            }
-            Ok(())
-        };
-        match self.table {
-            Some(t) => probe(t.seg, t.end_block())?,
-            None => {
-                for &n in &self.free {
-                    probe(n, 0)?;
-                }
-            }
+                Ok(())
+            })?;
         }
-        Ok(newest)
-    }
-
-    fn open_segment(&self, n: u32) -> Result<Box<dyn StorageFile>, Error> {
-        let name = segment_file(n);
-        self.storage.open(&name, false).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => corrupt(format!("{name}, which the translation table names, is missing")),
-            _ => Error::io(name, e),
-        })
+        self.loaded.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
     }
 
     /// Segment `n` open for reading (kept open for the next read).
@@ -335,31 +263,9 @@ impl PageStore {
         if let Some(f) = self.readers.lock().get(&n) {
             return Ok(f.clone());
         }
-        let f: Arc<dyn StorageFile> = Arc::from(self.open_segment(n)?);
+        let f: Arc<dyn StorageFile> = Arc::from(open_segment(&*self.storage, n)?);
         self.readers.lock().insert(n, f.clone());
         Ok(f)
-    }
-
-    /// Bytes of blocks written since open.
-    pub fn written(&self) -> u64 {
-        self.stats.written_bytes
-    }
-
-    /// The store's counters.
-    pub fn stats(&self) -> StoreStats {
-        let mut s = self.stats;
-        s.records_loaded = self.loaded.load(std::sync::atomic::Ordering::Relaxed);
-        s.pages = self.pages.len() as u64;
-        s.free_segments = self.free.len() as u64;
-        s.segments = (self.segs.len() + self.free.len()) as u64;
-        s.live_bytes = self.segs.values().map(|g| g.live).sum();
-        s.file_bytes = 0;
-        for n in self.segs.keys().chain(&self.free) {
-            if let Ok(f) = self.storage.open(&segment_file(*n), false) {
-                s.file_bytes += f.len().unwrap_or(0);
-            }
-        }
-        s
     }
 
     /// Reads the image at `r`, checking every block and the image's checksum (and, with
@@ -409,6 +315,210 @@ impl PageStore {
         Ok(img)
     }
 
+    /// Calls `f` with every live key and value of page `i` of `pages`, in key order, after applying
+    /// `changes` (sorted, all within the page's range).
+    fn page_entries(
+        &self,
+        pages: &[Page],
+        i: usize,
+        changes: &[Change],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let page = &pages[i];
+        let high = pages.get(i + 1).map(|p| p.low.as_slice());
+        let imgs = page.chain.iter().map(|&r| self.read_image(r, Some(page.pid))).collect::<Result<Vec<_>, _>>()?;
+        // Each image names the one before it.
+        for (w, img) in imgs.iter().enumerate() {
+            let kind = img[8];
+            let last = w + 1 == imgs.len();
+            let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(corrupt)?;
+            let ok = if last { kind == KIND_BASE } else { kind == KIND_DELTA && prev == page.chain[w + 1] };
+            if !ok {
+                return Err(corrupt(format!("page {}: its chain is broken at image {w}", page.pid)));
+            }
+        }
+        let in_range = |k: &[u8]| k >= page.low.as_slice() && high.is_none_or(|h| k < h);
+        if imgs.len() == 1 && changes.is_empty() {
+            return for_each_entry(&imgs[0], page.pid, |k, v| match v {
+                Some(v) if in_range(k) => f(k, v),
+                _ => Err(corrupt(format!("page {}: a base holds a key outside its range or a tombstone", page.pid))),
+            });
+        }
+        let mut state: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        for img in imgs.iter().rev() {
+            for_each_entry(img, page.pid, |k, v| {
+                if !in_range(k) {
+                    return Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)));
+                }
+                state.insert(k, v);
+                Ok(())
+            })?;
+        }
+        for (k, v) in changes {
+            state.insert(k, v.as_deref());
+        }
+        for (k, v) in state {
+            if let Some(v) = v {
+                f(k, v)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens segment `n` of `storage`; a missing one is corruption (a table names it).
+fn open_segment(storage: &dyn Storage, n: u32) -> Result<Box<dyn StorageFile>, Error> {
+    let name = segment_file(n);
+    storage.open(&name, false).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => corrupt(format!("{name}, which the translation table names, is missing")),
+        _ => Error::io(name, e),
+    })
+}
+
+/// The name of segment `n`.
+pub fn segment_file(n: u32) -> String {
+    format!("pages-{n:08}.seg")
+}
+
+/// The number in a segment file name.
+pub fn parse_segment_file(name: &str) -> Option<u32> {
+    let n = name.strip_prefix("pages-")?.strip_suffix(".seg")?;
+    (n.len() == 8).then(|| n.parse().ok()).flatten()
+}
+
+fn corrupt(m: impl Into<String>) -> Error {
+    Error::Corrupt(m.into())
+}
+
+/// A change to apply: a key and its new value (`None`: deleted).
+pub type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// Receives live keys and their values, in key order.
+pub type Sink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
+
+impl PageStore {
+    /// Opens the store whose translation table is `table` (none: an empty store, whose one
+    /// page is empty). Reads only the table; pages are read when loaded.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        segment_bytes: u64,
+        table: Option<ImageRef>,
+        early_reuse: bool,
+    ) -> Result<PageStore, Error> {
+        let mut s = PageStore {
+            storage: storage.clone(),
+            segment_bytes: segment_bytes.max(2 * BLOCK as u64),
+            pages: vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }],
+            next_pid: 1,
+            segs: BTreeMap::new(),
+            free: BTreeSet::new(),
+            freed: Vec::new(),
+            table,
+            cur: None,
+            next_block: 0,
+            buf: Vec::new(),
+            out: Vec::new(),
+            out_block: 0,
+            touched: Vec::new(),
+            created: false,
+            started: false,
+            gen: 0,
+            stats: StoreStats::default(),
+            early_reuse,
+            reads: Arc::new(PageReads {
+                storage: storage.clone(),
+                readers: Mutex::new(HashMap::new()),
+                durable: RwLock::new(Arc::new(Vec::new())),
+                loaded: AtomicU64::new(0),
+            }),
+        };
+        let files: Vec<u32> = s
+            .storage
+            .list()
+            .map_err(|e| Error::io("listing the database directory", e))?
+            .iter()
+            .filter_map(|n| parse_segment_file(n))
+            .collect();
+        if let Some(t) = table {
+            let img = s.reads.read_image(t, None)?;
+            s.decode_table(&img)?;
+            let refs: Vec<ImageRef> = s.pages.iter().flat_map(|p| p.chain.iter().copied()).chain([t]).collect();
+            for r in refs {
+                s.segs.entry(r.seg).or_default().live += r.len as u64;
+            }
+            let file = s.open_segment(t.seg)?;
+            s.cur = Some((t.seg, file));
+            s.next_block = t.end_block();
+            s.out_block = s.next_block;
+        }
+        for n in files {
+            if !s.segs.contains_key(&n) {
+                s.free.insert(n);
+            }
+        }
+        *s.reads.durable.write() = Arc::new(s.pages.clone());
+        Ok(s)
+    }
+
+    /// The read side, for loads that must not wait for a checkpoint.
+    pub fn reads(&self) -> Arc<PageReads> {
+        self.reads.clone()
+    }
+
+    /// The generation of the newest write the durable table does not name, if one is on
+    /// disk where the next checkpoint writes first: the block after the table (without a
+    /// table: the first block of any segment). A master record older than the store
+    /// shows up here: a later checkpoint wrote after the table it names.
+    pub fn newest_unnamed(&self) -> Result<Option<u64>, Error> {
+        let mut newest = None;
+        let mut probe = |n: u32, block: u64| -> Result<(), Error> {
+            let f = self.open_segment(n)?;
+            let mut b = vec![0u8; BLOCK];
+            let got = f.read_at(&mut b, block * BLOCK as u64).map_err(|e| Error::io(segment_file(n), e))?;
+            if got == BLOCK {
+                if let Some(t) = open_block(&b).filter(|t| t.lane == STORE_LANE && t.seq as u64 == block) {
+                    newest = newest.max(Some(t.lo));
+                }
+            }
+            Ok(())
+        };
+        match self.table {
+            Some(t) => probe(t.seg, t.end_block())?,
+            None => {
+                for &n in &self.free {
+                    probe(n, 0)?;
+                }
+            }
+        }
+        Ok(newest)
+    }
+
+    fn open_segment(&self, n: u32) -> Result<Box<dyn StorageFile>, Error> {
+        open_segment(&*self.storage, n)
+    }
+
+    /// Bytes of blocks written since open.
+    pub fn written(&self) -> u64 {
+        self.stats.written_bytes
+    }
+
+    /// The store's counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut s = self.stats;
+        s.records_loaded = self.reads.loaded.load(Ordering::Relaxed);
+        s.pages = self.pages.len() as u64;
+        s.free_segments = self.free.len() as u64;
+        s.segments = (self.segs.len() + self.free.len()) as u64;
+        s.live_bytes = self.segs.values().map(|g| g.live).sum();
+        s.file_bytes = 0;
+        for n in self.segs.keys().chain(&self.free) {
+            if let Ok(f) = self.storage.open(&segment_file(*n), false) {
+                s.file_bytes += f.len().unwrap_or(0);
+            }
+        }
+        s
+    }
+
     fn decode_table(&mut self, img: &[u8]) -> Result<(), Error> {
         let bad = |m: String| corrupt(format!("the translation table: {m}"));
         if img[8] != KIND_TABLE {
@@ -451,53 +561,15 @@ impl PageStore {
         Ok(())
     }
 
-    /// Calls `f` with every live key and value of page `i`, in key order, after applying
-    /// `changes` (sorted, all within the page's range).
+    /// Calls `f` with every live key and value of page `i` of the table being built, in
+    /// key order, after applying `changes` (sorted, all within the page's range).
     fn page_entries(
         &self,
         i: usize,
         changes: &[Change],
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Error>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        let page = &self.pages[i];
-        let high = self.pages.get(i + 1).map(|p| p.low.as_slice());
-        let imgs = page.chain.iter().map(|&r| self.read_image(r, Some(page.pid))).collect::<Result<Vec<_>, _>>()?;
-        // Each image names the one before it.
-        for (w, img) in imgs.iter().enumerate() {
-            let kind = img[8];
-            let last = w + 1 == imgs.len();
-            let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(corrupt)?;
-            let ok = if last { kind == KIND_BASE } else { kind == KIND_DELTA && prev == page.chain[w + 1] };
-            if !ok {
-                return Err(corrupt(format!("page {}: its chain is broken at image {w}", page.pid)));
-            }
-        }
-        let in_range = |k: &[u8]| k >= page.low.as_slice() && high.is_none_or(|h| k < h);
-        if imgs.len() == 1 && changes.is_empty() {
-            return for_each_entry(&imgs[0], page.pid, |k, v| match v {
-                Some(v) if in_range(k) => f(k, v),
-                _ => Err(corrupt(format!("page {}: a base holds a key outside its range or a tombstone", page.pid))),
-            });
-        }
-        let mut state: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        for img in imgs.iter().rev() {
-            for_each_entry(img, page.pid, |k, v| {
-                if !in_range(k) {
-                    return Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)));
-                }
-                state.insert(k, v);
-                Ok(())
-            })?;
-        }
-        for (k, v) in changes {
-            state.insert(k, v.as_deref());
-        }
-        for (k, v) in state {
-            if let Some(v) = v {
-                f(k, v)?;
-            }
-        }
-        Ok(())
+        self.reads.page_entries(&self.pages, i, changes, f)
     }
 
     /// Streams the whole state to `load`, in key order, with `changes` (sorted) applied
@@ -526,27 +598,6 @@ impl PageStore {
     /// keys from its low key to the next page's.
     pub fn page_lows(&self) -> Vec<Vec<u8>> {
         self.pages.iter().map(|p| p.low.clone()).collect()
-    }
-
-    /// Streams the live keys `low <= key < high` (no upper bound: `None`) with their
-    /// values to `load`, in key order, reading only the pages covering that range.
-    pub fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Sink<'_>) -> Result<u64, Error> {
-        let mut n = 0;
-        let first = self.pages.partition_point(|p| p.low.as_slice() <= low).saturating_sub(1);
-        for i in first..self.pages.len() {
-            if high.is_some_and(|h| self.pages[i].low.as_slice() >= h) {
-                break;
-            }
-            self.page_entries(i, &[], |k, v| {
-                if k >= low && high.is_none_or(|h| k < h) {
-                    n += 1;
-                    load(k, v)?;
-                }
-                Ok(())
-            })?;
-        }
-        self.loaded.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        Ok(n)
     }
 
     /// The end (exclusive) in `changes` of the changes of page `i`, from `at`.
@@ -886,11 +937,14 @@ impl PageStore {
     /// disk near the live data after a checkpoint that rewrote much of the store.
     /// (A deletion that fails leaves the segment free, for the next commit to retry.)
     pub fn commit(&mut self) {
+        // Waits for the loads reading the old table: the segments freed below may be
+        // deleted, and reused by the next checkpoint.
+        *self.reads.durable.write() = Arc::new(self.pages.clone());
         self.free.extend(self.freed.drain(..));
         let reserve = (self.segs.len() / 16).max(1);
         while self.free.len() > reserve {
             let n = *self.free.last().expect("more than the reserve");
-            self.readers.lock().remove(&n);
+            self.reads.readers.lock().remove(&n);
             if self.storage.remove(&segment_file(n)).is_err() {
                 break;
             }
