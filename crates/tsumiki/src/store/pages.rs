@@ -182,7 +182,9 @@ pub struct StoreStats {
 pub struct PageStore {
     storage: Arc<dyn Storage>,
     segment_bytes: u64,
-    pages: Vec<Page>,
+    /// The table being built (between checkpoints: the durable one, shared with
+    /// [`PageReads`] rather than copied).
+    pages: Arc<Vec<Page>>,
     next_pid: u64,
     segs: BTreeMap<u32, Segment>,
     /// Segments no durable table names: reusable.
@@ -408,7 +410,7 @@ impl PageStore {
         let mut s = PageStore {
             storage: storage.clone(),
             segment_bytes: segment_bytes.max(2 * BLOCK as u64),
-            pages: vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }],
+            pages: Arc::new(vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }]),
             next_pid: 1,
             segs: BTreeMap::new(),
             free: BTreeSet::new(),
@@ -456,7 +458,7 @@ impl PageStore {
                 s.free.insert(n);
             }
         }
-        *s.reads.durable.write() = Arc::new(s.pages.clone());
+        *s.reads.durable.write() = s.pages.clone();
         Ok(s)
     }
 
@@ -557,7 +559,7 @@ impl PageStore {
         if !r.0.is_empty() {
             return Err(bad("trailing bytes".into()));
         }
-        self.pages = pages;
+        self.pages = Arc::new(pages);
         Ok(())
     }
 
@@ -662,7 +664,7 @@ impl PageStore {
         // The first page always starts at the empty key (an emptied first page was
         // dropped: its right neighbour now covers its range too).
         out[0].low.clear();
-        self.pages = out;
+        self.pages = Arc::new(out);
         Ok(())
     }
 
@@ -697,7 +699,7 @@ impl PageStore {
             }
         }
         out[0].low.clear();
-        self.pages = out;
+        self.pages = Arc::new(out);
         Ok(())
     }
 
@@ -906,7 +908,7 @@ impl PageStore {
     fn table_body(&self) -> Vec<u8> {
         let mut body = Vec::new();
         body.extend_from_slice(&(self.pages.len() as u32).to_le_bytes());
-        for p in &self.pages {
+        for p in self.pages.iter() {
             body.extend_from_slice(&p.pid.to_le_bytes());
             body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
             body.extend_from_slice(&p.low);
@@ -939,7 +941,7 @@ impl PageStore {
     pub fn commit(&mut self) {
         // Waits for the loads reading the old table: the segments freed below may be
         // deleted, and reused by the next checkpoint.
-        *self.reads.durable.write() = Arc::new(self.pages.clone());
+        *self.reads.durable.write() = self.pages.clone();
         self.free.extend(self.freed.drain(..));
         let reserve = (self.segs.len() / 16).max(1);
         while self.free.len() > reserve {
