@@ -165,6 +165,7 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
     let mut opts = Options::with_cc(cc);
     opts.skip_validation_for_tests = planted;
     let dir = tempfile::tempdir().unwrap();
+    let pause = matches!(store, Store::TinyCache { .. });
     let db = match store {
         Store::Memory => Db::open_in_memory(opts).unwrap(),
         Store::TinyCache { unmarked } => {
@@ -202,7 +203,14 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
                             seq += 1;
                             let mut rec = TxnRecord { id: ((t as u64 + 1) << 32) | seq, ..Default::default() };
                             let mut txn = db.begin();
-                            match run_txn(&mut txn, &mut rng, &mut rec).and_then(|()| txn.commit()) {
+                            let ran = run_txn(&mut txn, &mut rng, &mut rec);
+                            if pause && ran.is_ok() {
+                                // Think time between the reads and the commit's validation:
+                                // other transactions end meanwhile, and each ending one
+                                // evicts, so ranges this one read leave and load again.
+                                std::thread::sleep(std::time::Duration::from_micros(200));
+                            }
+                            match ran.and_then(|()| txn.commit()) {
                                 Ok(()) => {
                                     out.push(rec);
                                     break;
@@ -426,9 +434,11 @@ fn histories_stay_isolated_under_a_tiny_cache() {
 #[test]
 fn planted_unmarked_eviction_is_caught() {
     for cc in [Cc::TicToc, Cc::Silo] {
-        // Rare per history (the eviction must land between a read and its validation, and
-        // the key be rewritten meanwhile): up to ten times the usual count, stopping at the
-        // first catch.
+        // The eviction must land between a read and its validation, and the key be
+        // rewritten meanwhile: the think time before each commit makes that the common
+        // case (caught in the first few histories). Without it, once loads stopped waiting
+        // for checkpoints, 10,000 histories in CI caught nothing. Up to ten times the
+        // usual count, stopping at the first catch.
         let tries = histories() * 10;
         let caught = (0..tries).any(|seed| {
             check(&history_in(Store::TinyCache { unmarked: true }, cc, false, 4, 40, seed), false).is_err()

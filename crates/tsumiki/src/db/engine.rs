@@ -723,15 +723,16 @@ impl<P: Protocol> Engine<P> {
             // Cut into pieces of `split_at` records at once (one new range map).
             let split_at = r.split_records();
             let mut cuts: Vec<(Vec<u8>, i64)> = Vec::new();
-            let mut piece = 0;
+            let mut piece: Vec<(Vec<u8>, RecPtr<P::Record>)> = Vec::new();
             for (i, (k, p)) in self.index.scan(&low, high.as_deref()).enumerate() {
                 if i > 0 && i % split_at == 0 {
                     if cuts.len() == MAX_PIECES {
                         break;
                     }
-                    cuts.push((k.clone(), std::mem::take(&mut piece)));
+                    let bytes = piece.drain(..).map(|(k, p)| self.record_bytes(&k, p, guard)).sum();
+                    cuts.push((k.clone(), bytes));
                 }
-                piece += self.record_bytes(&k, p, guard);
+                piece.push((k, p));
             }
             let (range, high) = match cuts.first() {
                 Some((at, _)) => (r.split(range, &cuts, guard), Some(at.clone())),
