@@ -302,23 +302,24 @@ impl Residency {
         (&map.ranges[i], map.ranges[i].low.to_vec(), map.high(i).map(<[u8]>::to_vec))
     }
 
-    /// Splits the loaded `range` at the keys `cuts` (ascending, inside it), each given with
-    /// the bytes counted for the piece that ends there; the last piece gets the rest of what
-    /// the range was counted. Returns the lowest piece. Called under `lock`.
+    /// Splits the loaded `range` at the keys `cuts` (ascending, inside it). Each piece that
+    /// ends at a cut is counted `share` of what the range was, the last piece the rest (an
+    /// estimate by record count: the total never drifts, since each piece takes back what
+    /// it was counted when it leaves). Returns the lowest piece. Called under `lock`.
     ///
     /// One new map per call, whatever the number of pieces: a map is copied whole, so a
     /// fresh database (one range) filled by an ascending load, split one piece per pass of
     /// the hand, copied the map once per piece (10M records: 77K copies of up to 620 KB,
     /// gigabytes of garbage waiting for the epoch).
-    pub(crate) fn split(&self, range: &Arc<Range>, cuts: &[(Vec<u8>, i64)], guard: &Guard) -> Arc<Range> {
-        debug_assert!(range.is_loaded() && cuts.first().is_some_and(|(at, _)| *range.low < **at));
-        debug_assert!(cuts.windows(2).all(|w| w[0].0 < w[1].0));
+    pub(crate) fn split(&self, range: &Arc<Range>, cuts: &[Vec<u8>], share: f64, guard: &Guard) -> Arc<Range> {
+        debug_assert!(range.is_loaded() && cuts.first().is_some_and(|at| *range.low < **at));
+        debug_assert!(cuts.windows(2).all(|w| w[0] < w[1]));
         let map = self.current(guard);
         let i = map.find(&range.low);
         debug_assert!(Arc::ptr_eq(&map.ranges[i], range));
         let d = range.dirty();
         let pieces: Vec<Arc<Range>> = std::iter::once(range.low.clone())
-            .chain(cuts.iter().map(|(at, _)| at.as_slice().into()))
+            .chain(cuts.iter().map(|at| at.as_slice().into()))
             .map(|low| Range::new(low, true, d))
             .collect();
         let mut ranges = Vec::with_capacity(map.ranges.len() + cuts.len());
@@ -327,11 +328,14 @@ impl Residency {
         ranges.extend_from_slice(&map.ranges[i + 1..]);
         let old = self.map.swap(Owned::new(RangeMap { ranges }), Ordering::SeqCst, guard);
         // Counts made in the old range go with it (none are lost: the total keeps them).
-        let mut left = range.bytes.swap(0, Ordering::Relaxed);
-        for (piece, (_, bytes)) in pieces.iter().zip(cuts) {
-            let share = (*bytes).clamp(0, left.max(0));
-            piece.bytes.store(share, Ordering::Relaxed);
-            left -= share;
+        let total = range.bytes.swap(0, Ordering::Relaxed);
+        // `share` is at most 1 / (cuts + 1) of a whole piece's worth: the pieces never take
+        // more than the range was.
+        let each = (total.max(0) as f64 * share.clamp(0.0, 1.0 / (cuts.len() + 1) as f64)) as i64;
+        let mut left = total;
+        for piece in &pieces[..cuts.len()] {
+            piece.bytes.store(each, Ordering::Relaxed);
+            left -= each;
         }
         pieces.last().expect("at least two pieces").bytes.store(left, Ordering::Relaxed);
         // Marks made in the old map before a writer saw the new one (`mark_dirty`).
@@ -413,7 +417,7 @@ mod tests {
         let all = r.first_missing(b"", None, guard).unwrap().clone();
         r.mark_loaded(&mut r.lock.lock(), &all);
         r.mark_dirty(b"q", 4, guard);
-        let lower = r.split(&all, &[(b"k".to_vec(), 0)], guard);
+        let lower = r.split(&all, &[b"k".to_vec()], 0.5, guard);
         assert_eq!(lower.dirty(), 5);
         assert_eq!(r.bounds(&lower, guard), Some((Vec::new(), Some(b"k".to_vec()))));
         assert_eq!(r.bounds(&all, guard), None, "the split range is only in the old map");
