@@ -68,6 +68,12 @@ pub(crate) struct TxnBufs<P: Protocol> {
     spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
+    /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
+    /// unchanged, no record of the write set left memory.
+    evict_mark: u64,
+    /// Position in `writes` by key, built only once a record of the write set may have
+    /// left memory (see [`TypedTxn::own_rebound`]).
+    key_pos: std::collections::HashMap<Vec<u8>, usize>,
 }
 
 /// Where [`TypedTxn::place`] found or put a key's record.
@@ -110,6 +116,8 @@ impl<P: Protocol> TxnBufs<P> {
             created_keys: Vec::new(),
             spare: Vec::new(),
             key_buf: Vec::new(),
+            evict_mark: 0,
+            key_pos: std::collections::HashMap::new(),
         }
     }
 
@@ -121,12 +129,14 @@ impl<P: Protocol> TxnBufs<P> {
             }
         }
         self.write_pos.clear();
+        self.key_pos.clear();
         self.created.clear();
         self.created_keys.clear();
         // A huge transaction does not leave its write set's memory behind in the pool.
         if self.writes.capacity() > KEEP_ENTRIES {
             self.writes = Vec::new();
             self.write_pos = AddrMap::default();
+            self.key_pos = std::collections::HashMap::new();
             self.created = Vec::new();
             self.created_keys = Vec::new();
         }
@@ -840,6 +850,9 @@ impl<P: Protocol> Engine<P> {
             // SAFETY: as above; latched by us, so it stays until retired below.
             self.proto.evict(worker, unsafe { &*p.0 }, guard);
         }
+        // Counted before the records leave the index: a transaction that meets a reloaded
+        // record of one of them sees the count moved past its mark (`own_rebound`).
+        self.counters.ranges_evicted.fetch_add(1, Ordering::AcqRel);
         let batch: Vec<IndexEdit<'_, P::Record>> = recs.iter().map(|(k, _)| (k.as_slice(), None)).collect();
         let mut unused = vec![false; batch.len()];
         // Latched records stay in the index until they leave, and deletes need no memory:
@@ -855,7 +868,6 @@ impl<P: Protocol> Engine<P> {
         r.debit_all(range);
         self.reclaim();
         collect_garbage(recs.len());
-        self.counters.ranges_evicted.fetch_add(1, Ordering::Relaxed);
         self.counters.records_evicted.fetch_add(recs.len() as u64, Ordering::Relaxed);
     }
 
@@ -1123,16 +1135,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         })
     }
 
-    /// Reads `rec` (own write first). `Ok(None)`: absent.
-    fn read_rec(&mut self, rec: &P::Record, want: bool, guard: &Guard) -> Result<Option<Vec<u8>>, Access> {
-        let p = rec as *const P::Record;
+    /// Reads `rec`, the record of `key` (own write first). `Ok(None)`: absent.
+    fn read_rec(&mut self, key: &[u8], rec: &P::Record, want: bool, guard: &Guard) -> Result<Option<Vec<u8>>, Access> {
         let eng = self.eng;
-        let b = self.bufs.as_mut().expect("buffers");
-        if let Some(i) = b.own(p) {
-            if let WriteKind::Value(v) = &b.writes[i].kind {
+        if let Some(i) = self.own_rebound(key, rec)? {
+            if let WriteKind::Value(v) = &self.b().writes[i].kind {
                 return Ok(v.clone());
             }
         }
+        let b = self.bufs.as_mut().expect("buffers");
         let mut value = Vec::new();
         let present = eng.proto.read(&mut b.st, rec, want.then_some(&mut value), guard)?;
         Ok(present.then_some(value))
@@ -1170,7 +1181,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? {
                 continue;
             }
-            match self.read_rec(next, false, guard) {
+            match self.read_rec(nk, next, false, guard) {
                 Ok(_) => {}
                 Err(Access::Removed) => continue,
                 Err(e) => return Err(e),
@@ -1183,16 +1194,88 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         }
     }
 
+    /// The write-set entry of `rec`, the record of `key`. A record the transaction wrote
+    /// may have left memory since (eviction takes records that are not locked, and the
+    /// optimistic protocols lock only at commit) and `rec` be its reloaded successor: the
+    /// entry then moves to `rec` (by key), so that the transaction reads its own write and
+    /// writes the key once. Only when an eviction happened since the first write.
+    fn own_rebound(&mut self, key: &[u8], rec: &P::Record) -> Result<Option<usize>, Access> {
+        let p = rec as *const P::Record;
+        let eng = self.eng;
+        let b = self.bufs.as_mut().expect("buffers");
+        if let Some(i) = b.own(p) {
+            return Ok(Some(i));
+        }
+        if b.writes.is_empty()
+            || eng.residency.is_none()
+            || eng.is_sentinel(rec)
+            || eng.counters.ranges_evicted.load(Ordering::Acquire) == b.evict_mark
+        {
+            return Ok(None);
+        }
+        let found = if b.writes.len() <= WRITE_SCAN_MAX {
+            b.writes.iter().position(|w| w.key == key)
+        } else {
+            if b.key_pos.is_empty() {
+                for (i, w) in b.writes.iter().enumerate() {
+                    b.key_pos.insert(w.key.clone(), i);
+                }
+            }
+            b.key_pos.get(key).copied()
+        };
+        let Some(i) = found else { return Ok(None) };
+        eng.proto.write(&mut b.st, rec)?;
+        let old = std::mem::replace(&mut b.writes[i].rec, p);
+        if b.writes.len() > WRITE_SCAN_MAX {
+            b.write_pos.remove(&(old as usize));
+            b.write_pos.insert(p as usize, i);
+        }
+        Ok(Some(i))
+    }
+
+    /// Moves the write-set entries whose records left memory since they were written to
+    /// their keys' records now (see [`own_rebound`](Self::own_rebound)), before commit
+    /// locks them. A key that is gone meanwhile is a conflict.
+    fn rebind_evicted(&mut self, guard: &Guard) -> Result<(), Access> {
+        let eng = self.eng;
+        if eng.residency.is_none() || eng.counters.ranges_evicted.load(Ordering::Acquire) == self.b().evict_mark {
+            return Ok(());
+        }
+        for i in 0..self.b().writes.len() {
+            let key = std::mem::take(&mut self.b().writes[i].key);
+            let r = loop {
+                match eng.lookup(&key, guard) {
+                    Some(rec) if std::ptr::eq(rec, self.b().writes[i].rec) => break Ok(()),
+                    Some(rec) => {
+                        // SAFETY: records stay allocated while the transaction runs.
+                        let rec: &'a P::Record = unsafe { &*(rec as *const P::Record) };
+                        self.b().writes[i].key = key.clone();
+                        break self.own_rebound(&key, rec).map(|_| ());
+                    }
+                    None => match self.loaded(&key, Some(&key)) {
+                        Ok(true) => break Err(Access::Conflict(Conflict::WriteWrite)),
+                        Ok(false) => continue,
+                        Err(e) => break Err(e),
+                    },
+                }
+            };
+            self.b().writes[i].key = key;
+            r?;
+        }
+        Ok(())
+    }
+
     /// Adds (or upgrades) a write-set entry.
     fn add_write(&mut self, key: &[u8], rec: &P::Record, write: Write<'_>) -> Result<(), Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
+        let own = self.own_rebound(key, rec)?;
         let b = self.b();
         let kind = |b: &mut TxnBufs<P>| match write {
             Write::Value(v) => WriteKind::Value(v.map(|v| b.copy_of(v))),
             Write::Gap => WriteKind::Gap,
         };
-        if let Some(i) = b.own(p) {
+        if let Some(i) = own {
             if let Write::Value(_) = write {
                 let new = kind(b);
                 if let WriteKind::Value(Some(old)) = std::mem::replace(&mut b.writes[i].kind, new) {
@@ -1202,7 +1285,13 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             return Ok(());
         }
         eng.proto.write(&mut b.st, rec)?;
+        if b.writes.is_empty() {
+            b.evict_mark = eng.counters.ranges_evicted.load(Ordering::Acquire);
+        }
         let (key, kind) = (b.copy_of(key), kind(b));
+        if !b.key_pos.is_empty() {
+            b.key_pos.insert(key.clone(), b.writes.len());
+        }
         b.writes.push(WriteEntry { rec: p, key, kind });
         let n = b.writes.len();
         if n == WRITE_SCAN_MAX + 1 {
@@ -1368,7 +1457,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Failed) => return self.failed(),
                 },
             };
-            match self.read_rec(rec, true, guard) {
+            match self.read_rec(key, rec, true, guard) {
                 Ok(v) => return Ok(v),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
@@ -1424,7 +1513,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let guard = &self.pin();
         loop {
             let step = match self.eng.lookup(key, guard) {
-                Some(rec) => match self.read_rec(rec, false, guard) {
+                Some(rec) => match self.read_rec(key, rec, false, guard) {
                     Ok(cur) if cur.is_some() == want_present => {
                         self.write_existing(key, rec, value, guard).map(|()| true)
                     }
@@ -1494,7 +1583,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             for (k, p) in &recs {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 let rec = unsafe { &*p.0 };
-                match self.read_rec(rec, true, guard) {
+                match self.read_rec(k, rec, true, guard) {
                     Ok(Some(v)) => out.push((k.clone(), v)),
                     Ok(None) => {}
                     Err(Access::Removed) => continue 'retry,
@@ -1533,7 +1622,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                         Err(_) => return self.failed(),
                     }
                 }
-                match self.read_rec(t, false, guard) {
+                match self.read_rec(&tk, t, false, guard) {
                     Ok(_) => {}
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
@@ -1586,6 +1675,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         // SAFETY: the slot outlives the transaction (see `worker`).
         let worker = unsafe { &*worker };
         let guard = &self.pin();
+        match self.rebind_evicted(guard) {
+            Ok(()) => {}
+            Err(Access::Conflict(c)) => return self.fail(c),
+            Err(Access::Removed) => return self.fail(Conflict::WriteWrite),
+            Err(Access::Failed) => return self.failed(),
+        }
         let b = self.bufs.as_mut().expect("buffers");
         b.writes.sort_unstable_by_key(|w| w.rec as usize);
         let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.opts.mode != LogMode::None);
