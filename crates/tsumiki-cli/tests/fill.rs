@@ -35,3 +35,20 @@ fn unknown_engine_is_an_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown --engine"));
 }
+
+/// `--crash`: a child killed by SIGKILL after its fill, another reopening what it left;
+/// the reopen checks the first and last records, so a lost commit fails the run.
+#[test]
+fn crash_measure_reopens_what_a_killed_fill_left() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki"))
+        .args(["bench", "fill", "--engine", "tsumiki", "--records", "3000", "--per-txn", "10"])
+        .args(["--rounds", "1", "--crash", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(row["crash_reopen_s"].as_f64().is_some_and(|v| v > 0.0), "{row}");
+    let no_sync =
+        Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["bench", "fill", "--crash", "--no-sync"]).output().unwrap();
+    assert!(!no_sync.status.success(), "--crash without durable commits must be refused");
+}

@@ -57,9 +57,22 @@ pub struct FillArgs {
     /// system temp dir). It should be on the device being measured, not a tmpfs.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Also measure reopening after a crash: per engine and round, one more child fills a
+    /// database and is killed with SIGKILL right after its last commit returns; another
+    /// then opens it, times the open and the read of the last key, and checks the first
+    /// and last records (with `--sync` only: they must be durable).
+    #[arg(long)]
+    pub crash: bool,
     /// Print one JSON object per engine instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Internal: with `--child`, the crash measure's phase (`fill` then SIGKILL, or
+    /// `reopen`) in the database directory `--crash-dir`.
+    #[arg(long, hide = true, value_parser = ["fill", "reopen"])]
+    pub crash_phase: Option<String>,
+    /// Internal: the database directory of a crash phase.
+    #[arg(long, hide = true)]
+    pub crash_dir: Option<PathBuf>,
     /// Internal: run one fill of this engine and print its measurements as one JSON line.
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -81,8 +94,14 @@ pub fn run(args: &FillArgs) -> Result<(), String> {
     if args.records > 1 << 32 {
         return Err("--records: keys are 4-byte integers, so at most 4294967296".into());
     }
+    if args.crash && args.no_sync {
+        return Err("--crash needs --sync: the records read back after the kill must be durable".into());
+    }
     if let Some(engine) = &args.child {
-        let v = run_child(engine, args)?;
+        let v = match (&args.crash_phase, &args.crash_dir) {
+            (Some(phase), Some(dir)) => run_crash_child(engine, phase, dir, args)?,
+            _ => run_child(engine, args)?,
+        };
         println!("{v}");
         return Ok(());
     }
@@ -92,7 +111,11 @@ pub fn run(args: &FillArgs) -> Result<(), String> {
     for round in 0..args.rounds {
         for (i, engine) in engines.iter().enumerate() {
             let label = format!("round {}/{} {engine}", round + 1, args.rounds);
-            runs[i].push(spawn_child(&exe, engine, &label, args)?);
+            let mut v = spawn_child(&exe, engine, &label, &[], args)?;
+            if args.crash {
+                v["crash_reopen_s"] = crash_reopen(&exe, engine, &label, args)?.into();
+            }
+            runs[i].push(v);
         }
     }
     let rows: Vec<Value> = engines.iter().zip(&runs).map(|(e, r)| summarize(e, r, args)).collect();
@@ -138,11 +161,29 @@ fn select_engines(list: &[String]) -> Result<Vec<&'static str>, String> {
     Ok(out)
 }
 
-/// Runs one fill in a child process and returns its JSON line. The child's progress bar
-/// goes to the inherited stderr.
-fn spawn_child(exe: &Path, engine: &str, label: &str, args: &FillArgs) -> Result<Value, String> {
+/// Runs one fill in a child process (with `extra` arguments) and returns its JSON line. The
+/// child's progress bar goes to the inherited stderr.
+fn spawn_child(
+    exe: &Path,
+    engine: &str,
+    label: &str,
+    extra: &[&std::ffi::OsStr],
+    args: &FillArgs,
+) -> Result<Value, String> {
+    let out = child_command(exe, engine, label, extra, args)
+        .output()
+        .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!("{label}: the child process failed ({})", out.status));
+    }
+    result_line(&out.stdout, label)
+}
+
+/// The command line of a child.
+fn child_command(exe: &Path, engine: &str, label: &str, extra: &[&std::ffi::OsStr], args: &FillArgs) -> Command {
     let mut cmd = Command::new(exe);
     cmd.args(["bench", "fill", "--child", engine, "--label", label])
+        .args(extra)
         .args(["--records", &args.records.to_string()])
         .args(["--per-txn", &args.per_txn.to_string()])
         .args(["--order", &args.order])
@@ -152,17 +193,91 @@ fn spawn_child(exe: &Path, engine: &str, label: &str, args: &FillArgs) -> Result
     if let Some(d) = &args.dir {
         cmd.arg("--dir").arg(d);
     }
-    let out = cmd
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running {}: {e}", exe.display()))?;
-    if !out.status.success() {
-        return Err(format!("{label}: the child process failed ({})", out.status));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd
+}
+
+/// The last JSON line a child printed.
+fn result_line(stdout: &[u8], label: &str) -> Result<Value, String> {
+    let text = String::from_utf8_lossy(stdout);
     let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| format!("{label}: no result line"))?;
     serde_json::from_str(line).map_err(|e| format!("{label}: bad result line {line:?}: {e}"))
+}
+
+/// The crash measure: a child fills a database in a directory this process owns and is
+/// killed by SIGKILL after its last commit; another child reopens it. Returns the reopen
+/// time (open and the read of the last key).
+fn crash_reopen(exe: &Path, engine: &str, label: &str, args: &FillArgs) -> Result<f64, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("tsumiki-crash-{engine}-"))
+        .tempdir_in(&base)
+        .map_err(|e| format!("temporary directory under {}: {e}", base.display()))?;
+    let dir = tmp.path().as_os_str();
+    let label = format!("{label} (killed)");
+    let phase = |p: &'static str| [std::ffi::OsStr::new("--crash-phase"), p.as_ref(), "--crash-dir".as_ref(), dir];
+    let out = child_command(exe, engine, &label, &phase("fill"), args)
+        .output()
+        .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    if out.status.signal() != Some(libc::SIGKILL) {
+        return Err(format!("{label}: the child was to be killed after its fill, but ended with {}", out.status));
+    }
+    let v = spawn_child(exe, engine, &format!("{label}, reopened"), &phase("reopen"), args)?;
+    tmp.close().map_err(|e| format!("removing the temporary directory: {e}"))?;
+    v["reopen_s"].as_f64().ok_or_else(|| format!("{label}: no reopen time"))
+}
+
+/// A crash phase in `dir`: `fill` (then SIGKILL, before any close) or `reopen`.
+fn run_crash_child(engine: &str, phase: &str, dir: &Path, args: &FillArgs) -> Result<Value, String> {
+    let records = Records::new(args.records, &args.order, args.value_size, args.seed);
+    let cfg = args.config();
+    let db_dir = dir.join("db");
+    if phase == "fill" {
+        let bar = ProgressBar::new(args.records);
+        bar.set_style(ProgressStyle::with_template("{prefix:>20} [{bar:30}] {human_pos}/{human_len} records").unwrap());
+        bar.set_prefix(args.label.clone());
+        std::fs::create_dir(&db_dir).map_err(|e| format!("creating {}: {e}", db_dir.display()))?;
+        let r = crash_fill(engine, &db_dir, &cfg, &records, &bar);
+        bar.finish_and_clear();
+        return Err(r.err().unwrap_or_else(|| "the fill was not killed".into()));
+    }
+    let reopen_s = match_engine!(engine, E => reopen_and_check::<E>(&db_dir, &cfg, &records))?;
+    Ok(json!({ "engine": engine, "reopen_s": reopen_s }))
+}
+
+/// Fills `dir`, then kills this process with SIGKILL while the database is open (no close,
+/// no destructor runs): returns only on an error.
+fn crash_fill(engine: &str, dir: &Path, cfg: &FillConfig, records: &Records, bar: &ProgressBar) -> Result<(), String> {
+    match_engine!(engine, E => {
+        let mut db = E::open(dir, cfg)?;
+        for batch in records.batches(cfg.per_txn) {
+            db.write_batch(&batch)?;
+            bar.inc(batch.len() as u64);
+        }
+        // SAFETY: a plain system call; the process ends here, as in a crash.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        // Reached only if the signal was not delivered: keep `db` open until here.
+        db.get(&records.keys[0]).map(|_| ())
+    })
+}
+
+/// Opens `dir`, reads the last key written (timed with the open), checks the first and the
+/// last records, and closes it. Returns the time.
+fn reopen_and_check<E: FillEngine>(dir: &Path, cfg: &FillConfig, records: &Records) -> Result<f64, String> {
+    let (first, last) = (0, records.keys.len() - 1);
+    let t = Instant::now();
+    let mut db = E::open(dir, cfg)?;
+    let got = db.get(&records.keys[last])?;
+    let reopen_s = t.elapsed().as_secs_f64();
+    for (i, got) in [(last, got), (first, db.get(&records.keys[first])?)] {
+        let want: Vec<u8> = value_of(u32::from_be_bytes(records.keys[i]), records.value_size).collect();
+        if got.as_deref() != Some(&want[..]) {
+            return Err(format!("after reopen, record {i} reads {got:?}, not {want:?}"));
+        }
+    }
+    db.close()?;
+    Ok(reopen_s)
 }
 
 /// The records of one fill: keys in insertion order and their values, side by side.
@@ -251,6 +366,51 @@ fn run_child(engine: &str, args: &FillArgs) -> Result<Value, String> {
     }))
 }
 
+/// Runs `$body` with `$E` the [`FillEngine`] type named by `$engine` (an error for an
+/// unknown or missing one).
+macro_rules! match_engine {
+    ($engine:expr, $E:ident => $body:expr) => {
+        match $engine {
+            "tsumiki" => {
+                type $E = peers::tsumiki::Tsumiki;
+                $body
+            }
+            #[cfg(have_leveldb)]
+            "leveldb" => {
+                type $E = peers::c_kv::LevelDb;
+                $body
+            }
+            #[cfg(have_rocksdb)]
+            "rocksdb" => {
+                type $E = peers::c_kv::RocksDb;
+                $body
+            }
+            "lmdb" => {
+                type $E = peers::lmdb::Lmdb;
+                $body
+            }
+            "sqlite" => {
+                type $E = peers::sqlite::Sqlite;
+                $body
+            }
+            "redb" => {
+                type $E = peers::redb::Redb;
+                $body
+            }
+            "fjall" => {
+                type $E = peers::fjall::Fjall;
+                $body
+            }
+            "raw" => {
+                type $E = peers::raw::Raw;
+                $body
+            }
+            other => Err(format!("unknown engine {other:?}")),
+        }
+    };
+}
+use match_engine;
+
 /// Runs one fill of `engine` in `dir` in this process.
 pub fn fill_engine(
     engine: &str,
@@ -262,19 +422,7 @@ pub fn fill_engine(
     if let Some(why) = peers::missing(engine) {
         return Err(why);
     }
-    match engine {
-        "tsumiki" => fill::<peers::tsumiki::Tsumiki>(dir, cfg, records, bar),
-        #[cfg(have_leveldb)]
-        "leveldb" => fill::<peers::c_kv::LevelDb>(dir, cfg, records, bar),
-        #[cfg(have_rocksdb)]
-        "rocksdb" => fill::<peers::c_kv::RocksDb>(dir, cfg, records, bar),
-        "lmdb" => fill::<peers::lmdb::Lmdb>(dir, cfg, records, bar),
-        "sqlite" => fill::<peers::sqlite::Sqlite>(dir, cfg, records, bar),
-        "redb" => fill::<peers::redb::Redb>(dir, cfg, records, bar),
-        "fjall" => fill::<peers::fjall::Fjall>(dir, cfg, records, bar),
-        "raw" => fill::<peers::raw::Raw>(dir, cfg, records, bar),
-        _ => Err(format!("unknown engine {engine:?}")),
-    }
+    match_engine!(engine, E => fill::<E>(dir, cfg, records, bar))
 }
 
 /// The one runner: open (untimed), the timed batch loop, close, size on disk, reopen and
@@ -309,18 +457,7 @@ fn fill<E: FillEngine>(
     db.close()?;
     let close_s = t1.elapsed().as_secs_f64();
     let disk_bytes = dir_bytes(&db_dir)?;
-    let (first, last) = (0, records.keys.len() - 1);
-    let t2 = Instant::now();
-    let mut db = E::open(&db_dir, cfg)?;
-    let got = db.get(&records.keys[last])?;
-    let reopen_s = t2.elapsed().as_secs_f64();
-    for (i, got) in [(last, got), (first, db.get(&records.keys[first])?)] {
-        let want: Vec<u8> = value_of(u32::from_be_bytes(records.keys[i]), records.value_size).collect();
-        if got.as_deref() != Some(&want[..]) {
-            return Err(format!("after reopen, record {i} reads {got:?}, not {want:?}"));
-        }
-    }
-    db.close()?;
+    let reopen_s = reopen_and_check::<E>(&db_dir, cfg, records)?;
     Ok(FillResult {
         records: done,
         txns,
@@ -403,6 +540,7 @@ fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
         "peak_rss_bytes": median(&col(&|r| num(r, "peak_rss_bytes"))) as u64,
         "close_s": median(&col(&|r| num(r, "close_s"))),
         "reopen_s": median(&col(&|r| num(r, "reopen_s"))),
+        "crash_reopen_s": if args.crash { median(&col(&|r| num(r, "crash_reopen_s"))).into() } else { Value::Null },
         "disk_bytes": median(&col(&|r| num(r, "disk_bytes"))) as u64,
     })
 }
@@ -417,8 +555,20 @@ fn print_table(rows: &[Value], args: &FillArgs) {
         if args.no_sync { "no sync" } else { "sync at every commit" },
         args.rounds
     );
-    let header =
-        ["engine", "tx/s", "rec/s", "bytes/commit", "wchar/commit", "peak RSS MiB", "close s", "reopen s", "disk MiB"];
+    let mut header = vec![
+        "engine",
+        "tx/s",
+        "rec/s",
+        "bytes/commit",
+        "wchar/commit",
+        "peak RSS MiB",
+        "close s",
+        "reopen s",
+        "disk MiB",
+    ];
+    if args.crash {
+        header.push("reopen after kill s");
+    }
     let mib = |v: &Value| format!("{:.1}", v.as_f64().unwrap_or(0.0) / (1 << 20) as f64);
     let f = |v: &Value, prec: usize| format!("{:.prec$}", v.as_f64().unwrap_or(0.0));
     let table: Vec<Vec<String>> = rows
@@ -435,6 +585,9 @@ fn print_table(rows: &[Value], args: &FillArgs) {
                 f(&r["reopen_s"], 3),
                 mib(&r["disk_bytes"]),
             ]
+            .into_iter()
+            .chain(args.crash.then(|| f(&r["crash_reopen_s"], 3)))
+            .collect()
         })
         .collect();
     report::table(&header, &table);

@@ -718,12 +718,15 @@ impl<P: Protocol> Engine<P> {
         let Some(mut clock) = r.lock.try_lock() else { return };
         let Some(d) = self.durable.as_ref() else { return };
         let covered = if r.evict_dirty { u64::MAX } else { d.covered() };
-        let guard = &epoch::pin();
         let target = (r.budget as i64) / 10 * 9;
-        let mut steps = 2 * r.len(guard) + 2;
+        let mut steps = 2 * r.len(&epoch::pin()) + 2;
         let mut blocked_by_dirt = false;
         while r.resident() > target && steps > 0 {
             steps -= 1;
+            // One pin per range, not per pass: a pass may evict many ranges, and what they
+            // retire (index nodes, range maps, values) is freed only once no pin older
+            // than the retirement remains.
+            let guard = &epoch::pin();
             let (range, low, high) = r.advance(&mut clock, guard);
             if !range.is_loaded() {
                 continue;

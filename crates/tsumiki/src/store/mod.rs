@@ -28,7 +28,7 @@ use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
 use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
-use pages::{Change, ImageRef, PageReads, PageStore, StoreStats};
+use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
 
 /// The files behind a database opened with a path.
 pub(crate) struct Durable {
@@ -208,10 +208,11 @@ pub(crate) fn open(
                     recovery::remove_stale(&storage, m.generation)?;
                     (m.generation, table, pages)
                 } else {
-                    let started = pages.apply(g, &changes).and_then(|()| pages.write_table()).and_then(|t| {
-                        recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
-                        Ok(t)
-                    });
+                    let started =
+                        pages.apply(g, &mut changes.as_slice()).and_then(|()| pages.write_table()).and_then(|t| {
+                            recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
+                            Ok(t)
+                        });
                     match started {
                         Ok(t) => {
                             pages.commit();
@@ -263,6 +264,29 @@ pub(crate) fn open(
     })
 }
 
+/// The keys a generation's logs wrote, with their latest committed values read from
+/// memory a page at a time.
+struct LatestValues<'s> {
+    keys: recovery::KeyList,
+    state: &'s dyn CommittedState,
+}
+
+impl Changes for LatestValues<'_> {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        self.keys.get(i)
+    }
+    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
+        for i in range {
+            let k = self.keys.get(i);
+            out.push((k.to_vec(), self.state.get(k)));
+        }
+        Ok(())
+    }
+}
+
 /// Whether `e` says the disk is full.
 fn disk_full(e: &Error) -> bool {
     e.io_kind() == Some(std::io::ErrorKind::StorageFull)
@@ -300,14 +324,7 @@ impl Durable {
     fn write_pages(&self, current: &mut Current, g: u64, state: &dyn CommittedState) -> Result<ImageRef, Error> {
         if self.logs_readable {
             let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size)?;
-            let changes: Vec<Change> = keys
-                .into_iter()
-                .map(|k| {
-                    let v = state.get(&k);
-                    (k, v)
-                })
-                .collect();
-            current.pages.apply(g, &changes)?;
+            current.pages.apply(g, &mut LatestValues { keys, state })?;
         } else {
             current.pages.rebuild(g, &mut |f| state.scan(f))?;
         }

@@ -63,6 +63,8 @@ const IMAGE_HEADER: usize = 4 + 4 + 1 + 8 + REF_LEN + 4;
 const REF_LEN: usize = 4 + 8 + 4 + 4;
 /// Bytes of blocks gathered before they are written.
 const WRITE_BATCH: usize = 1 << 20;
+/// Changes a checkpoint reads from memory at once (see [`PageStore::apply`]).
+const CHANGE_BATCH: usize = 256;
 
 /// Where an image lies: segment, offset in the segment's payload stream (block number
 /// times [`PAYLOAD`] plus the offset in that block), length and CRC32C.
@@ -184,7 +186,7 @@ pub struct PageStore {
     segment_bytes: u64,
     /// The table being built (between checkpoints: the durable one, shared with
     /// [`PageReads`] rather than copied).
-    pages: Arc<Vec<Page>>,
+    pages: Arc<Vec<Arc<Page>>>,
     next_pid: u64,
     segs: BTreeMap<u32, Segment>,
     /// Segments no durable table names: reusable.
@@ -231,7 +233,7 @@ pub struct PageReads {
     /// Segment files opened for reading, kept open: pages load one at a time, each a few
     /// images (a deleted segment's handle is dropped with it).
     readers: Mutex<HashMap<u32, Arc<dyn StorageFile>>>,
-    durable: RwLock<Arc<Vec<Page>>>,
+    durable: RwLock<Arc<Vec<Arc<Page>>>>,
     /// Records [`load_range`](Self::load_range) handed out.
     loaded: AtomicU64,
 }
@@ -321,7 +323,7 @@ impl PageReads {
     /// `changes` (sorted, all within the page's range).
     fn page_entries(
         &self,
-        pages: &[Page],
+        pages: &[Arc<Page>],
         i: usize,
         changes: &[Change],
         mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Error>,
@@ -395,6 +397,30 @@ fn corrupt(m: impl Into<String>) -> Error {
 /// A change to apply: a key and its new value (`None`: deleted).
 pub type Change = (Vec<u8>, Option<Vec<u8>>);
 
+/// Changed keys in strictly increasing order, whose new values are read a few at a time
+/// (a checkpoint reads them from memory one page at a time).
+pub trait Changes {
+    /// Keys listed.
+    fn len(&self) -> usize;
+    /// Key `i`.
+    fn key(&self, i: usize) -> &[u8];
+    /// Appends keys `range` with their values (`None`: deleted) to `out`.
+    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error>;
+}
+
+impl Changes for &[Change] {
+    fn len(&self) -> usize {
+        <[Change]>::len(self)
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        &self[i].0
+    }
+    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
+        out.extend_from_slice(&self[range]);
+        Ok(())
+    }
+}
+
 /// Receives live keys and their values, in key order.
 pub type Sink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
 
@@ -410,7 +436,7 @@ impl PageStore {
         let mut s = PageStore {
             storage: storage.clone(),
             segment_bytes: segment_bytes.max(2 * BLOCK as u64),
-            pages: Arc::new(vec![Page { low: Vec::new(), pid: 0, chain: Vec::new() }]),
+            pages: Arc::new(vec![Arc::new(Page { low: Vec::new(), pid: 0, chain: Vec::new() })]),
             next_pid: 1,
             segs: BTreeMap::new(),
             free: BTreeSet::new(),
@@ -532,7 +558,7 @@ impl PageStore {
         if n == 0 || n > img.len() {
             return Err(bad(format!("{n} pages")));
         }
-        let mut pages = Vec::with_capacity(n);
+        let mut pages: Vec<Arc<Page>> = Vec::with_capacity(n);
         for i in 0..n {
             let pid = r.u64().map_err(bad)?;
             let low = r.len(MAX_KEY_LEN, "key").and_then(|l| r.take(l)).map_err(bad)?.to_vec();
@@ -543,12 +569,12 @@ impl PageStore {
             let chain = (0..c).map(|_| ImageRef::decode(&mut r)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
             let ordered = match pages.last() {
                 None => low.is_empty(),
-                Some(p) => i > 0 && Page::low(p) < low.as_slice(),
+                Some(p) => i > 0 && p.low() < low.as_slice(),
             };
             if !ordered {
                 return Err(bad("pages out of key order".into()));
             }
-            pages.push(Page { low, pid, chain });
+            pages.push(Arc::new(Page { low, pid, chain }));
         }
         let m = r.u32().map_err(bad)? as usize;
         for _ in 0..m {
@@ -580,7 +606,7 @@ impl PageStore {
         let mut n = 0;
         let mut at = 0;
         for i in 0..self.pages.len() {
-            let end = self.range_end(i, changes, at);
+            let end = self.range_end(i, &changes, at);
             self.page_entries(i, &changes[at..end], |k, v| {
                 n += 1;
                 load(k, v)
@@ -603,67 +629,123 @@ impl PageStore {
     }
 
     /// The end (exclusive) in `changes` of the changes of page `i`, from `at`.
-    fn range_end(&self, i: usize, changes: &[Change], at: usize) -> usize {
+    fn range_end(&self, i: usize, changes: &dyn Changes, at: usize) -> usize {
         match self.pages.get(i + 1) {
-            Some(next) => at + changes[at..].partition_point(|(k, _)| k.as_slice() < next.low.as_slice()),
+            Some(next) => {
+                // The first change at or past the next page's low key.
+                let (mut lo, mut hi) = (at, changes.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if changes.key(mid) < next.low.as_slice() {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            }
             None => changes.len(),
         }
     }
 
     /// Applies `changes` (sorted by key, unique) for generation `gen`: deltas or new
     /// bases for the pages they touch, and relocation of the pages of the segments
-    /// cleaning picks. Then [`write_table`](Self::write_table).
-    pub fn apply(&mut self, gen: u64, changes: &[Change]) -> Result<(), Error> {
+    /// cleaning picks. Then [`write_table`](Self::write_table) (several calls may come
+    /// before it: each one's pages are the next one's). The changes' values are read one
+    /// page at a time, so a checkpoint holds the values of one page, not of all it writes.
+    pub fn apply(&mut self, gen: u64, changes: &mut dyn Changes) -> Result<(), Error> {
         self.gen = gen;
         let victims = self.pick_victims();
         self.stats.segments_cleaned += victims.len() as u64;
-        // `self.pages` is read while the new list is built.
-        let mut out: Vec<Page> = Vec::with_capacity(self.pages.len());
+        // `self.pages` is read while the new list is built (unchanged pages are shared).
+        let mut out: Vec<Arc<Page>> = Vec::with_capacity(self.pages.len());
+        let mut mine: Vec<Change> = Vec::new();
         let mut at = 0;
         for i in 0..self.pages.len() {
             let end = self.range_end(i, changes, at);
-            let mine = &changes[at..end];
+            let (from, to) = (at, end);
             at = end;
             let page = self.pages[i].clone();
             let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
-            if mine.is_empty() && !relocate {
+            if from == to && !relocate {
                 out.push(page);
                 continue;
             }
             if relocate {
                 self.stats.relocated_pages += 1;
             }
-            let delta = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+            // Changes are read a batch at a time: the last page of an ascending fill gets
+            // every new key of the interval, and holding them all would cost as much memory
+            // as the interval wrote.
             let deltas_bytes: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
             let base_bytes = page.chain.last().map_or(0, |r| r.len as u64);
-            let consolidate = page.chain.is_empty()
-                || relocate
-                || page.chain.len() >= MAX_CHAIN
-                || deltas_bytes + delta.1.len() as u64 > (base_bytes / DELTA_SHARE).max(PAGE_TARGET as u64 / 8);
-            if !consolidate {
-                let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], delta.0, &delta.1)?;
-                self.stats.deltas_written += 1;
-                let mut p = page;
-                p.chain.insert(0, r);
-                out.push(p);
-                continue;
+            let limit = (base_bytes / DELTA_SHARE).max(PAGE_TARGET as u64 / 8);
+            let may_delta = !page.chain.is_empty() && !relocate && page.chain.len() < MAX_CHAIN;
+            mine.clear();
+            let mut next = from;
+            if may_delta {
+                let mut delta_len = 0u64;
+                while next < to && deltas_bytes + delta_len <= limit {
+                    let end = (next + CHANGE_BATCH).min(to);
+                    let seen = mine.len();
+                    changes.values(next..end, &mut mine)?;
+                    delta_len += mine[seen..].iter().map(|(k, v)| entry_len(k, v.as_deref()) as u64).sum::<u64>();
+                    next = end;
+                }
+                if next == to && deltas_bytes + delta_len <= limit {
+                    let (count, body) = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+                    let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], count, &body)?;
+                    self.stats.deltas_written += 1;
+                    let mut p = Arc::unwrap_or_clone(page);
+                    p.chain.insert(0, r);
+                    out.push(Arc::new(p));
+                    continue;
+                }
             }
-            let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            self.page_entries(i, mine, |k, v| {
-                entries.push((k.to_vec(), v.to_vec()));
+            // Consolidate: the page's entries (one page: bounded) merged with the changes
+            // read so far and the rest, a batch at a time, written as bases of about
+            // `PAGE_TARGET` as they fill.
+            let mut old: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            self.page_entries(i, &[], |k, v| {
+                old.push((k.to_vec(), v.to_vec()));
                 Ok(())
             })?;
             for r in &page.chain {
                 self.dead(*r);
             }
-            self.write_bases(page, entries, &mut out)?;
+            let mut bases = Bases::new(Arc::unwrap_or_clone(page));
+            let mut old = old.into_iter().peekable();
+            loop {
+                for (k, v) in mine.drain(..) {
+                    while let Some((ok, ov)) = old.next_if(|(ok, _)| ok.as_slice() <= k.as_slice()) {
+                        if ok != k {
+                            bases.push(self, ok, ov, &mut out)?;
+                        }
+                    }
+                    if let Some(v) = v {
+                        bases.push(self, k, v, &mut out)?;
+                    }
+                }
+                if next == to {
+                    break;
+                }
+                let end = (next + CHANGE_BATCH).min(to);
+                changes.values(next..end, &mut mine)?;
+                next = end;
+            }
+            for (k, v) in old {
+                bases.push(self, k, v, &mut out)?;
+            }
+            bases.finish(self, &mut out)?;
         }
         if out.is_empty() {
-            out.push(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() });
+            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
         }
         // The first page always starts at the empty key (an emptied first page was
         // dropped: its right neighbour now covers its range too).
-        out[0].low.clear();
+        if !out[0].low.is_empty() {
+            Arc::make_mut(&mut out[0]).low.clear();
+        }
         self.pages = Arc::new(out);
         Ok(())
     }
@@ -675,7 +757,7 @@ impl PageStore {
         for r in self.pages.iter().flat_map(|p| p.chain.clone()).collect::<Vec<_>>() {
             self.dead(r);
         }
-        let mut out: Vec<Page> = Vec::new();
+        let mut out: Vec<Arc<Page>> = Vec::new();
         let mut piece: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut size = 0;
         fill(&mut |k, v| {
@@ -693,12 +775,14 @@ impl PageStore {
             let low = if out.is_empty() { Vec::new() } else { piece[0].0.clone() };
             let page = Page { low, pid: self.take_pid(), chain: Vec::new() };
             if piece.is_empty() {
-                out.push(page);
+                out.push(Arc::new(page));
             } else {
                 self.write_bases(page, piece, &mut out)?;
             }
         }
-        out[0].low.clear();
+        if !out[0].low.is_empty() {
+            Arc::make_mut(&mut out[0]).low.clear();
+        }
         self.pages = Arc::new(out);
         Ok(())
     }
@@ -710,7 +794,12 @@ impl PageStore {
 
     /// Writes `entries` (the whole content of `page`) as one base, or as several pages
     /// when it is more than twice [`PAGE_TARGET`]; an empty page is dropped.
-    fn write_bases(&mut self, page: Page, entries: Vec<(Vec<u8>, Vec<u8>)>, out: &mut Vec<Page>) -> Result<(), Error> {
+    fn write_bases(
+        &mut self,
+        page: Page,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        out: &mut Vec<Arc<Page>>,
+    ) -> Result<(), Error> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -733,7 +822,7 @@ impl PageStore {
                 encode_entries(entries[start..end].iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
             let r = self.append_image(KIND_BASE, pid, ImageRef::default(), count, &body)?;
             self.stats.bases_written += 1;
-            out.push(Page { low, pid, chain: vec![r] });
+            out.push(Arc::new(Page { low, pid, chain: vec![r] }));
             start = end;
         }
         Ok(())
@@ -787,27 +876,43 @@ impl PageStore {
 
     /// Appends one image; returns where it lies.
     fn append_image(&mut self, kind: u8, pid: u64, prev: ImageRef, count: u32, body: &[u8]) -> Result<ImageRef, Error> {
-        let mut img = Vec::with_capacity(IMAGE_HEADER + body.len());
-        img.extend_from_slice(&[0; 8]);
-        img.push(kind);
-        img.extend_from_slice(&pid.to_le_bytes());
-        prev.encode(&mut img);
-        img.extend_from_slice(&count.to_le_bytes());
-        img.extend_from_slice(body);
-        let len = u32::try_from(img.len()).map_err(|_| Error::Config("a page image over 4 GiB".into()))?;
-        img[4..8].copy_from_slice(&(len - 8).to_le_bytes());
-        let crc = crc32c::crc32c(&img[4..]);
-        img[0..4].copy_from_slice(&crc.to_le_bytes());
+        self.append_image_with(kind, pid, prev, count, body.len(), &mut |out| out.extend_from_slice(body))
+    }
+
+    /// Appends one image whose body, `body_len` bytes, `fill` writes straight into the
+    /// pending bytes (a large table is never copied whole).
+    fn append_image_with(
+        &mut self,
+        kind: u8,
+        pid: u64,
+        prev: ImageRef,
+        count: u32,
+        body_len: usize,
+        fill: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> Result<ImageRef, Error> {
+        let len =
+            u32::try_from(IMAGE_HEADER + body_len).map_err(|_| Error::Config("a page image over 4 GiB".into()))?;
         // A new segment when this one is full (an image never spans two; one larger than
         // a segment gets a segment of its own).
         let used = self.next_block * BLOCK as u64 + self.buf.len() as u64;
         let reuse_now = self.early_reuse && self.started && !self.free.is_empty();
-        if self.cur.is_none() || reuse_now || (self.started && !self.fits(img.len()) && used > 0) {
+        if self.cur.is_none() || reuse_now || (self.started && !self.fits(len as usize) && used > 0) {
             self.next_segment()?;
         }
+        let start = self.buf.len();
+        let img = &mut self.buf;
+        img.extend_from_slice(&[0; 4]);
+        img.extend_from_slice(&(len - 8).to_le_bytes());
+        img.push(kind);
+        img.extend_from_slice(&pid.to_le_bytes());
+        prev.encode(img);
+        img.extend_from_slice(&count.to_le_bytes());
+        fill(img);
+        assert_eq!(img.len() - start, len as usize, "an image's body has the length announced");
+        let crc = crc32c::crc32c(&img[start + 4..]);
+        img[start..start + 4].copy_from_slice(&crc.to_le_bytes());
         let seg = self.cur.as_ref().expect("a segment").0;
-        let r = ImageRef { seg, off: self.next_block * PAYLOAD as u64 + self.buf.len() as u64, len, crc };
-        self.buf.extend_from_slice(&img);
+        let r = ImageRef { seg, off: self.next_block * PAYLOAD as u64 + start as u64, len, crc };
         self.segs.entry(seg).or_default().live += len as u64;
         self.started = true;
         self.emit(false)?;
@@ -843,6 +948,9 @@ impl PageStore {
         let mut taken = 0;
         let mut block = vec![0u8; BLOCK];
         while self.buf.len() - taken >= PAYLOAD || (all && taken < self.buf.len()) {
+            if self.out.len() >= WRITE_BATCH {
+                self.write_out()?;
+            }
             let n = (self.buf.len() - taken).min(PAYLOAD);
             block.fill(0);
             block[..n].copy_from_slice(&self.buf[taken..taken + n]);
@@ -860,12 +968,22 @@ impl PageStore {
         }
         self.buf.drain(..taken);
         if (self.out.len() >= WRITE_BATCH || all) && !self.out.is_empty() {
-            let (n, file) = self.cur.as_ref().expect("blocks belong to a segment");
-            file.write_at(&self.out, self.out_block * BLOCK as u64).map_err(|e| Error::io(segment_file(*n), e))?;
-            self.stats.written_bytes += self.out.len() as u64;
-            self.out_block = self.next_block;
-            self.out.clear();
+            self.write_out()?;
         }
+        // A large image (the table) leaves no large buffer behind.
+        if self.buf.capacity() > 4 * WRITE_BATCH && self.buf.len() < WRITE_BATCH {
+            self.buf.shrink_to(WRITE_BATCH);
+        }
+        Ok(())
+    }
+
+    /// Writes the sealed blocks of `out`.
+    fn write_out(&mut self) -> Result<(), Error> {
+        let (n, file) = self.cur.as_ref().expect("blocks belong to a segment");
+        file.write_at(&self.out, self.out_block * BLOCK as u64).map_err(|e| Error::io(segment_file(*n), e))?;
+        self.stats.written_bytes += self.out.len() as u64;
+        self.out_block += (self.out.len() / BLOCK) as u64;
+        self.out.clear();
         Ok(())
     }
 
@@ -880,13 +998,14 @@ impl PageStore {
             self.next_segment()?;
         }
         // The table lists the segments, its own included: start the segment it goes to
-        // before encoding it.
-        let mut body = self.table_body();
-        if !self.fits(IMAGE_HEADER + body.len()) {
+        // before sizing it.
+        if !self.fits(IMAGE_HEADER + self.table_len()) {
             self.next_segment()?;
-            body = self.table_body();
         }
-        let r = self.append_image(KIND_TABLE, self.next_pid, ImageRef::default(), 0, &body)?;
+        let (len, pages, segs) = (self.table_len(), self.pages.clone(), self.segs_list());
+        let r = self.append_image_with(KIND_TABLE, self.next_pid, ImageRef::default(), 0, len, &mut |body| {
+            encode_table(&pages, &segs, body)
+        })?;
         self.table = Some(r);
         self.started = false;
         self.emit(true)?;
@@ -902,27 +1021,18 @@ impl PageStore {
         Ok(r)
     }
 
-    /// The table: page count, then per page its id, low key and chain; then the segments
-    /// with the generation that last wrote each. (The image's page id field holds the
-    /// next page id.)
-    fn table_body(&self) -> Vec<u8> {
-        let mut body = Vec::new();
-        body.extend_from_slice(&(self.pages.len() as u32).to_le_bytes());
-        for p in self.pages.iter() {
-            body.extend_from_slice(&p.pid.to_le_bytes());
-            body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
-            body.extend_from_slice(&p.low);
-            body.push(p.chain.len() as u8);
-            for r in &p.chain {
-                r.encode(&mut body);
-            }
-        }
-        body.extend_from_slice(&(self.segs.len() as u32).to_le_bytes());
-        for (n, s) in &self.segs {
-            body.extend_from_slice(&n.to_le_bytes());
-            body.extend_from_slice(&s.gen.to_le_bytes());
-        }
-        body
+    /// The length of the table's body: page count, then per page its id, low key and
+    /// chain; then the segments with the generation that last wrote each (see
+    /// [`encode_table`]; the image's page id field holds the next page id).
+    fn table_len(&self) -> usize {
+        let pages: usize = self.pages.iter().map(|p| 8 + 4 + p.low.len() + 1 + p.chain.len() * REF_LEN).sum();
+        // The segment the table goes to is listed already (`next_segment` adds it).
+        4 + pages + 4 + self.segs.len() * (4 + 8)
+    }
+
+    /// The segments with the generation that last wrote each.
+    fn segs_list(&self) -> Vec<(u32, u64)> {
+        self.segs.iter().map(|(n, s)| (*n, s.gen)).collect()
     }
 
     /// Whether an image of `len` bytes fits in the current segment.
@@ -952,6 +1062,81 @@ impl PageStore {
             }
             self.free.remove(&n);
         }
+    }
+}
+
+/// A consolidated page being written as bases while its entries stream in: a base of
+/// at most [`PAGE_TARGET`] leaves each time three times that has gathered (the first keeps the
+/// page's id and low key, the rest get new ids), and [`finish`](Self::finish) splits what
+/// is left evenly, as [`PageStore::write_bases`] does.
+struct Bases {
+    page: Option<Page>,
+    piece: Vec<(Vec<u8>, Vec<u8>)>,
+    size: usize,
+}
+
+impl Bases {
+    fn new(page: Page) -> Bases {
+        Bases { page: Some(page), piece: Vec::new(), size: 0 }
+    }
+
+    /// The next piece's page: the original one first, then new ids starting at `low`.
+    fn header(&mut self, store: &mut PageStore, low: &[u8]) -> Page {
+        match self.page.take() {
+            Some(p) => p,
+            None => Page { low: low.to_vec(), pid: store.take_pid(), chain: Vec::new() },
+        }
+    }
+
+    fn push(&mut self, store: &mut PageStore, k: Vec<u8>, v: Vec<u8>, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
+        self.size += entry_len(&k, Some(&v));
+        self.piece.push((k, v));
+        if self.size < 3 * PAGE_TARGET {
+            return Ok(());
+        }
+        let (mut cut, mut size) = (0, 0);
+        while cut < self.piece.len() {
+            let len = entry_len(&self.piece[cut].0, Some(&self.piece[cut].1));
+            if cut > 0 && size + len > PAGE_TARGET {
+                break;
+            }
+            size += len;
+            cut += 1;
+        }
+        let rest = self.piece.split_off(cut);
+        let first = std::mem::replace(&mut self.piece, rest);
+        self.size -= size;
+        let page = self.header(store, &first[0].0);
+        store.write_bases(page, first, out)
+    }
+
+    fn finish(mut self, store: &mut PageStore, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
+        if self.piece.is_empty() {
+            // An emptied page is dropped (its range joins its left neighbour's).
+            return Ok(());
+        }
+        let piece = std::mem::take(&mut self.piece);
+        let page = self.header(store, &piece[0].0);
+        store.write_bases(page, piece, out)
+    }
+}
+
+/// Encodes the table body (see [`PageStore::table_len`]) into `body`.
+fn encode_table(pages: &[Arc<Page>], segs: &[(u32, u64)], body: &mut Vec<u8>) {
+    body.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+    for p in pages {
+        body.extend_from_slice(&p.pid.to_le_bytes());
+        body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
+        body.extend_from_slice(&p.low);
+        body.push(p.chain.len() as u8);
+        for r in &p.chain {
+            r.encode(body);
+        }
+    }
+    body.extend_from_slice(&(segs.len() as u32).to_le_bytes());
+    for (n, gen) in segs {
+        body.extend_from_slice(&n.to_le_bytes());
+        body.extend_from_slice(&gen.to_le_bytes());
     }
 }
 

@@ -284,9 +284,9 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
 /// the switch to the next generation, so every block up to a lane's end is valid: a
 /// damaged one is an error (a key missed here would be lost with the log), not a tail.
 /// Segments are read a chunk at a time into one buffer (no copy of the log in memory).
-pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<Vec<Vec<u8>>, Error> {
+pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<KeyList, Error> {
     let lanes = segments_of(storage, generation)?;
-    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut keys = KeyList::default();
     let mut chunk = vec![0u8; LOGGED_KEYS_CHUNK];
     let mut stream: Vec<u8> = Vec::new();
     for (&lane, segs) in &lanes {
@@ -321,19 +321,66 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
         // The blocks read before the lane's end.
         take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
         // Sorting per lane keeps the list near the distinct keys, not the writes.
-        keys.sort_unstable();
-        keys.dedup();
+        keys.sort_dedup();
     }
     Ok(keys)
 }
 
+/// Keys packed into one buffer (a checkpoint may list millions: one allocation each
+/// would cost several times the keys' bytes).
+#[derive(Debug, Default, Clone)]
+pub struct KeyList {
+    bytes: Vec<u8>,
+    /// Start in `bytes` and length of each key.
+    spans: Vec<(u64, u32)>,
+}
+
+impl KeyList {
+    /// Appends `k`.
+    pub fn push(&mut self, k: &[u8]) {
+        self.spans.push((self.bytes.len() as u64, k.len() as u32));
+        self.bytes.extend_from_slice(k);
+    }
+
+    /// Keys listed.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether no key is listed.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Key `i`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let (at, len) = self.spans[i];
+        &self.bytes[at as usize..at as usize + len as usize]
+    }
+
+    /// Sorts the keys and drops repeats (and the bytes only they used).
+    pub fn sort_dedup(&mut self) {
+        let bytes = &self.bytes;
+        let key = |&(at, len): &(u64, u32)| &bytes[at as usize..at as usize + len as usize];
+        self.spans.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        self.spans.dedup_by(|a, b| key(a) == key(b));
+        let mut packed = Vec::with_capacity(self.spans.iter().map(|s| s.1 as usize).sum());
+        for s in &mut self.spans {
+            let at = packed.len() as u64;
+            packed.extend_from_slice(&self.bytes[s.0 as usize..s.0 as usize + s.1 as usize]);
+            s.0 = at;
+        }
+        self.bytes = packed;
+    }
+}
+
 /// Moves the keys of the complete records at the start of `stream` into `keys`.
-fn take_keys(stream: &mut Vec<u8>, keys: &mut Vec<Vec<u8>>) -> Result<(), String> {
+fn take_keys(stream: &mut Vec<u8>, keys: &mut KeyList) -> Result<(), String> {
     let mut at = 0;
     while at < stream.len() {
         match format::parse_record(&stream[at..]) {
             Ok((view, used)) => {
-                view.for_each(|k, _| keys.push(k.to_vec()));
+                view.for_each(|k, _| keys.push(k));
                 at += used;
             }
             Err(format::DecodeError::Truncated) => break,
