@@ -289,6 +289,10 @@ impl<R> CommitLog<R> for LogHook<'_> {
 /// Records per chunk of the scan that rewrites every page (no readable log).
 const CLOSE_CHUNK: usize = 4096;
 
+/// The least replayed data recovery gathers before writing it to the pages (a tiny cache
+/// would otherwise write a delta per record).
+const MIN_REPLAY_BYTES: usize = 1 << 10;
+
 /// What a checkpoint or close reads. Safe while transactions run: the caller is inside a
 /// transaction's slot (or at close), so no record it meets is freed meanwhile.
 impl<P: Protocol> CommittedState for Engine<P> {
@@ -363,14 +367,24 @@ impl<P: Protocol> Engine<P> {
             (log.lazy_gaps_unchecked_for_tests, log.evict_dirty_for_tests, log.evict_unmarked_for_tests);
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
-        let opened = store::open(storage, log, proto.name(), proto.can_hold_locks(), &mut |k, v| {
-            let rec = Box::into_raw(Box::new(proto.new_loaded(v, 0)));
-            builder.push(k, RecPtr(rec)).map_err(|e| {
-                // SAFETY: never published.
-                drop(unsafe { Box::from_raw(rec) });
-                Error::Corrupt(format!("the recovered state: {e}"))
-            })
-        });
+        // Replay holds at most a quarter of the cache's worth of writes before it moves them
+        // to the pages.
+        let replay_bytes = (self.cache_bytes / 4).max(MIN_REPLAY_BYTES);
+        let opened = store::open(
+            storage,
+            log,
+            proto.name(),
+            proto.can_hold_locks(),
+            &mut |k, v| {
+                let rec = Box::into_raw(Box::new(proto.new_loaded(v, 0)));
+                builder.push(k, RecPtr(rec)).map_err(|e| {
+                    // SAFETY: never published.
+                    drop(unsafe { Box::from_raw(rec) });
+                    Error::Corrupt(format!("the recovered state: {e}"))
+                })
+            },
+            replay_bytes,
+        );
         let index = builder.finish();
         let durable = match opened {
             Ok(d) => d,

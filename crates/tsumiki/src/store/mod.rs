@@ -95,13 +95,16 @@ fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
 
 /// Opens the database in `storage` for a protocol named `protocol`: takes its lock,
 /// recovers its state, and starts a new log. `load` receives the recovered state, one live
-/// key at a time in strictly increasing key order (what a bulk load wants).
+/// key at a time in strictly increasing key order (what a bulk load wants). Replay gathers
+/// at most about `replay_bytes` of replayed writes in memory before it writes them to the
+/// pages (see [`replay_changes`]).
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     log: LogOptions,
     protocol: &str,
     can_hold_locks: bool,
     load: &mut Loader<'_>,
+    replay_bytes: usize,
 ) -> Result<Durable, Error> {
     CommitMode::resolve(&log, protocol, can_hold_locks)?;
     let lock = storage.lock().map_err(|e| match e.kind() {
@@ -176,65 +179,59 @@ pub(crate) fn open(
                 let g = gens[gens.len() - 1]
                     .checked_add(1)
                     .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
-                // The replayed writes, last value per key: bounded by the log since the
-                // last checkpoint, not by the database.
-                let mut replayed: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-                let release = if m.elr { Release::Elr } else { Release::Nlr };
-                stats = recovery::replay(&*storage, &gens, m.segment_size, release, |k, v| {
-                    // Overwrite in place: most records update keys already seen.
-                    match replayed.get_mut(k) {
-                        Some(slot) => match (slot.as_mut(), v) {
-                            (Some(old), Some(v)) => {
-                                old.clear();
-                                old.extend_from_slice(v);
-                            }
-                            (_, v) => *slot = v.map(<[u8]>::to_vec),
-                        },
-                        None => {
-                            replayed.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-                        }
+                // The replayed writes go to the pages as deltas of generation `g` a batch
+                // at a time, whenever they pass `replay_bytes` (lazy open: memory bounded
+                // by the cache, not by the log since the last checkpoint). The table
+                // naming them is written once at the end; a crash before its master
+                // record leaves the old one, whose images no write here touched.
+                let limit = if lazy { replay_bytes } else { usize::MAX };
+                let attempt = (|| -> Result<Option<ImageRef>, Error> {
+                    let (st, changes) = replay_changes(&*storage, &gens, &m, limit, |c| {
+                        pages.apply(g, &mut c.as_slice())?;
+                        pages.write_pending()
+                    })?;
+                    stats = st;
+                    if !lazy {
+                        stats.keys = pages.load_all(&changes, load)?;
                     }
-                })?;
-                let mut changes: Vec<Change> = replayed.into_iter().collect();
-                changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                if !lazy {
-                    stats.keys = pages.load_all(&changes, load)?;
-                }
-                // The replayed writes become deltas of their pages in generation `g`.
-                if no_logs {
+                    if no_logs {
+                        return Ok(None);
+                    }
+                    pages.apply(g, &mut changes.as_slice())?;
+                    let t = pages.write_table()?;
+                    recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
+                    Ok(Some(t))
+                })();
+                match attempt {
                     // Nothing to replay (a crash before the first commit): the table is the
                     // state, and the lanes start this generation's logs. Writing nothing
                     // keeps the rule that a write after the table means a later generation.
-                    recovery::remove_stale(&storage, m.generation)?;
-                    (m.generation, table, pages)
-                } else {
-                    let started =
-                        pages.apply(g, &mut changes.as_slice()).and_then(|()| pages.write_table()).and_then(|t| {
-                            recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
-                            Ok(t)
-                        });
-                    match started {
-                        Ok(t) => {
-                            pages.commit();
-                            recovery::remove_stale(&storage, g)?;
-                            (g, Some(t), pages)
-                        }
-                        // The recovered state stays readable in memory; the files stay as they
-                        // were (the old master record still names them all).
-                        Err(e) if disk_full(&e) => {
-                            read_only = Some(e);
-                            let mut pages = pages;
-                            if lazy {
-                                // The replayed writes are in no page: load everything now,
-                                // from the table as it was, with them applied.
-                                pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
-                                stats.keys = pages.load_all(&changes, load)?;
-                                lazy = false;
-                            }
-                            (m.generation, table, pages)
-                        }
-                        Err(e) => return Err(e),
+                    Ok(None) => {
+                        recovery::remove_stale(&storage, m.generation)?;
+                        (m.generation, table, pages)
                     }
+                    Ok(Some(t)) => {
+                        pages.commit();
+                        recovery::remove_stale(&storage, g)?;
+                        (g, Some(t), pages)
+                    }
+                    // The recovered state stays readable in memory; the files stay as they
+                    // were (the old master record still names them all).
+                    Err(e) if disk_full(&e) => {
+                        read_only = Some(e);
+                        let mut pages = pages;
+                        if lazy {
+                            // The replayed writes are in no durable page: load everything
+                            // now, from the table as it was, with them all applied.
+                            pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+                            let (st, changes) = replay_changes(&*storage, &gens, &m, usize::MAX, |_| Ok(()))?;
+                            stats = st;
+                            stats.keys = pages.load_all(&changes, load)?;
+                            lazy = false;
+                        }
+                        (m.generation, table, pages)
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -285,6 +282,65 @@ impl Changes for LatestValues<'_> {
         }
         Ok(())
     }
+}
+
+/// Replays the logs of `gens` (over the table `m` names), gathering the last value of each
+/// key written; each time the gathered writes pass `limit` bytes, they go to `flush` in key
+/// order (the logs are redone in commit order, so a later batch never holds an older value
+/// of a key). Returns the statistics and what is gathered at the end, in key order.
+fn replay_changes(
+    storage: &dyn Storage,
+    gens: &[u64],
+    m: &Master,
+    limit: usize,
+    mut flush: impl FnMut(Vec<Change>) -> Result<(), Error>,
+) -> Result<(RecoveryStats, Vec<Change>), Error> {
+    // A map entry's cost beside its key and value: the map's slot and two allocations.
+    const ENTRY_OVERHEAD: usize = 96;
+    let sorted = |map: &mut HashMap<Vec<u8>, Option<Vec<u8>>>| {
+        let mut changes: Vec<Change> = map.drain().collect();
+        changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        changes
+    };
+    let gathered = std::cell::RefCell::new((HashMap::<Vec<u8>, Option<Vec<u8>>>::new(), 0usize));
+    let release = if m.elr { Release::Elr } else { Release::Nlr };
+    let stats = recovery::replay(
+        storage,
+        gens,
+        m.segment_size,
+        release,
+        |k, v| {
+            let (map, bytes) = &mut *gathered.borrow_mut();
+            let size = |v: Option<&[u8]>| v.map_or(0, <[u8]>::len);
+            // Overwrite in place: most records update keys already seen.
+            match map.get_mut(k) {
+                Some(slot) => {
+                    *bytes = *bytes + size(v) - size(slot.as_deref());
+                    match (slot.as_mut(), v) {
+                        (Some(old), Some(v)) => {
+                            old.clear();
+                            old.extend_from_slice(v);
+                        }
+                        (_, v) => *slot = v.map(<[u8]>::to_vec),
+                    }
+                }
+                None => {
+                    *bytes += k.len() + size(v) + ENTRY_OVERHEAD;
+                    map.insert(k.to_vec(), v.map(<[u8]>::to_vec));
+                }
+            }
+        },
+        || {
+            let (map, bytes) = &mut *gathered.borrow_mut();
+            if *bytes <= limit {
+                return Ok(());
+            }
+            *bytes = 0;
+            flush(sorted(map))
+        },
+    )?;
+    let (mut map, _) = gathered.into_inner();
+    Ok((stats, sorted(&mut map)))
 }
 
 /// Whether `e` says the disk is full.

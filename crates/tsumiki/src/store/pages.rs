@@ -977,6 +977,16 @@ impl PageStore {
         Ok(())
     }
 
+    /// Writes every image appended so far to its segment file (not synced; the last block
+    /// padded), so that a later [`apply`](Self::apply) before the table can read them back:
+    /// recovery applies its replayed writes in several batches.
+    pub fn write_pending(&mut self) -> Result<(), Error> {
+        if self.cur.is_none() {
+            return Ok(());
+        }
+        self.emit(true)
+    }
+
     /// Writes the sealed blocks of `out`.
     fn write_out(&mut self) -> Result<(), Error> {
         let (n, file) = self.cur.as_ref().expect("blocks belong to a segment");

@@ -9,24 +9,101 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
-use super::storage::{read_all, Storage};
+use super::storage::{read_all, Storage, StorageFile};
 use super::Release;
 use crate::error::Error;
 
 /// The master record's file name.
 pub const MASTER: &str = "MASTER";
 
-/// What one lane's log holds after its torn tail is cut.
-#[derive(Debug, Default)]
+/// One lane's log after its torn tail is cut: its records' places, and what is needed to
+/// read them back a window at a time (the log itself is not held in memory: recovery's
+/// memory is bounded by its record count, not by the log's bytes).
 pub struct LaneLog {
-    /// The lane's byte stream (the used part of its valid blocks).
-    pub stream: Vec<u8>,
-    /// Complete records, in log order: `(order, start in stream, length)`.
-    pub records: Vec<(u64, usize, usize)>,
+    /// Complete records, in log order: `(order, start in the lane's stream, length)`.
+    /// The stream is the used part of the lane's valid blocks, in order.
+    pub records: Vec<(u64, u64, usize)>,
     /// The watermark of the last complete flush (ELR), if any flush completed.
     pub watermark: Option<u64>,
     /// Bytes of blocks cut as a torn tail.
     pub cut_blocks: u64,
+    files: Vec<(String, Box<dyn StorageFile>)>,
+    /// Each valid block, in stream order.
+    blocks: Vec<BlockSpan>,
+    /// Stream bytes from `window_start`, read back for the records being redone.
+    window: Vec<u8>,
+    window_start: u64,
+}
+
+/// Where one valid block's used bytes lie.
+#[derive(Debug, Clone, Copy)]
+struct BlockSpan {
+    /// Offset of its first used byte in the lane's stream.
+    stream: u64,
+    /// Index of its segment in [`LaneLog::files`] and its block number there.
+    file: u32,
+    block: u32,
+    used: u16,
+}
+
+/// Bytes read at once by [`read_lane`] and by a refill of a lane's window.
+const LANE_CHUNK: usize = 1 << 20;
+
+impl LaneLog {
+    /// The bytes of the record at `at` of `len` bytes in the stream.
+    pub fn record(&mut self, at: u64, len: usize) -> Result<&[u8], Error> {
+        let end = at + len as u64;
+        if at < self.window_start || end > self.window_start + self.window.len() as u64 {
+            self.fill_window(at, len)?;
+        }
+        let s = (at - self.window_start) as usize;
+        Ok(&self.window[s..s + len])
+    }
+
+    /// Reads the blocks holding `at..at + len` and what follows, up to [`LANE_CHUNK`].
+    fn fill_window(&mut self, at: u64, len: usize) -> Result<(), Error> {
+        let first = self.blocks.partition_point(|b| b.stream + u64::from(b.used) <= at);
+        let want = at + len.max(LANE_CHUNK) as u64;
+        self.window.clear();
+        self.window_start = self.blocks.get(first).map_or(at, |b| b.stream);
+        let mut buf = Vec::new();
+        let mut i = first;
+        while i < self.blocks.len() && self.blocks[i].stream < want {
+            // A run of consecutive blocks of one segment: one read.
+            let (f, b0) = (self.blocks[i].file, self.blocks[i].block);
+            let mut j = i + 1;
+            while j < self.blocks.len()
+                && j - i < LANE_CHUNK / BLOCK
+                && self.blocks[j].file == f
+                && self.blocks[j].block == b0 + (j - i) as u32
+                && self.blocks[j].stream < want
+            {
+                j += 1;
+            }
+            let (name, file) = &self.files[f as usize];
+            buf.resize((j - i) * BLOCK, 0);
+            read_exact_at(&**file, &mut buf, u64::from(b0) * BLOCK as u64).map_err(|e| io(name, e))?;
+            for (k, block) in buf.chunks(BLOCK).enumerate() {
+                // Checked again: the bytes are read a second time.
+                match format::open_block(block) {
+                    Some(t) if t.used == self.blocks[i + k].used => {
+                        self.window.extend_from_slice(&block[..t.used as usize])
+                    }
+                    _ => {
+                        return Err(corrupt(format!(
+                            "{name}: block {} changed while it was recovered",
+                            b0 as usize + k
+                        )))
+                    }
+                }
+            }
+            i = j;
+        }
+        if self.window_start > at || self.window_start + (self.window.len() as u64) < at + len as u64 {
+            return Err(corrupt(format!("a record at byte {at} of a lane lies past its valid blocks")));
+        }
+        Ok(())
+    }
 }
 
 /// What recovery did.
@@ -58,7 +135,8 @@ fn io(what: &str, e: std::io::Error) -> Error {
     Error::io(what, e)
 }
 
-/// Reads the blocks of one lane (its segments in order) and decodes its records.
+/// Reads the blocks of one lane (its segments in order, a chunk at a time), checks them,
+/// cuts a torn tail, and finds its records (kept where they are: see [`LaneLog`]).
 pub fn read_lane(
     storage: &dyn Storage,
     generation: u64,
@@ -66,85 +144,165 @@ pub fn read_lane(
     segments: &[u64],
     segment_size: u64,
 ) -> Result<LaneLog, Error> {
-    let mut out = LaneLog::default();
-    let mut stream = Vec::new();
-    let mut seq: u32 = 0;
-    let mut files = Vec::new();
+    let mut files: Vec<(String, Box<dyn StorageFile>)> = Vec::new();
     for (i, &seg) in segments.iter().enumerate() {
         let name = format::segment_name(generation, lane, seg);
         if seg != i as u64 {
             return Err(corrupt(format!("log segment {} of lane {lane} is missing", i)));
         }
         let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-        files.push((name.clone(), read_all(&*f).map_err(|e| io(&name, e))?));
+        files.push((name, f));
     }
+    let mut chunk = vec![0u8; LANE_CHUNK];
     // Segments preallocated ahead of use are all zeros, at full length: not part of the
     // log. (A shorter or non-zero one is read below, and refused or cut there.)
-    let unused =
-        |i: usize, d: &[u8]| d.len() as u64 == format::segment_len(i as u64, segment_size) && d.iter().all(|&b| b == 0);
-    while files.len() > 1 && unused(files.len() - 1, &files[files.len() - 1].1) {
+    while files.len() > 1 {
+        let (name, f) = &files[files.len() - 1];
+        let len = f.len().map_err(|e| io(name, e))?;
+        if len != format::segment_len(files.len() as u64 - 1, segment_size)
+            || !all_zero(&**f, len, &mut chunk).map_err(|e| io(name, e))?
+        {
+            break;
+        }
         files.pop();
     }
+    let mut out = LaneLog {
+        records: Vec::new(),
+        watermark: None,
+        cut_blocks: 0,
+        files: Vec::new(),
+        blocks: Vec::new(),
+        window: Vec::new(),
+        window_start: 0,
+    };
+    let mut seq: u32 = 0;
+    // Stream bytes not parsed yet (a record may span blocks and chunks), from `parsed`.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut parsed = 0u64;
+    let mut stream_len = 0u64;
     let n_files = files.len();
-    'segs: for (i, (name, data)) in files.into_iter().enumerate() {
+    let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>| {
+        take_records(pending, parsed, records)
+            .map_err(|m| corrupt(format!("lane {lane} of generation {generation}: {m}")))
+    };
+    'segs: for (i, (name, f)) in files.iter().enumerate() {
         let last = i + 1 == n_files;
         let expected = format::segment_len(i as u64, segment_size);
-        if data.len() as u64 != expected {
+        let len = f.len().map_err(|e| io(name, e))?;
+        if len != expected {
             // A segment gets its name only once preallocated and synced: a short one was
             // damaged, not cut by a crash.
-            return Err(corrupt(format!("{name} is {} bytes, expected {expected} (truncated?)", data.len())));
+            return Err(corrupt(format!("{name} is {len} bytes, expected {expected} (truncated?)")));
         }
-        let blocks: Vec<&[u8]> = data.chunks(BLOCK).collect();
-        for (b, block) in blocks.iter().enumerate() {
-            match format::open_block(block) {
-                Some(t) if t.lane == lane && t.seq == seq => {
-                    stream.extend_from_slice(&block[..t.used as usize]);
-                    seq = seq.wrapping_add(1);
-                    if t.flags & FLAG_FLUSH_END != 0 {
-                        out.watermark = Some(t.watermark);
-                    }
-                }
-                _ => {
-                    if !last {
-                        return Err(corrupt(format!(
-                            "{name}: block {b} is damaged, and a later segment exists (so it had been synced)"
-                        )));
-                    }
-                    // A torn tail holds only blocks of one unfinished flush; a valid block
-                    // past it that says everything before it was synced means the damaged
-                    // block had been durable: corruption.
-                    for later in &blocks[b + 1..] {
-                        if let Some(t) = format::open_block(later) {
-                            if t.lane == lane && t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
-                                return Err(corrupt(format!(
-                                    "{name}: block {b} is damaged but block sequence {} after it was synced later",
-                                    t.seq
-                                )));
-                            }
+        let mut off = 0u64;
+        while off < len {
+            let n = (chunk.len() as u64).min(len - off) as usize;
+            read_exact_at(&**f, &mut chunk[..n], off).map_err(|e| io(name, e))?;
+            for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
+                let b = off / BLOCK as u64 + j as u64;
+                match format::open_block(block) {
+                    Some(t) if t.lane == lane && t.seq == seq => {
+                        out.blocks.push(BlockSpan {
+                            stream: stream_len,
+                            file: i as u32,
+                            block: b as u32,
+                            used: t.used,
+                        });
+                        stream_len += u64::from(t.used);
+                        pending.extend_from_slice(&block[..t.used as usize]);
+                        seq = seq.wrapping_add(1);
+                        if t.flags & FLAG_FLUSH_END != 0 {
+                            out.watermark = Some(t.watermark);
                         }
                     }
-                    let nonzero = blocks[b..].iter().filter(|x| x.iter().any(|&c| c != 0)).count();
-                    out.cut_blocks = nonzero as u64;
-                    break 'segs;
+                    _ => {
+                        if !last {
+                            return Err(corrupt(format!(
+                                "{name}: block {b} is damaged, and a later segment exists (so it had been synced)"
+                            )));
+                        }
+                        out.cut_blocks = torn_tail(&**f, name, lane, seq, b, len, &mut chunk)?;
+                        break 'segs;
+                    }
                 }
             }
+            off += n as u64;
+            take(&mut pending, &mut parsed, &mut out.records)?;
         }
     }
+    take(&mut pending, &mut parsed, &mut out.records)?;
+    out.files = files;
+    Ok(out)
+}
+
+/// Checks the torn tail of a lane's last segment from its first damaged block `first`,
+/// and returns how many of its blocks hold anything. A torn tail holds only blocks of one
+/// unfinished flush; a valid block past it that says everything before it was synced
+/// means the damaged block had been durable: corruption.
+fn torn_tail(
+    f: &dyn StorageFile,
+    name: &str,
+    lane: u16,
+    seq: u32,
+    first: u64,
+    len: u64,
+    chunk: &mut [u8],
+) -> Result<u64, Error> {
+    let mut nonzero = 0;
+    let mut off = first * BLOCK as u64;
+    while off < len {
+        let n = (chunk.len() as u64).min(len - off) as usize;
+        read_exact_at(f, &mut chunk[..n], off).map_err(|e| io(name, e))?;
+        for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
+            let b = off / BLOCK as u64 + j as u64;
+            if b > first {
+                if let Some(t) = format::open_block(block) {
+                    if t.lane == lane && t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
+                        return Err(corrupt(format!(
+                            "{name}: block {first} is damaged but block sequence {} after it was synced later",
+                            t.seq
+                        )));
+                    }
+                }
+            }
+            nonzero += u64::from(block.iter().any(|&c| c != 0));
+        }
+        off += n as u64;
+    }
+    Ok(nonzero)
+}
+
+/// Whether the first `len` bytes of `f` are all zero.
+fn all_zero(f: &dyn StorageFile, len: u64, chunk: &mut [u8]) -> std::io::Result<bool> {
+    let mut off = 0;
+    while off < len {
+        let n = (chunk.len() as u64).min(len - off) as usize;
+        read_exact_at(f, &mut chunk[..n], off)?;
+        if chunk[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        off += n as u64;
+    }
+    Ok(true)
+}
+
+/// Moves the places of the complete records at the start of `pending` (stream offset
+/// `parsed`) into `records`.
+fn take_records(pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>) -> Result<(), String> {
     let mut at = 0;
-    while at < stream.len() {
-        match format::parse_record(&stream[at..]) {
+    while at < pending.len() {
+        match format::parse_record(&pending[at..]) {
             Ok((r, n)) => {
-                out.records.push((r.order, at, n));
+                records.push((r.order, *parsed + at as u64, n));
                 at += n;
             }
             Err(format::DecodeError::Truncated) => break,
-            Err(format::DecodeError::Corrupt(m)) => {
-                return Err(corrupt(format!("lane {lane} of generation {generation}: {m}")));
-            }
+            Err(format::DecodeError::Corrupt(m)) => return Err(m),
         }
     }
-    out.stream = stream;
-    Ok(out)
+    pending.drain(..at);
+    *parsed += at as u64;
+    Ok(())
 }
 
 /// Reads the master record; `Ok(None)` for a new (empty) directory.
@@ -196,13 +354,16 @@ pub fn has_logs(storage: &dyn Storage, generation: u64) -> Result<bool, Error> {
 
 /// Redoes the durable records of the logs of `generations` (a checkpoint that did not
 /// finish leaves two: the one its master record names and the next, which the lanes had
-/// moved to), in order: `apply(key, value)` for every write (`None`: a delete).
+/// moved to), in order: `apply(key, value)` for every write (`None`: a delete), then
+/// `after_record()` once the record's writes are all applied (the caller may move what it
+/// gathered elsewhere there: a later call never brings an older value of a key).
 pub fn replay(
     storage: &dyn Storage,
     generations: &[u64],
     segment_size: u64,
     release: Release,
     mut apply: impl FnMut(&[u8], Option<&[u8]>),
+    mut after_record: impl FnMut() -> Result<(), Error>,
 ) -> Result<RecoveryStats, Error> {
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
@@ -248,15 +409,18 @@ pub fn replay(
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> =
         logs.iter().enumerate().filter_map(|(i, l)| l.records.first().map(|r| Reverse((r.0, i)))).collect();
     while let Some(Reverse((_, i))) = heap.pop() {
-        let log = &logs[i];
+        let log = &mut logs[i];
         let (_, at, n) = log.records[pos[i]];
         pos[i] += 1;
         if let Some(r) = log.records.get(pos[i]) {
             heap.push(Reverse((r.0, i)));
         }
-        let (view, _) = format::parse_record(&log.stream[at..at + n]).expect("validated when the lane was read");
+        let bytes = log.record(at, n)?;
+        let (view, _) = format::parse_record(bytes)
+            .map_err(|_| corrupt(format!("a record at byte {at} of a lane changed while it was recovered")))?;
         view.for_each(&mut apply);
         stats.records_applied += 1;
+        after_record()?;
     }
     stats.replay_time = start.elapsed();
     Ok(stats)

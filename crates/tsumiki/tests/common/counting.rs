@@ -10,10 +10,22 @@ pub struct Counting;
 /// Live heap bytes (allocated minus freed) since the start of the process.
 pub static LIVE: AtomicIsize = AtomicIsize::new(0);
 
+/// The highest [`LIVE`] seen since the last [`reset_peak`].
+pub static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+/// Starts a new peak from the live bytes now; returns them.
+#[allow(dead_code)]
+pub fn reset_peak() -> isize {
+    let live = LIVE.load(Ordering::SeqCst);
+    PEAK.store(live, Ordering::SeqCst);
+    live
+}
+
 // SAFETY: forwards to the system allocator, only counting bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        let live = LIVE.fetch_add(l.size() as isize, Ordering::Relaxed) + l.size() as isize;
+        PEAK.fetch_max(live, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
     }
