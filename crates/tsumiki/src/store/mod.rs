@@ -17,7 +17,6 @@
 pub(crate) mod inspect;
 pub(crate) mod pages;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -284,9 +283,9 @@ impl Changes for LatestValues<'_> {
     }
 }
 
-/// Replays the logs of `gens` (over the table `m` names), gathering the last value of each
-/// key written; each time the gathered writes pass `limit` bytes, they go to `flush` in key
-/// order (the logs are redone in commit order, so a later batch never holds an older value
+/// Replays the logs of `gens` (over the table `m` names), gathering their writes; each
+/// time the gathered writes pass `limit` bytes, the last value of each key they write goes
+/// to `flush` in key order (the logs are redone in commit order, so a later batch never holds an older value
 /// of a key). Returns the statistics and what is gathered at the end, in key order.
 fn replay_changes(
     storage: &dyn Storage,
@@ -295,14 +294,23 @@ fn replay_changes(
     limit: usize,
     mut flush: impl FnMut(Vec<Change>) -> Result<(), Error>,
 ) -> Result<(RecoveryStats, Vec<Change>), Error> {
-    // A map entry's cost beside its key and value: the map's slot and two allocations.
-    const ENTRY_OVERHEAD: usize = 96;
-    let sorted = |map: &mut HashMap<Vec<u8>, Option<Vec<u8>>>| {
-        let mut changes: Vec<Change> = map.drain().collect();
-        changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // A write's cost beside its key and value: two vectors and their allocations.
+    const WRITE_OVERHEAD: usize = 64;
+    // The writes in commit order; a stable sort by key then keeps each key's last write
+    // (cheaper than a hash map of 1M keys, and a log written in key order is sorted).
+    let sorted = |writes: &mut Vec<Change>| {
+        let mut all = std::mem::take(writes);
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut changes: Vec<Change> = Vec::with_capacity(all.len());
+        for w in all {
+            match changes.last_mut() {
+                Some(last) if last.0 == w.0 => *last = w,
+                _ => changes.push(w),
+            }
+        }
         changes
     };
-    let gathered = std::cell::RefCell::new((HashMap::<Vec<u8>, Option<Vec<u8>>>::new(), 0usize));
+    let gathered = std::cell::RefCell::new((Vec::<Change>::new(), 0usize));
     let release = if m.elr { Release::Elr } else { Release::Nlr };
     let stats = recovery::replay(
         storage,
@@ -310,37 +318,21 @@ fn replay_changes(
         m.segment_size,
         release,
         |k, v| {
-            let (map, bytes) = &mut *gathered.borrow_mut();
-            let size = |v: Option<&[u8]>| v.map_or(0, <[u8]>::len);
-            // Overwrite in place: most records update keys already seen.
-            match map.get_mut(k) {
-                Some(slot) => {
-                    *bytes = *bytes + size(v) - size(slot.as_deref());
-                    match (slot.as_mut(), v) {
-                        (Some(old), Some(v)) => {
-                            old.clear();
-                            old.extend_from_slice(v);
-                        }
-                        (_, v) => *slot = v.map(<[u8]>::to_vec),
-                    }
-                }
-                None => {
-                    *bytes += k.len() + size(v) + ENTRY_OVERHEAD;
-                    map.insert(k.to_vec(), v.map(<[u8]>::to_vec));
-                }
-            }
+            let (writes, bytes) = &mut *gathered.borrow_mut();
+            *bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
+            writes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
         },
         || {
-            let (map, bytes) = &mut *gathered.borrow_mut();
+            let (writes, bytes) = &mut *gathered.borrow_mut();
             if *bytes <= limit {
                 return Ok(());
             }
             *bytes = 0;
-            flush(sorted(map))
+            flush(sorted(writes))
         },
     )?;
-    let (mut map, _) = gathered.into_inner();
-    Ok((stats, sorted(&mut map)))
+    let (mut writes, _) = gathered.into_inner();
+    Ok((stats, sorted(&mut writes)))
 }
 
 /// Whether `e` says the disk is full.
