@@ -237,3 +237,38 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     let again: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
     assert!(again == model, "the state after a clean close differs from the model");
 }
+
+/// `checkpoint_interval`: a database written slowly (far below `checkpoint_bytes`) still
+/// takes checkpoints once the interval passes, so its recovery replays only what came
+/// after; an idle one takes none, and a zero interval disables the trigger.
+#[test]
+fn checkpoints_come_by_time_when_the_log_grows_slowly() {
+    let checkpoints = |interval_ms: u64, commits: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(Cc::TicToc, Release::Nlr, 0);
+        o.log.checkpoint_interval = std::time::Duration::from_millis(interval_ms);
+        let db = Db::open(dir.path(), o.clone()).unwrap();
+        for i in 0..commits {
+            db.run(|t| t.put(&i.to_be_bytes(), b"v")).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // Several intervals with nothing written: no further checkpoint.
+        let after_writes = {
+            std::thread::sleep(std::time::Duration::from_millis(3 * interval_ms.max(50)));
+            db.wal_stats().unwrap().checkpoints
+        };
+        std::thread::sleep(std::time::Duration::from_millis(3 * interval_ms.max(50)));
+        let idle = db.wal_stats().unwrap().checkpoints - after_writes;
+        db.abandon_for_tests();
+        let db = Db::open(dir.path(), o).unwrap();
+        let replayed = db.recovery_stats().unwrap().records_applied;
+        assert_eq!(db.begin().scan(b"", None).count(), commits as usize);
+        (after_writes, idle, replayed)
+    };
+    let (by_time, idle, replayed) = checkpoints(100, 25);
+    assert!(by_time >= 2, "{by_time} checkpoints in 0.5 s of writes with a 100 ms interval");
+    assert_eq!(idle, 0, "an idle database took {idle} checkpoints");
+    assert_eq!(replayed, 0, "recovery replayed {replayed} records though a checkpoint followed the last write");
+    let (never, _, replayed) = checkpoints(0, 10);
+    assert_eq!((never, replayed), (0, 10), "a zero interval disables the trigger");
+}

@@ -433,7 +433,12 @@ impl<P: Protocol> Engine<P> {
         })
     }
 
-    /// Whether enough log was written to take a checkpoint.
+    /// Whether `LogOptions::checkpoint_interval` passed with log written since the last one.
+    pub(crate) fn checkpoint_due_by_time(&self) -> bool {
+        self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due_by_time())
+    }
+
+    /// Whether a checkpoint is due by log volume or cache pressure.
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
     }

@@ -208,7 +208,7 @@ impl Checkpointer {
             while !flag.load(std::sync::atomic::Ordering::Acquire) {
                 std::thread::park_timeout(Self::POLL);
                 let Some(eng) = weak.upgrade() else { return };
-                if eng.checkpoint_due() {
+                if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
                     // A failure poisons the log; commits report it.
                     let _ = eng.checkpoint_now();
                 }

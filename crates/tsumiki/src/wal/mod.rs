@@ -111,6 +111,10 @@ pub struct LogOptions {
     /// logs, so the logs of a running database stop growing and recovery replays only what
     /// came after it.
     pub checkpoint_bytes: u64,
+    /// Time after which any log written since the last checkpoint makes the background
+    /// thread take one (60 s by default; zero: never by time), so a database written
+    /// slowly also keeps its logs and its recovery short. An idle database takes none.
+    pub checkpoint_interval: Duration,
     /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
     /// least 8 KiB): the unit cleaning frees and reuses.
     pub page_segment_size: u64,
@@ -155,6 +159,7 @@ impl Default for LogOptions {
             device: Device::File,
             segment_size: 16 << 20,
             checkpoint_bytes: 64 << 20,
+            checkpoint_interval: Duration::from_secs(60),
             page_segment_size: 4 << 20,
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
@@ -347,6 +352,9 @@ pub(crate) struct Wal {
     checkpoint_base: AtomicU64,
     /// Bytes the last checkpoint wrote to the page store.
     checkpoint_written: AtomicU64,
+    /// When the lanes last switched generations (or the log started), for
+    /// [`LogOptions::checkpoint_interval`].
+    checkpoint_time: Mutex<std::time::Instant>,
     checkpoints: AtomicU64,
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
@@ -376,6 +384,7 @@ impl Wal {
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
             checkpoint_written: AtomicU64::new(0),
+            checkpoint_time: Mutex::new(std::time::Instant::now()),
             checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
@@ -849,6 +858,16 @@ impl Wal {
                 >= limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
     }
 
+    /// Whether [`LogOptions::checkpoint_interval`] has passed since the last checkpoint and
+    /// some log was written since (asked by the background thread's poll, not per commit).
+    pub(crate) fn checkpoint_due_by_time(&self) -> bool {
+        let every = self.opts.checkpoint_interval;
+        !every.is_zero()
+            && self.opts.device == Device::File
+            && self.bytes.load(Ordering::Relaxed) > self.checkpoint_base.load(Ordering::Relaxed)
+            && self.checkpoint_time.lock().elapsed() >= every
+    }
+
     /// The generation commits log into now (stable while a commit is between its log
     /// append and its install: checkpoints wait for those).
     #[inline]
@@ -893,6 +912,7 @@ impl Wal {
             self.flush_lane(lane, true)?;
         }
         self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        *self.checkpoint_time.lock() = std::time::Instant::now();
         Ok(())
     }
 
