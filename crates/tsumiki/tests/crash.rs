@@ -194,14 +194,14 @@ fn planted_early_log_removal_is_caught() {
 /// One thread commits and checkpoints (explicitly, so that the storage operations come in
 /// the same order every run) and loses power after operation `crash_at` (`None`: never).
 /// Returns the storage operations the run made, or how recovery went wrong.
-fn checkpoint_run(crash_at: Option<u64>, early_reuse: bool) -> Result<u64, String> {
+fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, String> {
     let log = LogOptions {
         segment_size: 16 << 10,
         // Only the explicit checkpoints below.
         checkpoint_bytes: u64::MAX,
         // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
         page_segment_size: 8 << 10,
-        early_segment_reuse_for_tests: early_reuse,
+        early_segment_reuse_for_tests: planted == SweepBug::EarlyReuse,
         ..LogOptions::default()
     };
     let opts = Options { cc: Cc::TicToc, log, ..Options::default() };
@@ -251,17 +251,25 @@ fn checkpoint_run(crash_at: Option<u64>, early_reuse: bool) -> Result<u64, Strin
     Ok(ops)
 }
 
+/// The bugs the exhaustive checkpoint sweep can plant.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SweepBug {
+    None,
+    /// A page segment reused before the master record that frees it is durable.
+    EarlyReuse,
+}
+
 /// Power lost after every storage operation of a run with checkpoints in turn: each
 /// recovers an acknowledged state.
-fn checkpoint_sweep(early_reuse: bool) -> (u64, Vec<String>) {
-    let ops = checkpoint_run(None, early_reuse).expect("the run without a crash recovers");
-    let failures = (1..=ops).filter_map(|k| checkpoint_run(Some(k), early_reuse).err()).collect();
+fn checkpoint_sweep(planted: SweepBug) -> (u64, Vec<String>) {
+    let ops = checkpoint_run(None, planted).expect("the run without a crash recovers");
+    let failures = (1..=ops).filter_map(|k| checkpoint_run(Some(k), planted).err()).collect();
     (ops, failures)
 }
 
 #[test]
 fn power_loss_at_every_operation_of_checkpoints() {
-    let (ops, failures) = checkpoint_sweep(false);
+    let (ops, failures) = checkpoint_sweep(SweepBug::None);
     assert!(
         failures.is_empty(),
         "{} of {ops} crash points failed; first: {:?}",
@@ -275,7 +283,7 @@ fn power_loss_at_every_operation_of_checkpoints() {
 /// notice.
 #[test]
 fn planted_early_segment_reuse_is_caught() {
-    let (ops, failures) = checkpoint_sweep(true);
+    let (ops, failures) = checkpoint_sweep(SweepBug::EarlyReuse);
     println!("{} of {ops} crash points caught the planted reuse; first: {:?}", failures.len(), failures.first());
     assert!(
         !failures.is_empty(),

@@ -134,15 +134,16 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     db.abandon_for_tests();
     let before = names(dir.path());
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
+    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    drop(storage);
     for has_table in [false, true] {
-        let mut m = real.clone();
-        m[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        m[16] = has_table as u8;
+        let mut crafted = newest;
+        crafted.generation = u64::MAX;
         if !has_table {
-            m[27..47].fill(0);
+            crafted.table = None;
         }
-        let crc = crc32c::crc32c(&m[..47]);
-        m[47..51].copy_from_slice(&crc.to_le_bytes());
+        let m = tsumiki::wal::recovery::master_file(&crafted);
         std::fs::write(dir.path().join("MASTER"), &m).unwrap();
         assert!(is_corrupt(Db::open(dir.path(), Options::default())), "has_table {has_table}");
         assert_eq!(names(dir.path()), before, "a refused open deleted files");
@@ -269,4 +270,39 @@ fn a_one_key_database_is_small_with_one_or_eight_workers() {
         assert!(closed <= 4 << 20, "{threads} workers: {closed} bytes after close");
         assert_eq!(count(dir.path()), 1);
     }
+}
+
+/// The newest superblock lost (zeroed) after a reopen that wrote: the survivor says the
+/// last exit was clean, yet its generation's logs hold commits. Opening must refuse
+/// (deleting those logs, as a clean exit allows, would lose the commits) and delete nothing.
+#[test]
+fn a_clean_master_with_commits_logged_after_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_db(dir.path(), 10);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.run(|t| t.put(&key(500), b"logged after the clean exit")).unwrap();
+    db.abandon_for_tests();
+    let path = dir.path().join("MASTER");
+    let real = std::fs::read(&path).unwrap();
+    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    assert!(!newest.last_exit);
+    // Zero whichever superblock holds the newest record.
+    let mut lost = real.clone();
+    for slot in lost.chunks_mut(4096) {
+        let mut one = vec![0u8; 8192];
+        one[..4096].copy_from_slice(slot);
+        std::fs::write(&path, &one).unwrap();
+        if tsumiki::wal::recovery::read_master(&storage).ok().flatten() == Some(newest) {
+            slot.fill(0);
+            break;
+        }
+    }
+    std::fs::write(&path, &lost).unwrap();
+    assert!(tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap().last_exit, "the survivor is the clean one");
+    let before = names(dir.path());
+    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert_eq!(names(dir.path()), before, "a refused open deleted files");
+    std::fs::write(&path, &real).unwrap();
+    assert_eq!(count(dir.path()), 11);
 }

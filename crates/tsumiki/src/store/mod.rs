@@ -148,6 +148,16 @@ pub(crate) fn open(
                         m.generation
                     )));
                 }
+                // Commits logged in the generation that ended cleanly came after a later
+                // master record (an open marks the exit unclean before any lane starts):
+                // that record is damaged or was taken away, and deleting these logs
+                // would lose them.
+                if recovery::records_logged(&*storage, m.generation, m.segment_size)? > 0 {
+                    return Err(Error::Corrupt(format!(
+                        "MASTER says generation {} ended cleanly, but commits were logged in it after: a newer master record is damaged or missing",
+                        m.generation
+                    )));
+                }
                 // A clean exit: the pages are the whole state, handed over in key order
                 // as they are read (or when used).
                 if !lazy {

@@ -305,7 +305,69 @@ fn take_records(pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64,
     Ok(())
 }
 
-/// Reads the master record; `Ok(None)` for a new (empty) directory.
+/// The master file's size: two alternating superblocks of one block each.
+pub const MASTER_FILE_LEN: usize = 2 * BLOCK;
+/// A superblock: the encoded [`Master`], the write sequence, and a CRC32C of both.
+const SLOT_LEN: usize = format::MASTER_LEN + 8 + 4;
+
+/// One superblock's bytes (a block, zero-padded): `master`, written as the `seq`-th.
+fn encode_slot(m: &Master, seq: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK];
+    b[..format::MASTER_LEN].copy_from_slice(&m.encode());
+    b[format::MASTER_LEN..format::MASTER_LEN + 8].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..format::MASTER_LEN + 8]);
+    b[format::MASTER_LEN + 8..SLOT_LEN].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// A superblock's master record and sequence, or why it is not valid.
+fn decode_slot(b: &[u8]) -> Result<(Master, u64), String> {
+    if b.iter().all(|&x| x == 0) {
+        return Err("empty".into());
+    }
+    let crc = crc32c::crc32c(&b[..format::MASTER_LEN + 8]);
+    if crc.to_le_bytes() != b[format::MASTER_LEN + 8..SLOT_LEN] {
+        // An older format's whole file, or a damaged slot.
+        return Master::decode(&b[..format::MASTER_LEN]).and(Err("checksum mismatch".into()));
+    }
+    let seq = u64::from_le_bytes(b[format::MASTER_LEN..format::MASTER_LEN + 8].try_into().expect("8 bytes"));
+    Ok((Master::decode(&b[..format::MASTER_LEN])?, seq))
+}
+
+/// The bytes of a master file holding only `m` (in its first superblock, the second
+/// empty): what a new database starts with.
+pub fn master_file(m: &Master) -> Vec<u8> {
+    let mut b = encode_slot(m, 1);
+    b.resize(MASTER_FILE_LEN, 0);
+    b
+}
+
+/// The newest valid superblock of the master file, with its sequence and slot.
+fn newest_slot(b: &[u8]) -> Result<(Master, u64, usize), Error> {
+    if b.len() != MASTER_FILE_LEN {
+        // Earlier formats were one record long: say so rather than "bad size".
+        if b.len() < MASTER_FILE_LEN && b.len() >= format::MASTER_LEN {
+            Master::decode(&b[..b.len().min(format::MASTER_LEN)]).map_err(corrupt)?;
+        }
+        return Err(corrupt(format!("MASTER is {} bytes, expected {MASTER_FILE_LEN} (truncated?)", b.len())));
+    }
+    let slots: Vec<Result<(Master, u64), String>> = b.chunks(BLOCK).map(decode_slot).collect();
+    let mut best: Option<(Master, u64, usize)> = None;
+    for (i, s) in slots.iter().enumerate() {
+        if let Ok((m, seq)) = s {
+            if best.as_ref().is_none_or(|(_, bs, _)| seq > bs) {
+                best = Some((*m, *seq, i));
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        let why: Vec<String> = slots.iter().map(|s| s.as_ref().err().cloned().unwrap_or_default()).collect();
+        corrupt(format!("MASTER holds no valid superblock (first: {}; second: {})", why[0], why[1]))
+    })
+}
+
+/// Reads the master record (the newest valid of the two superblocks: a write torn by a
+/// crash leaves the other); `Ok(None)` for a new (empty) directory.
 pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
     let names = storage.list().map_err(|e| io("listing the database directory", e))?;
     if !names.iter().any(|n| n == MASTER) {
@@ -317,14 +379,26 @@ pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
     }
     let f = storage.open(MASTER, false).map_err(|e| io(MASTER, e))?;
     let b = read_all(&*f).map_err(|e| io(MASTER, e))?;
-    Master::decode(&b).map(Some).map_err(corrupt)
+    newest_slot(&b).map(|(m, _, _)| Some(m))
 }
 
-/// Writes the master record atomically (a temporary file renamed into place).
+/// Writes the master record: into the superblock not holding the newest one, then one
+/// fdatasync (no rename, no directory sync). A crash during the write leaves the other
+/// superblock, the previous record, valid. The first write creates the file (a temporary
+/// one renamed into place).
 pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
+    let names = storage.list().map_err(|e| io("listing the database directory", e))?;
+    if names.iter().any(|n| n == MASTER) {
+        let f = storage.open(MASTER, false).map_err(|e| io(MASTER, e))?;
+        let b = read_all(&*f).map_err(|e| io(MASTER, e))?;
+        let (_, seq, slot) = newest_slot(&b)?;
+        let next = seq.checked_add(1).ok_or_else(|| corrupt("MASTER's write sequence is exhausted".into()))?;
+        f.write_at(&encode_slot(m, next), ((1 - slot) * BLOCK) as u64).map_err(|e| io(MASTER, e))?;
+        return f.sync_data().map_err(|e| io(MASTER, e));
+    }
     let tmp = "MASTER.tmp";
     let f = super::storage::create_fresh(storage, tmp).map_err(|e| io(tmp, e))?;
-    f.write_at(&m.encode(), 0).map_err(|e| io(tmp, e))?;
+    f.write_at(&master_file(m), 0).map_err(|e| io(tmp, e))?;
     f.sync_data().map_err(|e| io(tmp, e))?;
     drop(f);
     storage.rename(tmp, MASTER).map_err(|e| io(MASTER, e))?;
@@ -345,6 +419,21 @@ fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Ve
         v.sort_unstable();
     }
     Ok(lanes)
+}
+
+/// How many commit records the logs of `generation` hold. A lane whose files cannot be
+/// opened (a link planted at a log's name, which is never followed) counts none: such a
+/// file was not written by the database.
+pub fn records_logged(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<u64, Error> {
+    let mut n = 0;
+    for (lane, segs) in segments_of(storage, generation)? {
+        match read_lane(storage, generation, lane, &segs, segment_size) {
+            Ok(log) => n += log.records.len() as u64,
+            Err(Error::Io { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Whether any log segment of `generation` exists.
