@@ -49,6 +49,8 @@ pub const DELTA_SHARE: u64 = 4;
 /// Cleaning runs while the segment files hold more than this times the live images
 /// (plus two segments of slack, so a small store never churns).
 pub const SPACE_GOAL: f64 = 1.2;
+/// Cleaning rewrites at most this fraction (1/n) of the live data per checkpoint.
+const RELOCATION_SHARE: u64 = 8;
 /// Segments relocated by one checkpoint at most (cleaning is incremental).
 const CLEAN_PER_CHECKPOINT: usize = 16;
 /// The longest image accepted when reading (a page holding one maximal value, with room).
@@ -655,8 +657,24 @@ impl PageStore {
     /// page at a time, so a checkpoint holds the values of one page, not of all it writes.
     pub fn apply(&mut self, gen: u64, changes: &mut dyn Changes) -> Result<(), Error> {
         self.gen = gen;
+        self.apply_pass(changes, &BTreeSet::new())?;
+        // Cleaning comes after the changes' own writes, so it knows how much room they
+        // took (chosen before them, a checkpoint that consolidated many pages at once
+        // passed 2x the data).
         let victims = self.pick_victims();
-        self.stats.segments_cleaned += victims.len() as u64;
+        if !victims.is_empty() {
+            self.stats.segments_cleaned += victims.len() as u64;
+            // The pass reads back images the first one wrote.
+            self.write_pending()?;
+            let none: &[Change] = &[];
+            self.apply_pass(&mut { none }, &victims)?;
+        }
+        Ok(())
+    }
+
+    /// One pass over the pages: `changes` applied, and every page with an image in
+    /// `victims` rewritten as a consolidated base.
+    fn apply_pass(&mut self, changes: &mut dyn Changes, victims: &BTreeSet<u32>) -> Result<(), Error> {
         // `self.pages` is read while the new list is built (unchanged pages are shared).
         let mut out: Vec<Arc<Page>> = Vec::with_capacity(self.pages.len());
         let mut mine: Vec<Change> = Vec::new();
@@ -851,22 +869,42 @@ impl PageStore {
         let live: u64 = self.segs.values().map(|s| s.live).sum();
         let mut files = (self.segs.len() as u64) * self.segment_bytes;
         let slack = 2 * self.segment_bytes;
-        let mut cands: Vec<(f64, u32, u64)> = self
+        // What cleaning a segment costs: every page with an image in it is rewritten whole.
+        // A segment of one checkpoint's deltas names most pages: cleaning it would rewrite
+        // the database (those pages consolidate by themselves as their deltas grow).
+        let mut cost: HashMap<u32, u64> = HashMap::new();
+        for p in self.pages.iter() {
+            let bytes: u64 = p.chain.iter().map(|r| u64::from(r.len)).sum();
+            let mut seen: Vec<u32> = p.chain.iter().map(|r| r.seg).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            for n in seen {
+                *cost.entry(n).or_default() += bytes;
+            }
+        }
+        let mut cands: Vec<(f64, u32, u64, u64)> = self
             .segs
             .iter()
             .filter(|(n, _)| Some(**n) != cur)
             .map(|(n, s)| {
-                let u = (s.live as f64 / self.segment_bytes as f64).min(1.0);
+                let freed = self.segment_bytes.saturating_sub(s.live) as f64;
                 let age = self.gen.saturating_sub(s.gen) as f64 + 1.0;
-                ((1.0 - u) * age / (1.0 + u), *n, s.live)
+                let c = cost.get(n).copied().unwrap_or(0);
+                (freed * age / (c as f64 + 1.0), *n, s.live, c)
             })
             .collect();
         cands.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Rewrites per checkpoint stay a fraction of the data.
+        let mut budget = (live / RELOCATION_SHARE).max(slack);
         let mut victims = BTreeSet::new();
-        for (_, n, l) in cands {
+        for (_, n, l, c) in cands {
             if files as f64 <= SPACE_GOAL * live as f64 + slack as f64 || victims.len() >= CLEAN_PER_CHECKPOINT {
                 break;
             }
+            if c > budget {
+                continue;
+            }
+            budget -= c;
             victims.insert(n);
             // Its live bytes are written again elsewhere.
             files = files.saturating_sub(self.segment_bytes - l.min(self.segment_bytes));
