@@ -105,6 +105,10 @@ pub struct TxnArgs {
     /// Where logged databases are created (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Log bytes between checkpoints of logged runs (`LogOptions::checkpoint_bytes`;
+    /// 0: none while the run lasts), to see what checkpoints cost.
+    #[arg(long, default_value_t = LogOptions::default().checkpoint_bytes)]
+    pub checkpoint_bytes: u64,
 }
 
 /// The log settings to run, from the arguments (`None`: in memory).
@@ -148,6 +152,7 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                     device,
                     durability,
                     segment_size: 64 << 20,
+                    checkpoint_bytes: args.checkpoint_bytes,
                     ..LogOptions::default()
                 }));
             }
