@@ -291,3 +291,17 @@ fn master_superblocks_alternate_and_survive_a_torn_write() {
     std::fs::write(&path, &both[..BLOCK]).unwrap();
     assert!(matches!(read_master(&storage), Err(Error::Corrupt(_))));
 }
+
+/// A master file of the format before the superblocks (one 51-byte record) is refused
+/// with a message naming the format, not taken for a damaged file.
+#[test]
+fn a_single_record_master_of_the_earlier_format_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let m = Master { generation: 3, table: Some((0, 0, 64, 7)), last_exit: true, elr: false, segment_size: 1 << 20 };
+    std::fs::write(dir.path().join("MASTER"), m.encode()).unwrap();
+    match recovery::read_master(&storage) {
+        Err(Error::Corrupt(msg)) => assert!(msg.contains("earlier tsumiki format"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}

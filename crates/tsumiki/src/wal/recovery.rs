@@ -346,8 +346,13 @@ pub fn master_file(m: &Master) -> Vec<u8> {
 fn newest_slot(b: &[u8]) -> Result<(Master, u64, usize), Error> {
     if b.len() != MASTER_FILE_LEN {
         // Earlier formats were one record long: say so rather than "bad size".
-        if b.len() < MASTER_FILE_LEN && b.len() >= format::MASTER_LEN {
-            Master::decode(&b[..b.len().min(format::MASTER_LEN)]).map_err(corrupt)?;
+        if b.len() == format::MASTER_LEN && Master::decode(b).is_ok() {
+            return Err(corrupt(
+                "MASTER was written by an earlier tsumiki format (one record, before the two superblocks), which this version does not read".into(),
+            ));
+        }
+        if b.len() > format::MASTER_LEN && b.len() < MASTER_FILE_LEN {
+            Master::decode(&b[..format::MASTER_LEN]).map_err(corrupt)?;
         }
         return Err(corrupt(format!("MASTER is {} bytes, expected {MASTER_FILE_LEN} (truncated?)", b.len())));
     }
