@@ -1,0 +1,77 @@
+//! Steady overwrites at scale (issue 13's space goal): fills `KEYS` keys of 4 + 100 bytes,
+//! then two threads overwrite random keys one per transaction (buffered durability) for
+//! `SECS` seconds, and every 10 s prints the page store's files against the data, its live
+//! images, and its write amplification so far (page-store bytes written per byte of
+//! updates; the log excluded).
+//!
+//!     cargo run --release -p tsumiki --example overwrite -- 1000000 600
+//!
+//! Arguments: keys (default 1,000,000), seconds (default 600), directory (default: a
+//! temporary one).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tsumiki::{Db, Durability, LogOptions, Options};
+
+const VALUE: usize = 100;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let keys: u32 = args.next().map_or(1_000_000, |a| a.parse().expect("keys: a number"));
+    let secs: u64 = args.next().map_or(600, |a| a.parse().expect("seconds: a number"));
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let dir = args.next().map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
+    let log = LogOptions { durability: Durability::Buffered, ..LogOptions::default() };
+    let db = Db::open(&dir, Options { log, ..Options::default() }).expect("open");
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; VALUE]))).expect("fill");
+    }
+    db.checkpoint().expect("checkpoint");
+    let data = u64::from(keys) * (4 + VALUE as u64);
+    let written_at_start = db.store_stats().expect("a store").written_bytes;
+    let updates = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    println!("{keys} keys, {data} bytes of data; then single-key overwrites from 2 threads for {secs} s");
+    println!("{:>6} {:>10} {:>8} {:>8} {:>8}", "secs", "updates", "files/x", "live/x", "WA");
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (db, updates, stop) = (&db, &updates, &stop);
+            s.spawn(move || {
+                let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
+                let mut n = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = ((x % u64::from(keys)) as u32).to_be_bytes();
+                    n = n.wrapping_add(1);
+                    if db.run(|txn| txn.put(&k, &[n; VALUE])).is_ok() {
+                        updates.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        let mut peak: f64 = 0.0;
+        while start.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_secs(10).min(Duration::from_secs(secs)));
+            let st = db.store_stats().expect("a store");
+            let u = updates.load(Ordering::Relaxed);
+            let files = st.file_bytes as f64 / data as f64;
+            peak = peak.max(files);
+            let wa = (st.written_bytes - written_at_start) as f64 / (u.max(1) * (4 + VALUE as u64)) as f64;
+            println!(
+                "{:>6.0} {:>10} {:>8.2} {:>8.2} {:>8.2}",
+                start.elapsed().as_secs_f64(),
+                u,
+                files,
+                st.live_bytes as f64 / data as f64,
+                wa
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        println!("highest sample: {peak:.2}x the data");
+    });
+    db.close().expect("close");
+}
