@@ -308,41 +308,33 @@ fn replay_changes(
     const WRITE_OVERHEAD: usize = 64;
     // The writes in commit order; a stable sort by key then keeps each key's last write
     // (cheaper than a hash map of 1M keys, and a log written in key order is sorted).
-    let sorted = |writes: &mut Vec<Change>| {
-        let mut all = std::mem::take(writes);
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut changes: Vec<Change> = Vec::with_capacity(all.len());
-        for w in all {
-            match changes.last_mut() {
-                Some(last) if last.0 == w.0 => *last = w,
-                _ => changes.push(w),
+    let sorted = |mut writes: Vec<Change>| {
+        writes.sort_by(|a, b| a.0.cmp(&b.0));
+        // `dedup_by` keeps the first of equal neighbours: move the later write into it.
+        writes.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
             }
-        }
-        changes
+            same
+        });
+        writes
     };
-    let gathered = std::cell::RefCell::new((Vec::<Change>::new(), 0usize));
+    let mut writes: Vec<Change> = Vec::new();
+    let mut bytes = 0usize;
     let release = if m.elr { Release::Elr } else { Release::Nlr };
-    let stats = recovery::replay(
-        storage,
-        gens,
-        m.segment_size,
-        release,
-        |k, v| {
-            let (writes, bytes) = &mut *gathered.borrow_mut();
-            *bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
+    let stats = recovery::replay(storage, gens, m.segment_size, release, |record| {
+        record.for_each(|k, v| {
+            bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
             writes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
-        },
-        || {
-            let (writes, bytes) = &mut *gathered.borrow_mut();
-            if *bytes <= limit {
-                return Ok(());
-            }
-            *bytes = 0;
-            flush(sorted(writes))
-        },
-    )?;
-    let (mut writes, _) = gathered.into_inner();
-    Ok((stats, sorted(&mut writes)))
+        });
+        if bytes <= limit {
+            return Ok(());
+        }
+        bytes = 0;
+        flush(sorted(std::mem::take(&mut writes)))
+    })?;
+    Ok((stats, sorted(writes)))
 }
 
 /// Whether `e` says the disk is full.

@@ -653,8 +653,8 @@ impl PageStore {
     /// Applies `changes` (sorted by key, unique) for generation `gen`: deltas or new
     /// bases for the pages they touch, and relocation of the pages of the segments
     /// cleaning picks. Then [`write_table`](Self::write_table) (several calls may come
-    /// before it: each one's pages are the next one's). The changes' values are read one
-    /// page at a time, so a checkpoint holds the values of one page, not of all it writes.
+    /// before it: each one's pages are the next one's). The changes' values are read
+    /// [`CHANGE_BATCH`] at a time, so a checkpoint never holds all it writes.
     pub fn apply(&mut self, gen: u64, changes: &mut dyn Changes) -> Result<(), Error> {
         self.gen = gen;
         self.apply_pass(changes, &BTreeSet::new())?;
@@ -776,30 +776,12 @@ impl PageStore {
             self.dead(r);
         }
         let mut out: Vec<Arc<Page>> = Vec::new();
-        let mut piece: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut size = 0;
-        fill(&mut |k, v| {
-            size += entry_len(k, Some(v));
-            piece.push((k.to_vec(), v.to_vec()));
-            if size >= PAGE_TARGET {
-                let low = if out.is_empty() { Vec::new() } else { piece[0].0.clone() };
-                let page = Page { low, pid: self.take_pid(), chain: Vec::new() };
-                self.write_bases(page, std::mem::take(&mut piece), &mut out)?;
-                size = 0;
-            }
-            Ok(())
-        })?;
-        if !piece.is_empty() || out.is_empty() {
-            let low = if out.is_empty() { Vec::new() } else { piece[0].0.clone() };
-            let page = Page { low, pid: self.take_pid(), chain: Vec::new() };
-            if piece.is_empty() {
-                out.push(Arc::new(page));
-            } else {
-                self.write_bases(page, piece, &mut out)?;
-            }
-        }
-        if !out[0].low.is_empty() {
-            Arc::make_mut(&mut out[0]).low.clear();
+        let first = Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() };
+        let mut bases = Bases::new(first);
+        fill(&mut |k, v| bases.push(self, k.to_vec(), v.to_vec(), &mut out))?;
+        bases.finish(self, &mut out)?;
+        if out.is_empty() {
+            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
         }
         self.pages = Arc::new(out);
         Ok(())

@@ -46,7 +46,7 @@ struct BlockSpan {
     used: u16,
 }
 
-/// Bytes read at once by [`read_lane`] and by a refill of a lane's window.
+/// Bytes read at once by [`read_lane`], [`logged_keys`] and a refill of a lane's window.
 const LANE_CHUNK: usize = 1 << 20;
 
 impl LaneLog {
@@ -182,8 +182,10 @@ pub fn read_lane(
     let mut stream_len = 0u64;
     let n_files = files.len();
     let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>| {
-        take_records(pending, parsed, records)
-            .map_err(|m| corrupt(format!("lane {lane} of generation {generation}: {m}")))
+        let base = *parsed;
+        *parsed += take_records(pending, |view, at, n| records.push((view.order, base + at as u64, n)))
+            .map_err(|m| corrupt(format!("lane {lane} of generation {generation}: {m}")))? as u64;
+        Ok::<(), Error>(())
     };
     'segs: for (i, (name, f)) in files.iter().enumerate() {
         let last = i + 1 == n_files;
@@ -286,23 +288,26 @@ fn all_zero(f: &dyn StorageFile, len: u64, chunk: &mut [u8]) -> std::io::Result<
     Ok(true)
 }
 
-/// Moves the places of the complete records at the start of `pending` (stream offset
-/// `parsed`) into `records`.
-fn take_records(pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>) -> Result<(), String> {
+/// Hands each complete record at the start of `stream` to `f` with its offset in
+/// `stream`, then drops those bytes; returns how many were dropped (a record cut by the
+/// end of `stream` stays for the next call).
+fn take_records(
+    stream: &mut Vec<u8>,
+    mut f: impl FnMut(format::RecordView<'_>, usize, usize),
+) -> Result<usize, String> {
     let mut at = 0;
-    while at < pending.len() {
-        match format::parse_record(&pending[at..]) {
-            Ok((r, n)) => {
-                records.push((r.order, *parsed + at as u64, n));
+    while at < stream.len() {
+        match format::parse_record(&stream[at..]) {
+            Ok((view, n)) => {
+                f(view, at, n);
                 at += n;
             }
             Err(format::DecodeError::Truncated) => break,
             Err(format::DecodeError::Corrupt(m)) => return Err(m),
         }
     }
-    pending.drain(..at);
-    *parsed += at as u64;
-    Ok(())
+    stream.drain(..at);
+    Ok(at)
 }
 
 /// The master file's size: two alternating superblocks of one block each.
@@ -448,16 +453,14 @@ pub fn has_logs(storage: &dyn Storage, generation: u64) -> Result<bool, Error> {
 
 /// Redoes the durable records of the logs of `generations` (a checkpoint that did not
 /// finish leaves two: the one its master record names and the next, which the lanes had
-/// moved to), in order: `apply(key, value)` for every write (`None`: a delete), then
-/// `after_record()` once the record's writes are all applied (the caller may move what it
-/// gathered elsewhere there: a later call never brings an older value of a key).
+/// moved to), in order: `redo(record)` for every durable record (a later record never
+/// brings an older value of a key).
 pub fn replay(
     storage: &dyn Storage,
     generations: &[u64],
     segment_size: u64,
     release: Release,
-    mut apply: impl FnMut(&[u8], Option<&[u8]>),
-    mut after_record: impl FnMut() -> Result<(), Error>,
+    mut redo: impl FnMut(format::RecordView<'_>) -> Result<(), Error>,
 ) -> Result<RecoveryStats, Error> {
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
@@ -512,9 +515,8 @@ pub fn replay(
         let bytes = log.record(at, n)?;
         let (view, _) = format::parse_record(bytes)
             .map_err(|_| corrupt(format!("a record at byte {at} of a lane changed while it was recovered")))?;
-        view.for_each(&mut apply);
+        redo(view)?;
         stats.records_applied += 1;
-        after_record()?;
     }
     stats.replay_time = start.elapsed();
     Ok(stats)
@@ -545,7 +547,7 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
 pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<KeyList, Error> {
     let lanes = segments_of(storage, generation)?;
     let mut keys = KeyList::default();
-    let mut chunk = vec![0u8; LOGGED_KEYS_CHUNK];
+    let mut chunk = vec![0u8; LANE_CHUNK];
     let mut stream: Vec<u8> = Vec::new();
     for (&lane, segs) in &lanes {
         stream.clear();
@@ -634,23 +636,8 @@ impl KeyList {
 
 /// Moves the keys of the complete records at the start of `stream` into `keys`.
 fn take_keys(stream: &mut Vec<u8>, keys: &mut KeyList) -> Result<(), String> {
-    let mut at = 0;
-    while at < stream.len() {
-        match format::parse_record(&stream[at..]) {
-            Ok((view, used)) => {
-                view.for_each(|k, _| keys.push(k));
-                at += used;
-            }
-            Err(format::DecodeError::Truncated) => break,
-            Err(format::DecodeError::Corrupt(m)) => return Err(m),
-        }
-    }
-    stream.drain(..at);
-    Ok(())
+    take_records(stream, |view, _, _| view.for_each(|k, _| keys.push(k))).map(|_| ())
 }
-
-/// Bytes of a closed lane read at a time by [`logged_keys`].
-const LOGGED_KEYS_CHUNK: usize = 1 << 20;
 
 /// Fills `buf` from `off`; a file shorter than that is an error.
 fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], off: u64) -> std::io::Result<()> {
