@@ -37,7 +37,7 @@ pub fn table(r: &Inspection) -> String {
     );
     s += &format!(
         "{:<28} {:>10} {:>8} {:>6} {:>5} {:>9} {:>8} {:>10} {:>5}\n",
-        "file", "bytes", "valid", "zero", "bad", "records", "flushes", "live", "gen"
+        "file", "bytes", "valid", "zero", "other", "records", "flushes", "live", "gen"
     );
     let (mut logs, mut log_records, mut seg_bytes, mut live) = (0u64, 0u64, 0u64, 0u64);
     for f in &r.files {
@@ -62,6 +62,7 @@ pub fn table(r: &Inspection) -> String {
         "logs: {logs} bytes, {log_records} records; page segments: {seg_bytes} bytes, {live} live ({:.2}x)\n",
         if live == 0 { 0.0 } else { seg_bytes as f64 / live as f64 }
     );
+    s += "other: blocks not valid where they are (a torn write, damage, or the older blocks of a reused segment)\n";
     s
 }
 

@@ -6,6 +6,11 @@
 //! lane id, the block's sequence in its lane, the LSN / timestamp range of the records that
 //! end in the block, the lane's durable watermark and the record count, under a CRC32C of
 //! the whole block. A block is written once and never rewritten in place.
+//!
+//! The checksum also covers a salt that the block does not store: a lane block's
+//! generation (0 for the page store). A log segment is recycled into a later generation
+//! without being cleared, so its old blocks, with the same lane and sequence numbers, must
+//! fail the check there: they read as never written, as a zeroed block would.
 
 /// The block size: every log write is a whole number of these.
 pub const BLOCK: usize = 4096;
@@ -14,13 +19,16 @@ pub const TRAILER: usize = 40;
 /// Stream bytes per block.
 pub const PAYLOAD: usize = BLOCK - TRAILER;
 /// Marks a tsumiki log block (format version 1).
-const BLOCK_MAGIC: u8 = 0xB1;
+const BLOCK_MAGIC: u8 = 0xB2;
 
 /// Every block before this one was made durable by a completed sync: an invalid block
 /// followed by one with this flag is corruption, not a torn tail.
 pub const FLAG_SYNCED_BEFORE: u8 = 1;
 /// The last block of one flush: the watermark is trusted only at such a block.
 pub const FLAG_FLUSH_END: u8 = 2;
+/// The last block a lane writes in its generation (a checkpoint moved it on): a closed
+/// lane that does not end with it lost blocks.
+pub const FLAG_LANE_END: u8 = 4;
 
 /// The trailer of one block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,8 +52,9 @@ pub struct Trailer {
     pub watermark: u64,
 }
 
-/// Fills `block` (BLOCK bytes, payload already in place) with `t` and the checksum.
-pub fn seal_block(block: &mut [u8], t: &Trailer) {
+/// Fills `block` (BLOCK bytes, payload already in place) with `t` and the checksum, salted
+/// with `salt`.
+pub fn seal_block(block: &mut [u8], t: &Trailer, salt: u64) {
     debug_assert_eq!(block.len(), BLOCK);
     let tr = &mut block[PAYLOAD..];
     tr[4] = BLOCK_MAGIC;
@@ -57,17 +66,18 @@ pub fn seal_block(block: &mut [u8], t: &Trailer) {
     tr[16..24].copy_from_slice(&t.lo.to_le_bytes());
     tr[24..32].copy_from_slice(&t.hi.to_le_bytes());
     tr[32..40].copy_from_slice(&t.watermark.to_le_bytes());
-    let crc = block_crc(block);
+    let crc = block_crc(block, salt);
     block[PAYLOAD..PAYLOAD + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
-fn block_crc(block: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&block[..PAYLOAD]);
+fn block_crc(block: &[u8], salt: u64) -> u32 {
+    let c = crc32c::crc32c_append(crc32c::crc32c(&salt.to_le_bytes()), &block[..PAYLOAD]);
     crc32c::crc32c_append(c, &block[PAYLOAD + 4..])
 }
 
-/// The trailer of `block`, if its checksum, magic and used length are valid.
-pub fn open_block(block: &[u8]) -> Option<Trailer> {
+/// The trailer of `block`, if its checksum (salted with `salt`, as it was sealed), magic
+/// and used length are valid.
+pub fn open_block(block: &[u8], salt: u64) -> Option<Trailer> {
     if block.len() != BLOCK {
         return None;
     }
@@ -76,7 +86,7 @@ pub fn open_block(block: &[u8]) -> Option<Trailer> {
         return None;
     }
     let stored = u32::from_le_bytes(tr[0..4].try_into().ok()?);
-    if stored != block_crc(block) {
+    if stored != block_crc(block, salt) {
         return None;
     }
     let u16_at = |i: usize| u16::from_le_bytes([tr[i], tr[i + 1]]);
@@ -103,13 +113,16 @@ mod tests {
         let mut b = vec![0u8; BLOCK];
         b[..5].copy_from_slice(b"hello");
         let t = Trailer { flags: 3, lane: 7, used: 5, records: 1, seq: 9, lo: 10, hi: 11, watermark: 12 };
-        seal_block(&mut b, &t);
-        assert_eq!(open_block(&b), Some(t));
+        seal_block(&mut b, &t, 5);
+        assert_eq!(open_block(&b, 5), Some(t));
         for bit in [0, 40, 8 * PAYLOAD, 8 * BLOCK - 1] {
             let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert_eq!(open_block(&c), None, "bit {bit}");
+            assert_eq!(open_block(&c, 5), None, "bit {bit}");
         }
-        assert_eq!(open_block(&vec![0; BLOCK]), None);
+        assert_eq!(open_block(&vec![0; BLOCK], 0), None);
+        // The same block read as another generation's (a recycled segment): not valid.
+        assert_eq!(open_block(&b, 4), None);
+        assert_eq!(open_block(&b, 6), None);
     }
 }

@@ -190,7 +190,7 @@ fn fuzz_decoders() {
                     let n = r.len().min(format::PAYLOAD);
                     b[..n].copy_from_slice(&r[..n]);
                     let t = Trailer { lane: 1, used: n as u16, records: 1, seq: 3, ..Trailer::default() };
-                    format::seal_block(&mut b, &t);
+                    format::seal_block(&mut b, &t, 1);
                     b
                 }
                 _ => master.encode().to_vec(),
@@ -208,7 +208,7 @@ fn fuzz_decoders() {
                 }
             }
             let _ = format::decode_record(&input);
-            let _ = format::open_block(&input);
+            let _ = format::open_block(&input, 1);
             let _ = Master::decode(&input);
             // The same bytes as a one-segment lane log.
             let disk = SimStorage::new(1);
@@ -216,7 +216,8 @@ fn fuzz_decoders() {
             let mut seg = input.clone();
             seg.resize(2 * BLOCK, 0);
             img.insert(&format::segment_name(1, 1, 0), seg);
-            let _ = recovery::read_lane(&SimStorage::from_image(&img, 0), 1, 1, &[0], 2 * BLOCK as u64);
+            let _ =
+                recovery::read_lane(&SimStorage::from_image(&img, 0), 1, 1, &[0], 2 * BLOCK as u64, rng.below(2) == 0);
             runs += 1;
         }
     }
@@ -243,7 +244,7 @@ proptest! {
     #[test]
     fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
         let _ = format::decode_record(&bytes);
-        let _ = format::open_block(&bytes);
+        let _ = format::open_block(&bytes, 1);
         let _ = Master::decode(&bytes);
     }
 }
@@ -304,4 +305,82 @@ fn a_single_record_master_of_the_earlier_format_is_named() {
         Err(Error::Corrupt(msg)) => assert!(msg.contains("earlier tsumiki format"), "{msg}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A lane segment of 4 blocks: block `i` holds one record (order `first + i`) and is
+/// sealed as block sequence `i` of lane 0 with `salt`; `end` marks the last block as the
+/// lane's end (a checkpoint closed it).
+fn lane_blocks(first: u64, n: usize, salt: u64, end: bool) -> Vec<u8> {
+    let mut seg = vec![0u8; 4 * BLOCK];
+    for i in 0..n {
+        let mut rec = Vec::new();
+        let mut e = RecordEncoder::begin(&mut rec, first + i as u64);
+        e.write(&(first + i as u64).to_be_bytes(), Some(b"v"));
+        e.finish().unwrap();
+        let b = &mut seg[i * BLOCK..(i + 1) * BLOCK];
+        b[..rec.len()].copy_from_slice(&rec);
+        let mut flags = format::FLAG_FLUSH_END;
+        if end && i + 1 == n {
+            flags |= format::FLAG_LANE_END;
+        }
+        let t = Trailer {
+            flags,
+            lane: 0,
+            used: rec.len() as u16,
+            records: 1,
+            seq: i as u32,
+            lo: first + i as u64,
+            hi: first + i as u64,
+            ..Trailer::default()
+        };
+        format::seal_block(b, &t, salt);
+    }
+    seg
+}
+
+/// Orders of the records `read_lane` finds in generation 2's lane 0 (one 16 KiB segment).
+fn lane_orders(seg: Vec<u8>, closed: bool) -> Result<Vec<u64>, Error> {
+    let disk = SimStorage::new(1);
+    let mut img = disk.crash();
+    img.insert(&format::segment_name(2, 0, 0), seg);
+    let log = recovery::read_lane(&SimStorage::from_image(&img, 0), 2, 0, &[0], 4 * BLOCK as u64, closed)?;
+    Ok(log.records.iter().map(|r| r.0).collect())
+}
+
+/// A log segment is recycled into a later generation without being cleared: its old
+/// blocks have the lane and sequence numbers the new generation's blocks will have. They
+/// must read as never written (the checksum is salted with the generation). The planted
+/// variant seals the old blocks with the new generation's salt, as an unsalted checksum
+/// would leave them, and the old records come back.
+#[test]
+fn recycled_segments_old_blocks_are_not_replayed() {
+    // Generation 1 filled the segment (orders 100..104); generation 2 wrote two blocks.
+    let recycled = |old_salt: u64| {
+        let mut seg = lane_blocks(100, 4, old_salt, false);
+        seg[..2 * BLOCK].copy_from_slice(&lane_blocks(1, 2, 2, false)[..2 * BLOCK]);
+        seg
+    };
+    assert_eq!(lane_orders(recycled(1), false).unwrap(), vec![1, 2]);
+    // Planted: the stale blocks 2 and 3 pass as generation 2's.
+    assert_eq!(lane_orders(recycled(2), false).unwrap(), vec![1, 2, 102, 103]);
+}
+
+/// A lane closed by a checkpoint ends with a block marked as its end: blocks lost after
+/// it (zeroed, or a recycled segment's stale ones in their place) are corruption when the
+/// lane is read as closed, where an open lane's tail is a torn write to cut.
+#[test]
+fn a_closed_lane_without_its_end_block_is_corrupt() {
+    let whole = lane_blocks(1, 3, 2, true);
+    assert_eq!(lane_orders(whole.clone(), true).unwrap(), vec![1, 2, 3]);
+    let mut zeroed = whole.clone();
+    zeroed[2 * BLOCK..3 * BLOCK].fill(0);
+    match lane_orders(zeroed.clone(), true) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("the end the checkpoint gave"), "{m}"),
+        r => panic!("a closed lane that lost its end block read as {r:?}"),
+    }
+    // Read as the live lane, the same bytes are a torn tail: cut.
+    assert_eq!(lane_orders(zeroed, false).unwrap(), vec![1, 2]);
+    let mut damaged = whole;
+    damaged[BLOCK + 10] ^= 1;
+    assert!(matches!(lane_orders(damaged, true), Err(Error::Corrupt(_))));
 }

@@ -26,7 +26,8 @@ pub struct FileReport {
     pub valid_blocks: u64,
     /// Blocks that are all zeros (preallocated, not written yet).
     pub zero_blocks: u64,
-    /// Other blocks: torn, damaged, or stale beyond a lane's end.
+    /// Other blocks: torn, damaged, or stale beyond a lane's end (a recycled segment's
+    /// blocks of its earlier generation).
     pub bad_blocks: u64,
     /// Log records ending in the valid blocks (commit records).
     pub records: u64,
@@ -88,7 +89,8 @@ pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
         if name == MASTER || (log.is_none() && seg.is_none()) {
             continue;
         }
-        let mut r = scan_blocks(&*storage, &name)?;
+        // A log block's checksum is salted with its generation; a page block's with 0.
+        let mut r = scan_blocks(&*storage, &name, log.map_or(0, |(g, _)| g))?;
         r.log = log;
         if let Some(n) = seg {
             r.live = usage.iter().find(|u| u.0 == n).map(|u| (u.1, u.2));
@@ -99,7 +101,7 @@ pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
 }
 
 /// Reads `name` a megabyte at a time and tallies its blocks' trailers.
-fn scan_blocks(storage: &dyn Storage, name: &str) -> Result<FileReport, Error> {
+fn scan_blocks(storage: &dyn Storage, name: &str, salt: u64) -> Result<FileReport, Error> {
     let f = storage.open(name, false).map_err(|e| Error::io(name, e))?;
     let mut r =
         FileReport { name: name.to_string(), bytes: f.len().map_err(|e| Error::io(name, e))?, ..Default::default() };
@@ -116,7 +118,7 @@ fn scan_blocks(storage: &dyn Storage, name: &str) -> Result<FileReport, Error> {
                 r.bad_blocks += 1;
                 continue;
             }
-            match open_block(block) {
+            match open_block(block, salt) {
                 Some(t) => {
                     r.valid_blocks += 1;
                     r.records += u64::from(t.records);

@@ -363,17 +363,24 @@ impl Durable {
             .generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
-        let t = self.write_pages(&mut current, g, state)?;
+        let t = self.write_pages(&mut current, g, state, false)?;
         recovery::write_master(&*self.storage, &master(g, Some(t), true, opts))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
     }
 
     /// Writes what changed in the generation that just ended (`current.generation`) into
-    /// the pages, for generation `g`, and the table; returns the table's address.
-    fn write_pages(&self, current: &mut Current, g: u64, state: &dyn CommittedState) -> Result<ImageRef, Error> {
+    /// the pages, for generation `g`, and the table; returns the table's address. The
+    /// lanes were `closed` by a switch to `g` (a checkpoint), or only flushed (close).
+    fn write_pages(
+        &self,
+        current: &mut Current,
+        g: u64,
+        state: &dyn CommittedState,
+        closed: bool,
+    ) -> Result<ImageRef, Error> {
         if self.logs_readable {
-            let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size)?;
+            let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size, closed)?;
             current.pages.apply(g, &mut LatestValues { keys, state })?;
         } else {
             current.pages.rebuild(g, &mut |f| state.scan(f))?;
@@ -458,7 +465,7 @@ impl Durable {
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();
-        let t = self.write_pages(current, g, state).map_err(poison)?;
+        let t = self.write_pages(current, g, state, true).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
         let m = master(g, Some(t), false, opts);
@@ -472,8 +479,12 @@ impl Durable {
         self.covered.store(g, Ordering::Release);
         self.wal.note_checkpoint(current.pages.written() - written);
         // The new state is durable: the older files are obsolete (a failure here leaves
-        // them for the next open or checkpoint to remove).
-        recovery::remove_stale(&self.storage, g)
+        // them for the next open or checkpoint to remove); the logs' segments are kept
+        // for the lanes to reuse.
+        match opts.device {
+            Device::File => self.wal.retire(g),
+            Device::Nvm(_) => recovery::remove_stale(&self.storage, g),
+        }
     }
 
     /// Marks the database closed without flushing or writing anything (a simulated crash

@@ -296,7 +296,7 @@ impl PageReads {
         let mut img = Vec::with_capacity(r.len as usize);
         let mut skip = (r.off % PAYLOAD as u64) as usize;
         for (i, block) in raw.chunks(BLOCK).enumerate() {
-            let t = match open_block(block) {
+            let t = match open_block(block, 0) {
                 Some(t) if t.lane == STORE_LANE && t.seq as u64 == first + i as u64 => t,
                 _ => return Err(corrupt(format!("{}: block {} is damaged", what(), first + i as u64))),
             };
@@ -506,7 +506,7 @@ impl PageStore {
             let mut b = vec![0u8; BLOCK];
             let got = f.read_at(&mut b, block * BLOCK as u64).map_err(|e| Error::io(segment_file(n), e))?;
             if got == BLOCK {
-                if let Some(t) = open_block(&b).filter(|t| t.lane == STORE_LANE && t.seq as u64 == block) {
+                if let Some(t) = open_block(&b, 0).filter(|t| t.lane == STORE_LANE && t.seq as u64 == block) {
                     newest = newest.max(Some(t.lo));
                 }
             }
@@ -981,7 +981,7 @@ impl PageStore {
                 lo: self.gen,
                 ..Default::default()
             };
-            seal_block(&mut block, &t);
+            seal_block(&mut block, &t, 0);
             self.out.extend_from_slice(&block);
             self.next_block += 1;
             taken += n;

@@ -6,7 +6,9 @@
 
 use crate::index::MAX_KEY_LEN;
 
-pub use crate::block::{open_block, seal_block, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER};
+pub use crate::block::{
+    open_block, seal_block, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER,
+};
 
 /// Lane ids from this one up are not log lanes (the page store's blocks carry `0xFFFE`).
 pub const RESERVED_LANES: u16 = 0xFFFE;
@@ -214,9 +216,14 @@ pub struct Master {
     pub segment_size: u64,
 }
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI3";
-/// The magics of earlier formats, refused with their own message.
-const MASTER_MAGIC_OLD: [&[u8; 8]; 2] = [b"TSUMIKI1", b"TSUMIKI2"];
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI4";
+/// The magics of earlier formats, refused with their own message: before the page store,
+/// and before log blocks were salted with their generation (recycled segments).
+const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 3] = [
+    (b"TSUMIKI1", "before the page store"),
+    (b"TSUMIKI2", "before the page store"),
+    (b"TSUMIKI3", "before recycled log segments"),
+];
 /// Encoded size of [`Master`].
 pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
 
@@ -242,11 +249,10 @@ impl Master {
 
     /// Decodes a master record, or says what is wrong with it.
     pub fn decode(b: &[u8]) -> Result<Master, String> {
-        if b.len() >= 8 && MASTER_MAGIC_OLD.iter().any(|m| &b[0..8] == *m) {
-            return Err(
-                "MASTER was written by an earlier tsumiki format (before the page store), which this version does not read"
-                    .into(),
-            );
+        if let Some((_, when)) = MASTER_MAGIC_OLD.iter().find(|(m, _)| b.len() >= 8 && &b[0..8] == *m) {
+            return Err(format!(
+                "MASTER was written by an earlier tsumiki format ({when}), which this version does not read"
+            ));
         }
         if b.len() != MASTER_LEN {
             return Err(format!("MASTER is {} bytes, expected {MASTER_LEN}", b.len()));

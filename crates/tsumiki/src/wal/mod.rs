@@ -34,7 +34,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
 use crate::error::Error;
-use format::{RecordEncoder, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE, PAYLOAD};
+use format::{RecordEncoder, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD};
 use storage::{Storage, StorageFile};
 
 /// Where commit records go.
@@ -339,6 +339,10 @@ pub struct WalStats {
     pub lanes: u64,
     /// Checkpoints completed while open (each deleted the logs before it).
     pub checkpoints: u64,
+    /// Log segments created by writing zeros over their whole length.
+    pub segments_zeroed: u64,
+    /// Log segments reused from an earlier generation (no zero-fill).
+    pub segments_recycled: u64,
 }
 
 /// The log of one open database.
@@ -368,6 +372,23 @@ pub(crate) struct Wal {
     bytes: AtomicU64,
     cas_misses: AtomicU64,
     create_lane: Mutex<()>,
+    /// Segments of generations before the master record's, kept for reuse (see
+    /// [`Recycled`]).
+    recycled: Arc<Recycled>,
+}
+
+/// Log segments that no durable state needs any more, kept to be renamed into a later
+/// generation and overwritten in place: a lane then writes each block once, where a new
+/// segment costs a zero-fill of its whole length first. Their old blocks fail the checksum
+/// of the new generation (it salts every block's checksum), so they read as never written.
+#[derive(Default)]
+struct Recycled {
+    /// `(file name, length)`. Held across each rename, so that [`Wal::retire`] never
+    /// deletes a file that is being renamed.
+    free: Mutex<Vec<(String, u64)>>,
+    /// Segments created by a zero-fill, and reused instead.
+    zeroed: AtomicU64,
+    reused: AtomicU64,
 }
 
 fn io_err(what: &str, e: io::Error) -> String {
@@ -397,6 +418,7 @@ impl Wal {
             bytes: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
+            recycled: Arc::default(),
         }
     }
 
@@ -409,6 +431,8 @@ impl Wal {
             lsn_cas_misses: self.cas_misses.load(Ordering::Relaxed),
             lanes: self.lanes.read().len() as u64,
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            segments_zeroed: self.recycled.zeroed.load(Ordering::Relaxed),
+            segments_recycled: self.recycled.reused.load(Ordering::Relaxed),
         }
     }
 
@@ -640,6 +664,9 @@ impl Wal {
             };
             if b + 1 == blocks {
                 t.flags |= FLAG_FLUSH_END;
+                if closing {
+                    t.flags |= FLAG_LANE_END;
+                }
             }
             while e < ends.len() && ends[e].0 <= end {
                 let o = ends[e].1;
@@ -648,7 +675,7 @@ impl Wal {
                 t.records += 1;
                 e += 1;
             }
-            format::seal_block(block, &t);
+            format::seal_block(block, &t, io.gen);
             io.seq = io.seq.checked_add(1).ok_or_else(|| self.poison("lane block sequence overflow".into()))?;
         }
         let out = std::mem::take(&mut io.out);
@@ -705,9 +732,11 @@ impl Wal {
                 io.file = Some(file);
                 io.off = 0;
                 if matches!(self.opts.device, Device::File) {
-                    let (storage, next) = (self.storage.clone(), name(io.seg + 1));
+                    let (storage, recycled, next) = (self.storage.clone(), self.recycled.clone(), name(io.seg + 1));
                     let (size, sync) = (format::segment_len(io.seg + 1, max), !self.opts.skip_sync_for_tests);
-                    io.next = Some(std::thread::spawn(move || prepare_segment(&*storage, &next, size, true, sync)));
+                    io.next = Some(std::thread::spawn(move || {
+                        prepare_segment(&*storage, &recycled, &next, size, true, sync)
+                    }));
                 }
             }
             let f = io.file.as_deref().expect("segment open");
@@ -723,7 +752,38 @@ impl Wal {
     fn prepare(&self, name: String, seg: u64) -> io::Result<Box<dyn StorageFile>> {
         let prealloc = matches!(self.opts.device, Device::File);
         let size = format::segment_len(seg, self.opts.segment_size);
-        prepare_segment(&*self.storage, &name, size, prealloc, !self.opts.skip_sync_for_tests)
+        prepare_segment(&*self.storage, &self.recycled, &name, size, prealloc, !self.opts.skip_sync_for_tests)
+    }
+
+    /// Once the master record naming generation `keep` is durable: keeps the older
+    /// generations' log segments for reuse, except those kept at the previous call and
+    /// not reused since (the logs of one generation bound what is kept, and an idle
+    /// database keeps nothing), and removes every other obsolete file.
+    pub(crate) fn retire(&self, keep: u64) -> Result<(), Error> {
+        let mut free = self.recycled.free.lock();
+        let remove = |n: &str| match self.storage.remove(n) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(format!("removing {n}"), e)),
+            _ => Ok(()),
+        };
+        for (n, _) in free.drain(..) {
+            remove(&n)?;
+        }
+        let listed = self.storage.list().map_err(|e| Error::io("listing the database directory", e))?;
+        for n in recovery::stale_names(listed, keep) {
+            let full = match format::parse_segment_name(&n) {
+                Some((_, _, seg)) => {
+                    let want = format::segment_len(seg, self.opts.segment_size);
+                    // A file that cannot be opened or has the wrong length is not reused.
+                    self.storage.open(&n, false).and_then(|f| f.len()).ok().filter(|&len| len == want)
+                }
+                None => None,
+            };
+            match full {
+                Some(len) => free.push((n, len)),
+                None => remove(&n)?,
+            }
+        }
+        Ok(())
     }
 
     /// Waits for background segment preparations (at close and drop, so that no thread
@@ -968,12 +1028,14 @@ impl crate::cc::LockWaiter for Wal {
     }
 }
 
-/// Creates log segment `name`: preallocated with zeros under a temporary name, made
-/// durable, then renamed into place (directory synced), so that a commit's fdatasync never
-/// has to carry a size change, and a segment under its own name always has its full
-/// length: a shorter one is damage, never a creation cut by a crash.
+/// Creates log segment `name`: a recycled segment of its length renamed to it, or one
+/// preallocated with zeros under a temporary name, made durable, then renamed into place
+/// (directory synced either way), so that a commit's fdatasync never has to carry a size
+/// change, and a segment under its own name always has its full length: a shorter one is
+/// damage, never a creation cut by a crash.
 fn prepare_segment(
     storage: &dyn Storage,
+    recycled: &Recycled,
     name: &str,
     size: u64,
     prealloc: bool,
@@ -982,6 +1044,20 @@ fn prepare_segment(
     if !prealloc {
         return storage::create_fresh(storage, name);
     }
+    {
+        let mut free = recycled.free.lock();
+        if let Some(i) = free.iter().position(|&(_, len)| len == size) {
+            let (old, _) = free.swap_remove(i);
+            storage.rename(&old, name)?;
+            drop(free);
+            if sync {
+                storage.sync_dir()?;
+            }
+            recycled.reused.fetch_add(1, Ordering::Relaxed);
+            return storage.open(name, false);
+        }
+    }
+    recycled.zeroed.fetch_add(1, Ordering::Relaxed);
     let tmp = format!("{name}.tmp");
     let f = storage::create_fresh(storage, &tmp)?;
     let mut off = 0;

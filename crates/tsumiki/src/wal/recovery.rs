@@ -8,7 +8,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_SYNCED_BEFORE};
+use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
 use super::storage::{read_all, Storage, StorageFile};
 use super::Release;
 use crate::error::Error;
@@ -25,8 +25,11 @@ pub struct LaneLog {
     pub records: Vec<(u64, u64, usize)>,
     /// The watermark of the last complete flush (ELR), if any flush completed.
     pub watermark: Option<u64>,
-    /// Bytes of blocks cut as a torn tail.
+    /// Blocks after the last valid one that hold anything: a torn flush, or the old
+    /// blocks of a recycled segment.
     pub cut_blocks: u64,
+    /// The generation, which salts its blocks' checksums.
+    generation: u64,
     files: Vec<(String, Box<dyn StorageFile>)>,
     /// Each valid block, in stream order.
     blocks: Vec<BlockSpan>,
@@ -85,7 +88,7 @@ impl LaneLog {
             read_exact_at(&**file, &mut buf, u64::from(b0) * BLOCK as u64).map_err(|e| io(name, e))?;
             for (k, block) in buf.chunks(BLOCK).enumerate() {
                 // Checked again: the bytes are read a second time.
-                match format::open_block(block) {
+                match format::open_block(block, self.generation) {
                     Some(t) if t.used == self.blocks[i + k].used => {
                         self.window.extend_from_slice(&block[..t.used as usize])
                     }
@@ -136,13 +139,17 @@ fn io(what: &str, e: std::io::Error) -> Error {
 }
 
 /// Reads the blocks of one lane (its segments in order, a chunk at a time), checks them,
-/// cuts a torn tail, and finds its records (kept where they are: see [`LaneLog`]).
+/// cuts a torn tail, and finds its records (kept where they are: see [`LaneLog`]). A lane
+/// `closed` by a checkpoint's switch to the next generation was synced up to its block
+/// marked [`FLAG_LANE_END`]: it has no torn tail, and a damaged or missing block before
+/// that end is corruption.
 pub fn read_lane(
     storage: &dyn Storage,
     generation: u64,
     lane: u16,
     segments: &[u64],
     segment_size: u64,
+    closed: bool,
 ) -> Result<LaneLog, Error> {
     let mut files: Vec<(String, Box<dyn StorageFile>)> = Vec::new();
     for (i, &seg) in segments.iter().enumerate() {
@@ -154,13 +161,14 @@ pub fn read_lane(
         files.push((name, f));
     }
     let mut chunk = vec![0u8; LANE_CHUNK];
-    // Segments preallocated ahead of use are all zeros, at full length: not part of the
-    // log. (A shorter or non-zero one is read below, and refused or cut there.)
+    // Segments prepared ahead of use (zero-filled, or recycled from an older generation)
+    // hold no block of this lane and generation, at full length: not part of the log. (A
+    // shorter one, or one holding such a block, is read below, and refused or cut there.)
     while files.len() > 1 {
         let (name, f) = &files[files.len() - 1];
         let len = f.len().map_err(|e| io(name, e))?;
         if len != format::segment_len(files.len() as u64 - 1, segment_size)
-            || !all_zero(&**f, len, &mut chunk).map_err(|e| io(name, e))?
+            || holds_lane_block(&**f, len, generation, lane, &mut chunk).map_err(|e| io(name, e))?
         {
             break;
         }
@@ -170,12 +178,14 @@ pub fn read_lane(
         records: Vec::new(),
         watermark: None,
         cut_blocks: 0,
+        generation,
         files: Vec::new(),
         blocks: Vec::new(),
         window: Vec::new(),
         window_start: 0,
     };
     let mut seq: u32 = 0;
+    let mut ended = false;
     // Stream bytes not parsed yet (a record may span blocks and chunks), from `parsed`.
     let mut pending: Vec<u8> = Vec::new();
     let mut parsed = 0u64;
@@ -202,7 +212,7 @@ pub fn read_lane(
             read_exact_at(&**f, &mut chunk[..n], off).map_err(|e| io(name, e))?;
             for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
                 let b = off / BLOCK as u64 + j as u64;
-                match format::open_block(block) {
+                match format::open_block(block, generation) {
                     Some(t) if t.lane == lane && t.seq == seq => {
                         out.blocks.push(BlockSpan {
                             stream: stream_len,
@@ -216,14 +226,23 @@ pub fn read_lane(
                         if t.flags & FLAG_FLUSH_END != 0 {
                             out.watermark = Some(t.watermark);
                         }
+                        if t.flags & FLAG_LANE_END != 0 {
+                            ended = true;
+                            break 'segs;
+                        }
                     }
                     _ => {
+                        if closed {
+                            return Err(corrupt(format!(
+                                "{name}: block {b} (sequence {seq}) of lane {lane} is damaged or missing before the end the checkpoint gave the lane"
+                            )));
+                        }
                         if !last {
                             return Err(corrupt(format!(
                                 "{name}: block {b} is damaged, and a later segment exists (so it had been synced)"
                             )));
                         }
-                        out.cut_blocks = torn_tail(&**f, name, lane, seq, b, len, &mut chunk)?;
+                        out.cut_blocks = torn_tail(&**f, name, (generation, lane), seq, b, len, &mut chunk)?;
                         break 'segs;
                     }
                 }
@@ -232,6 +251,11 @@ pub fn read_lane(
             take(&mut pending, &mut parsed, &mut out.records)?;
         }
     }
+    if closed && !ended {
+        return Err(corrupt(format!(
+            "lane {lane} of generation {generation} ends at block sequence {seq} without the end the checkpoint gave it: blocks were lost"
+        )));
+    }
     take(&mut pending, &mut parsed, &mut out.records)?;
     out.files = files;
     Ok(out)
@@ -239,12 +263,13 @@ pub fn read_lane(
 
 /// Checks the torn tail of a lane's last segment from its first damaged block `first`,
 /// and returns how many of its blocks hold anything. A torn tail holds only blocks of one
-/// unfinished flush; a valid block past it that says everything before it was synced
-/// means the damaged block had been durable: corruption.
+/// unfinished flush (and, in a recycled segment, old blocks that are not valid in this
+/// generation); a valid block past it that says everything before it was synced means the
+/// damaged block had been durable: corruption.
 fn torn_tail(
     f: &dyn StorageFile,
     name: &str,
-    lane: u16,
+    (generation, lane): (u64, u16),
     seq: u32,
     first: u64,
     len: u64,
@@ -258,7 +283,7 @@ fn torn_tail(
         for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
             let b = off / BLOCK as u64 + j as u64;
             if b > first {
-                if let Some(t) = format::open_block(block) {
+                if let Some(t) = format::open_block(block, generation) {
                     if t.lane == lane && t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
                         return Err(corrupt(format!(
                             "{name}: block {first} is damaged but block sequence {} after it was synced later",
@@ -274,18 +299,25 @@ fn torn_tail(
     Ok(nonzero)
 }
 
-/// Whether the first `len` bytes of `f` are all zero.
-fn all_zero(f: &dyn StorageFile, len: u64, chunk: &mut [u8]) -> std::io::Result<bool> {
+/// Whether any block in the first `len` bytes of `f` is a valid block of `lane` in
+/// `generation`.
+fn holds_lane_block(
+    f: &dyn StorageFile,
+    len: u64,
+    generation: u64,
+    lane: u16,
+    chunk: &mut [u8],
+) -> std::io::Result<bool> {
     let mut off = 0;
     while off < len {
         let n = (chunk.len() as u64).min(len - off) as usize;
         read_exact_at(f, &mut chunk[..n], off)?;
-        if chunk[..n].iter().any(|&b| b != 0) {
-            return Ok(false);
+        if chunk[..n].chunks(BLOCK).any(|b| format::open_block(b, generation).is_some_and(|t| t.lane == lane)) {
+            return Ok(true);
         }
         off += n as u64;
     }
-    Ok(true)
+    Ok(false)
 }
 
 /// Hands each complete record at the start of `stream` to `f` with its offset in
@@ -437,7 +469,7 @@ fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Ve
 pub fn records_logged(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<u64, Error> {
     let mut n = 0;
     for (lane, segs) in segments_of(storage, generation)? {
-        match read_lane(storage, generation, lane, &segs, segment_size) {
+        match read_lane(storage, generation, lane, &segs, segment_size, false) {
             Ok(log) => n += log.records.len() as u64,
             Err(Error::Io { .. }) => {}
             Err(e) => return Err(e),
@@ -465,12 +497,15 @@ pub fn replay(
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
     let mut logs: Vec<LaneLog> = Vec::new();
-    for &generation in generations {
+    for (i, &generation) in generations.iter().enumerate() {
         let lanes = segments_of(storage, generation)?;
         let mut ids: Vec<u16> = lanes.keys().copied().collect();
         ids.sort_unstable();
+        // The next generation's logs exist only once every lane of this one was closed
+        // and synced.
+        let closed = i + 1 < generations.len();
         for id in ids {
-            let log = read_lane(storage, generation, id, &lanes[&id], segment_size)?;
+            let log = read_lane(storage, generation, id, &lanes[&id], segment_size, closed)?;
             stats.cut_blocks += log.cut_blocks;
             stats.records_read += log.records.len() as u64;
             logs.push(log);
@@ -540,11 +575,14 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
 }
 
 /// Every key the records of generation `generation`'s logs write, sorted and unique:
-/// what changed since the checkpoint that started it. The lanes were closed and synced by
-/// the switch to the next generation, so every block up to a lane's end is valid: a
-/// damaged one is an error (a key missed here would be lost with the log), not a tail.
-/// Segments are read a chunk at a time into one buffer (no copy of the log in memory).
-pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<KeyList, Error> {
+/// what changed since the checkpoint that started it. The lanes were synced, so every
+/// block up to a lane's end is valid: a damaged one is an error (a key missed here would
+/// be lost with the log), not a tail. When the lanes were `closed` by the switch to the
+/// next generation, each ends with a block marked [`FLAG_LANE_END`], and a lane that does
+/// not (blocks lost at its end) is an error too; otherwise (at close) a lane ends at its
+/// first block that is not valid in this generation. Segments are read a chunk at a time
+/// into one buffer (no copy of the log in memory).
+pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64, closed: bool) -> Result<KeyList, Error> {
     let lanes = segments_of(storage, generation)?;
     let mut keys = KeyList::default();
     let mut chunk = vec![0u8; LANE_CHUNK];
@@ -552,6 +590,7 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
     for (&lane, segs) in &lanes {
         stream.clear();
         let mut seq: u32 = 0;
+        let mut ended = false;
         'lane: for (i, &seg) in segs.iter().enumerate() {
             let name = format::segment_name(generation, lane, seg);
             if seg != i as u64 {
@@ -565,18 +604,31 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
                 read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
                 off += n as u64;
                 for block in chunk[..n].chunks(BLOCK) {
-                    match format::open_block(block) {
+                    match format::open_block(block, generation) {
                         Some(t) if t.lane == lane && t.seq == seq => {
                             stream.extend_from_slice(&block[..t.used as usize]);
                             seq = seq.wrapping_add(1);
+                            if t.flags & FLAG_LANE_END != 0 {
+                                ended = true;
+                                break 'lane;
+                            }
                         }
-                        // The lane's end: the rest of a preallocated segment.
-                        _ if block.iter().all(|&b| b == 0) => break 'lane,
-                        _ => return Err(corrupt(format!("{name}: a damaged block in a closed lane"))),
+                        _ if closed => {
+                            return Err(corrupt(format!(
+                                "{name}: block {seq} of lane {lane} is damaged or missing, before the lane's end"
+                            )))
+                        }
+                        // The lane's end: the rest of a prepared segment.
+                        _ => break 'lane,
                     }
                 }
                 take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
             }
+        }
+        if closed && !ended {
+            return Err(corrupt(format!(
+                "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
+            )));
         }
         // The blocks read before the lane's end.
         take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
@@ -655,8 +707,23 @@ fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], of
 /// the master record naming `keep` is durable: nothing is deleted before the state that
 /// replaces it is.
 pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> {
-    for n in storage.list().map_err(|e| io("listing the database directory", e))? {
-        let stale = match format::parse_segment_name(&n) {
+    let listed = storage.list().map_err(|e| io("listing the database directory", e))?;
+    for n in stale_names(listed, keep) {
+        match storage.remove(&n) {
+            // A background preparation may have renamed a recycled segment meanwhile.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&n, e)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The names among `listed` that the master record naming generation `keep` makes
+/// obsolete: older generations' log segments and temporary files.
+pub fn stale_names(listed: Vec<String>, keep: u64) -> Vec<String> {
+    listed
+        .into_iter()
+        .filter(|n| match format::parse_segment_name(n) {
             Some((g, _, _)) => g < keep,
             // A segment being preallocated (the lanes' background preparation may run
             // during a checkpoint): only an older generation's.
@@ -664,10 +731,6 @@ pub fn remove_stale(storage: &Arc<dyn Storage>, keep: u64) -> Result<(), Error> 
                 Some(Some((g, _, _))) => g < keep,
                 _ => n.ends_with(".tmp") && n != "MASTER.tmp",
             },
-        };
-        if stale {
-            storage.remove(&n).map_err(|e| io(&n, e))?;
-        }
-    }
-    Ok(())
+        })
+        .collect()
 }
