@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
-use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
@@ -68,6 +68,9 @@ pub(crate) struct TxnBufs<P: Protocol> {
     spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
+    /// The leaf the last put reached: the next put starts there when its key falls in it
+    /// (an ascending fill skips the descent).
+    leaf_hint: Option<LeafHint>,
     /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
     /// unchanged, no record of the write set left memory.
     evict_mark: u64,
@@ -116,6 +119,7 @@ impl<P: Protocol> TxnBufs<P> {
             created_keys: Vec::new(),
             spare: Vec::new(),
             key_buf: Vec::new(),
+            leaf_hint: None,
             evict_mark: 0,
             key_pos: std::collections::HashMap::new(),
         }
@@ -296,10 +300,13 @@ const MIN_REPLAY_BYTES: usize = 1 << 10;
 /// What a checkpoint or close reads. Safe while transactions run: the caller is inside a
 /// transaction's slot (or at close), so no record it meets is freed meanwhile.
 impl<P: Protocol> CommittedState for Engine<P> {
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+    fn get_sorted<'k>(&self, keys: &mut dyn Iterator<Item = &'k [u8]>, f: &mut dyn FnMut(&'k [u8], Option<Vec<u8>>)) {
         let guard = epoch::pin();
-        let rec = self.lookup(key, &guard)?;
-        self.proto.committed_value(rec, &guard)
+        self.index.get_sorted(keys, &guard, |k, p| {
+            // SAFETY: as in `lookup`: the record was in the index under this pin, and
+            // records are freed only after every pin entered before they left it.
+            f(k, p.and_then(|p| self.proto.committed_value(unsafe { &*p.0 }, &guard)))
+        });
     }
 
     /// Every record's latest committed value, in key order, a chunk at a time (never a
@@ -1498,7 +1505,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         loop {
             // One descent serves both cases: an existing key (an update) is found by a plain
             // lookup in the leaf, cheaper than the successor search a new key needs.
-            let mut at = eng.index.cursor(key, guard);
+            let hint = self.b().leaf_hint;
+            let mut at = eng.index.cursor_near(key, hint.as_ref(), guard);
+            self.b().leaf_hint = Some(at.hint());
             if let Some(r) = at.get() {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 let r: &'a P::Record = unsafe { &*r.0 };

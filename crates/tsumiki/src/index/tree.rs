@@ -63,6 +63,14 @@ impl Path {
     }
 }
 
+/// Where a thread's last descent ended (a leaf's pid and the path above it): its next
+/// seek starts there when the key falls in that leaf, so sequential keys skip the descent.
+#[derive(Clone, Copy)]
+pub struct LeafHint {
+    pid: Pid,
+    path: Path,
+}
+
 /// The leaf a descent reached for a key: its pid, the head seen and the path above it.
 /// Valid under the guard it was found with (a pid is reused only after an epoch passes).
 pub(crate) struct LeafPos<'g, V> {
@@ -430,6 +438,37 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         LeafPos { pid, head, path }
     }
 
+    /// [`seek`](Self::seek), starting from `hint`'s leaf when that leaf covers `key` now
+    /// (its current head is a leaf whose range holds `key`, with no structure change
+    /// under way): what a descent would end with, since in a B-link tree the node whose
+    /// range holds a key is the right one however it was reached.
+    pub(crate) fn seek_near<'g>(&self, key: &[u8], hint: Option<&LeafHint>, guard: &'g Guard) -> LeafPos<'g, V> {
+        if let Some(h) = hint {
+            let head = self.load(h.pid, guard);
+            if self.covers(head, key, guard) {
+                return LeafPos { pid: h.pid, head, path: h.path };
+            }
+        }
+        self.seek(key, guard)
+    }
+
+    /// Whether `head` (null, or loaded under `guard`) is a leaf with no structure change
+    /// under way whose range holds `key`.
+    fn covers(&self, head: Shared<'_, Node<V>>, key: &[u8], guard: &Guard) -> bool {
+        // SAFETY: loaded under `guard`; null is handled.
+        let Some(h) = (unsafe { head.as_ref() }) else { return false };
+        if h.level != 0 {
+            return false;
+        }
+        let seen = self.inspect(h, guard);
+        seen.smo.is_none() && (seen.surely_inside(prefix(key)) || !(seen.range.below(key) || seen.range.beyond(key)))
+    }
+
+    /// Where `pos` is, for [`seek_near`](Self::seek_near).
+    pub(crate) fn hint_of(pos: &LeafPos<'_, V>) -> LeafHint {
+        LeafHint { pid: pos.pid, path: pos.path }
+    }
+
     /// Brings `pos` up to date for `key`: re-validates its leaf from the mapping table (moving
     /// right past a split), or descends again when the leaf no longer covers `key`.
     /// Returns whether the leaf may have changed: `false` means the same head is still
@@ -447,6 +486,25 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
         // SAFETY: a non-null head from `settle`, protected by `guard`.
         (pos.pid, pos.head) != before || unsafe { node_ref(pos.head) }.is_smo()
+    }
+
+    /// Looks up ascending `keys` one after another, handing each key and its value to `f`:
+    /// keys that fall in the leaf of the one before reuse that leaf (no descent). Each
+    /// answer is the leaf as of its descent: a write made since may be missed, one made
+    /// before it never is.
+    pub(crate) fn get_sorted<'g, 'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        guard: &'g Guard,
+        mut f: impl FnMut(&'k [u8], Option<&'g V>),
+    ) {
+        let mut pos: Option<LeafPos<'g, V>> = None;
+        for key in keys {
+            if !pos.as_ref().is_some_and(|p| self.covers(p.head, key, guard)) {
+                pos = Some(self.seek(key, guard));
+            }
+            f(key, self.get_at(pos.as_ref().expect("set above"), key, guard));
+        }
     }
 
     /// The value of `key` in the leaf at `pos` (which must cover `key`).
