@@ -32,6 +32,7 @@ mod tree;
 
 use crossbeam_epoch::{self as epoch, Guard};
 
+pub(crate) use node::prefix;
 pub use tree::LeafHint;
 use tree::{LeafPos, Tree, WriteOp};
 

@@ -14,7 +14,7 @@
 //!   with improvement (a), the thread whose numbered delta hits the threshold consolidates
 //!   the chain below it and swaps it under that delta, which cannot fail.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -453,7 +453,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     }
 
     /// Whether `head` (null, or loaded under `guard`) is a leaf with no structure change
-    /// under way whose range holds `key`.
+    /// under way (none, or a split already posted to the parent) whose range holds `key`.
     fn covers(&self, head: Shared<'_, Node<V>>, key: &[u8], guard: &Guard) -> bool {
         // SAFETY: loaded under `guard`; null is handled.
         let Some(h) = (unsafe { head.as_ref() }) else { return false };
@@ -461,7 +461,14 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             return false;
         }
         let seen = self.inspect(h, guard);
-        seen.smo.is_none() && (seen.surely_inside(prefix(key)) || !(seen.range.below(key) || seen.range.beyond(key)))
+        // A completed split leaves this node's range as the split delta says: what a
+        // descent would find too (it only checks the posting, already done).
+        let settled = match seen.smo.map(|s| &s.kind) {
+            None => true,
+            Some(Kind::Split { posted, .. }) => posted.load(Ordering::Acquire),
+            Some(_) => false,
+        };
+        settled && (seen.surely_inside(prefix(key)) || !(seen.range.below(key) || seen.range.beyond(key)))
     }
 
     /// Where `pos` is, for [`seek_near`](Self::seek_near).
@@ -902,7 +909,8 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         };
         self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
         let range = Arc::new(Range::new(b.range.low.clone(), Some(sep.clone()), q));
-        let split = Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range }));
+        let split =
+            Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range, posted: AtomicBool::new(false) }));
         match self.install_smo(pid, nb, split, guard) {
             Ok(s) => {
                 bump(&self.counters.splits);
@@ -931,7 +939,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         help: u32,
         own: bool,
     ) -> Result<(), Restart> {
-        let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
+        let Kind::Split { sep, right: q, posted, .. } = &split.kind else { return Ok(()) };
+        if posted.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if help > MAX_HELP {
             return Err(Restart);
         }
@@ -958,10 +969,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             }
             // SAFETY: non-null head from `settle`.
             if inner_route(unsafe { node_ref(phead) }, sep, guard) == *q {
+                posted.store(true, Ordering::Release);
                 return Ok(());
             }
             let delta = Owned::new(Node::delta(split.level + 1, Kind::IndexInsert { sep: sep.clone(), child: *q }));
             if let Ok(d) = self.install(&ip, delta, 1, guard) {
+                posted.store(true, Ordering::Release);
                 if !own {
                     bump(&self.counters.helped_splits);
                 }
