@@ -563,7 +563,8 @@ fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
         }
         let key = k(n);
         let guard = crossbeam_epoch::pin();
-        let mut at = if i % 2 == 0 { tree.cursor(&key, &guard) } else { tree.cursor_near(&key, hint.as_ref(), &guard) };
+        let mut at =
+            if i % 2 == 0 { tree.cursor(&key, &guard) } else { tree.cursor_near(&key, hint.as_ref(), &guard).0 };
         hint = Some(at.hint());
         let seen = (at.get().copied(), at.first_from(false).map(|(a, b)| (a.to_vec(), *b)));
         assert_eq!(seen.0, model.get(&key).copied(), "op {i}: get");

@@ -71,6 +71,12 @@ pub(crate) struct TxnBufs<P: Protocol> {
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
     leaf_hint: Option<LeafHint>,
+    /// Puts in a row whose key was not in the hinted leaf: past a few (random keys), the
+    /// hint is tried only now and then, since each miss costs a look at that leaf.
+    hint_misses: u32,
+    /// Whether the last put made a new record: the next one then looks for its key's
+    /// successor at once (what an insert needs) instead of first looking the key up.
+    last_put_new: bool,
     /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
     /// unchanged, no record of the write set left memory.
     evict_mark: u64,
@@ -120,6 +126,8 @@ impl<P: Protocol> TxnBufs<P> {
             spare: Vec::new(),
             key_buf: Vec::new(),
             leaf_hint: None,
+            hint_misses: 0,
+            last_put_new: false,
             evict_mark: 0,
             key_pos: std::collections::HashMap::new(),
         }
@@ -1504,11 +1512,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let eng = self.eng;
         loop {
             // One descent serves both cases: an existing key (an update) is found by a plain
-            // lookup in the leaf, cheaper than the successor search a new key needs.
-            let hint = self.b().leaf_hint;
-            let mut at = eng.index.cursor_near(key, hint.as_ref(), guard);
-            self.b().leaf_hint = Some(at.hint());
-            if let Some(r) = at.get() {
+            // lookup in the leaf, cheaper than the successor search a new key needs; after
+            // an insert, the next put is likely one too and goes to the successor search.
+            let b = self.b();
+            let try_hint = b.hint_misses < 4 || b.hint_misses.is_multiple_of(64);
+            let hint = b.leaf_hint.filter(|_| try_hint);
+            let (mut at, hinted) = eng.index.cursor_near(key, hint.as_ref(), guard);
+            let b = self.b();
+            b.leaf_hint = Some(at.hint());
+            b.hint_misses = if hinted { 0 } else { b.hint_misses.saturating_add(1) };
+            let existing = if b.last_put_new { None } else { at.get() };
+            if let Some(r) = existing {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 let r: &'a P::Record = unsafe { &*r.0 };
                 match self.write_existing(key, r, Some(value), guard) {
@@ -1518,7 +1532,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Failed) => return self.failed(),
                 }
             }
-            let step = match self.place_at(&mut at, key, guard) {
+            let placed = self.place_at(&mut at, key, guard);
+            self.b().last_put_new = matches!(placed, Ok(Place::New(_)));
+            let step = match placed {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
                 Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
                 Ok(Place::Retry) => Err(Access::Removed),

@@ -287,20 +287,22 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
     /// assert_eq!(tree.get(b"b").unwrap(), Some(2));
     /// ```
     pub fn cursor<'g, 'k>(&'g self, key: &'k [u8], guard: &'g Guard) -> Cursor<'g, 'k, V> {
-        self.cursor_near(key, None, guard)
+        self.cursor_near(key, None, guard).0
     }
 
     /// [`cursor`](Self::cursor), without the descent when `hint` (an earlier cursor's
     /// [`Cursor::hint`]) names a leaf that covers `key` now: sequential keys, as an
-    /// ascending fill writes them, find their leaf with one mapping-table load.
+    /// ascending fill writes them, find their leaf with one mapping-table load. Also says
+    /// whether the hint was used (a caller whose keys do not follow each other can stop
+    /// passing one).
     pub fn cursor_near<'g, 'k>(
         &'g self,
         key: &'k [u8],
         hint: Option<&LeafHint>,
         guard: &'g Guard,
-    ) -> Cursor<'g, 'k, V> {
-        let pos = self.tree.seek_near(key, hint, guard);
-        Cursor { tree: &self.tree, pos, key, guard, beyond: std::cell::Cell::new(false) }
+    ) -> (Cursor<'g, 'k, V>, bool) {
+        let (pos, hinted) = self.tree.seek_near(key, hint, guard);
+        (Cursor { tree: &self.tree, pos, key, guard, beyond: std::cell::Cell::new(false) }, hinted)
     }
 
     /// Looks up ascending `keys`, handing each key and its value (borrowed from the tree's

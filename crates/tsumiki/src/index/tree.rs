@@ -442,14 +442,20 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     /// (its current head is a leaf whose range holds `key`, with no structure change
     /// under way): what a descent would end with, since in a B-link tree the node whose
     /// range holds a key is the right one however it was reached.
-    pub(crate) fn seek_near<'g>(&self, key: &[u8], hint: Option<&LeafHint>, guard: &'g Guard) -> LeafPos<'g, V> {
+    /// Also says whether the hint was used.
+    pub(crate) fn seek_near<'g>(
+        &self,
+        key: &[u8],
+        hint: Option<&LeafHint>,
+        guard: &'g Guard,
+    ) -> (LeafPos<'g, V>, bool) {
         if let Some(h) = hint {
             let head = self.load(h.pid, guard);
             if self.covers(head, key, guard) {
-                return LeafPos { pid: h.pid, head, path: h.path };
+                return (LeafPos { pid: h.pid, head, path: h.path }, true);
             }
         }
-        self.seek(key, guard)
+        (self.seek(key, guard), false)
     }
 
     /// Whether `head` (null, or loaded under `guard`) is a leaf with no structure change
