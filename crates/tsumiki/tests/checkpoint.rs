@@ -56,11 +56,11 @@ fn logs_stop_growing_and_recovery_replays_only_the_tail() {
         assert!(stats.checkpoints >= 30, "{release:?}: {stats:?}");
         assert!(peak < 32 << 20, "{release:?}: {peak} bytes on disk at the peak");
         assert!(log_files(dir.path()) <= 64, "{release:?}: {} log files", log_files(dir.path()));
-        // Each generation's lanes reuse the segments of the one before instead of
-        // zero-filling new ones, except the first two of a generation (prepared before
-        // the checkpoint that frees the older ones is durable).
-        assert!(stats.segments_recycled >= stats.checkpoints, "{release:?}: {stats:?}");
-        assert!(stats.segments_zeroed <= 3 * stats.checkpoints + 8, "{release:?}: {stats:?}");
+        // Each generation's lanes reuse the segments of the ones before instead of
+        // zero-filling new ones (measured: ~4 reused and ~1.1 zero-filled per checkpoint;
+        // without reuse every segment is zero-filled).
+        assert!(stats.segments_recycled >= 2 * stats.checkpoints, "{release:?}: {stats:?}");
+        assert!(stats.segments_zeroed <= 2 * stats.checkpoints + 8, "{release:?}: {stats:?}");
         db.abandon_for_tests();
         let db = Db::open(dir.path(), o).unwrap();
         let r = db.recovery_stats().unwrap();

@@ -756,20 +756,25 @@ impl Wal {
     }
 
     /// Once the master record naming generation `keep` is durable: keeps the older
-    /// generations' log segments for reuse, except those kept at the previous call and
-    /// not reused since (the logs of one generation bound what is kept, and an idle
-    /// database keeps nothing), and removes every other obsolete file.
+    /// generations' log segments for reuse, and removes every other obsolete file. What is
+    /// kept is bounded by twice the bytes of the generation that just ended (the oldest
+    /// kept segments go first): the lanes run on while a checkpoint writes its pages, so
+    /// the first segments of a generation are prepared before the checkpoint that frees
+    /// the previous one is durable, and take what the one before that left. An idle
+    /// database keeps nothing.
     pub(crate) fn retire(&self, keep: u64) -> Result<(), Error> {
         let mut free = self.recycled.free.lock();
         let remove = |n: &str| match self.storage.remove(n) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(format!("removing {n}"), e)),
             _ => Ok(()),
         };
-        for (n, _) in free.drain(..) {
-            remove(&n)?;
-        }
+        let kept: std::collections::HashSet<String> = free.iter().map(|(n, _)| n.clone()).collect();
+        let mut added = 0u64;
         let listed = self.storage.list().map_err(|e| Error::io("listing the database directory", e))?;
         for n in recovery::stale_names(listed, keep) {
+            if kept.contains(&n) {
+                continue;
+            }
             let full = match format::parse_segment_name(&n) {
                 Some((_, _, seg)) => {
                     let want = format::segment_len(seg, self.opts.segment_size);
@@ -779,9 +784,21 @@ impl Wal {
                 None => None,
             };
             match full {
-                Some(len) => free.push((n, len)),
+                Some(len) => {
+                    added += len;
+                    free.push((n, len));
+                }
                 None => remove(&n)?,
             }
+        }
+        let mut total: u64 = free.iter().map(|&(_, len)| len).sum();
+        let mut oldest = 0;
+        while total > 2 * added && oldest < free.len() {
+            total -= free[oldest].1;
+            oldest += 1;
+        }
+        for (n, _) in free.drain(..oldest) {
+            remove(&n)?;
         }
         Ok(())
     }
@@ -1047,7 +1064,8 @@ fn prepare_segment(
     {
         let mut free = recycled.free.lock();
         if let Some(i) = free.iter().position(|&(_, len)| len == size) {
-            let (old, _) = free.swap_remove(i);
+            // `remove`, not `swap_remove`: the list stays oldest first for `retire`.
+            let (old, _) = free.remove(i);
             storage.rename(&old, name)?;
             drop(free);
             if sync {
