@@ -276,3 +276,36 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
     let (never, _, replayed) = checkpoints(0, 10);
     assert_eq!((never, replayed), (0, 10), "a zero interval disables the trigger");
 }
+
+/// The log segments kept for reuse are deleted once checkpoints stop coming: a database
+/// that goes idle after a burst keeps only its current generation's logs.
+#[test]
+fn an_idle_database_keeps_no_recycled_segments() {
+    let generations = |dir: &Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let n = e.unwrap().file_name().to_string_lossy().into_owned();
+                n.strip_prefix("wal-").map(|r| r[..10].to_string())
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(Cc::TicToc, Release::Nlr, 64 << 10);
+    o.log.checkpoint_interval = std::time::Duration::from_millis(200);
+    let db = Db::open(dir.path(), o).unwrap();
+    for i in 0..2000u32 {
+        db.run(|t| t.put(&(i % 100).to_be_bytes(), &[7u8; 100])).unwrap();
+    }
+    assert!(db.wal_stats().unwrap().checkpoints >= 10);
+    // Right after the burst, older generations' segments are kept for reuse.
+    let busy = generations(dir.path());
+    assert!(busy.len() >= 2, "generations on disk after the burst: {busy:?}");
+    // Idle: one checkpoint by time for the last writes, then the kept segments go.
+    let start = std::time::Instant::now();
+    while generations(dir.path()).len() > 1 && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(generations(dir.path()).len(), 1, "{:?}", generations(dir.path()));
+    db.close().unwrap();
+}

@@ -338,12 +338,17 @@ fn lane_blocks(first: u64, n: usize, salt: u64, end: bool) -> Vec<u8> {
     seg
 }
 
-/// Orders of the records `read_lane` finds in generation 2's lane 0 (one 16 KiB segment).
-fn lane_orders(seg: Vec<u8>, closed: bool) -> Result<Vec<u64>, Error> {
+/// Storage holding `seg` as generation 2's lane 0 (one 16 KiB segment).
+fn one_lane(seg: Vec<u8>) -> SimStorage {
     let disk = SimStorage::new(1);
     let mut img = disk.crash();
     img.insert(&format::segment_name(2, 0, 0), seg);
-    let log = recovery::read_lane(&SimStorage::from_image(&img, 0), 2, 0, &[0], 4 * BLOCK as u64, closed)?;
+    SimStorage::from_image(&img, 0)
+}
+
+/// Orders of the records `read_lane` finds in generation 2's lane 0 (one 16 KiB segment).
+fn lane_orders(seg: Vec<u8>, closed: bool) -> Result<Vec<u64>, Error> {
+    let log = recovery::read_lane(&one_lane(seg), 2, 0, &[0], 4 * BLOCK as u64, closed)?;
     Ok(log.records.iter().map(|r| r.0).collect())
 }
 
@@ -379,8 +384,27 @@ fn a_closed_lane_without_its_end_block_is_corrupt() {
         r => panic!("a closed lane that lost its end block read as {r:?}"),
     }
     // Read as the live lane, the same bytes are a torn tail: cut.
-    assert_eq!(lane_orders(zeroed, false).unwrap(), vec![1, 2]);
-    let mut damaged = whole;
+    assert_eq!(lane_orders(zeroed.clone(), false).unwrap(), vec![1, 2]);
+    let mut damaged = whole.clone();
     damaged[BLOCK + 10] ^= 1;
-    assert!(matches!(lane_orders(damaged, true), Err(Error::Corrupt(_))));
+    assert!(matches!(lane_orders(damaged.clone(), true), Err(Error::Corrupt(_))));
+    // Every block valid, but none marked as the end (the end block and what followed it
+    // lost, or the segment replaced by an older copy): closed, it is corrupt.
+    let unmarked = lane_blocks(1, 3, 2, false);
+    match lane_orders(unmarked.clone(), true) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("the end"), "{m}"),
+        r => panic!("a closed lane without an end block read as {r:?}"),
+    }
+    assert_eq!(lane_orders(unmarked.clone(), false).unwrap(), vec![1, 2, 3]);
+    // A full segment of valid blocks and no later one: the lane runs out before its end.
+    match lane_orders(lane_blocks(1, 4, 2, false), true) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("without the end"), "{m}"),
+        r => panic!("a closed lane whose last segment lacks the end block read as {r:?}"),
+    }
+    // The checkpoint's (and close's) read of a generation's keys applies the same rule.
+    let keys = |seg: Vec<u8>| recovery::logged_keys(&one_lane(seg), 2, 4 * BLOCK as u64).map(|k| k.len());
+    assert_eq!(keys(whole).unwrap(), 3);
+    for (what, seg) in [("unmarked", unmarked), ("zeroed", zeroed), ("damaged", damaged)] {
+        assert!(matches!(keys(seg), Err(Error::Corrupt(_))), "{what}");
+    }
 }

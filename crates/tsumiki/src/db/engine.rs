@@ -453,6 +453,14 @@ impl<P: Protocol> Engine<P> {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due_by_time())
     }
 
+    /// Deletes log segments kept for reuse once checkpoints stopped coming (see
+    /// `Wal::release_idle_segments`).
+    pub(crate) fn release_idle_segments(&self) {
+        if let Some(d) = self.durable.as_ref() {
+            d.wal.release_idle_segments();
+        }
+    }
+
     /// Whether a checkpoint is due by log volume or cache pressure.
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)

@@ -211,6 +211,8 @@ impl Checkpointer {
                 if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
                     // A failure poisons the log; commits report it.
                     let _ = eng.checkpoint_now();
+                } else {
+                    eng.release_idle_segments();
                 }
             }
         });

@@ -351,7 +351,7 @@ impl Durable {
             return Ok(());
         }
         self.wal.check()?;
-        self.wal.flush_all()?;
+        self.wal.close_lanes()?;
         let opts = &self.wal.opts;
         if opts.mode != LogMode::None && self.wal.stats().records == 0 {
             // Nothing was committed since open: the state is still the one this generation
@@ -363,7 +363,7 @@ impl Durable {
             .generation
             .checked_add(1)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
-        let t = self.write_pages(&mut current, g, state, false)?;
+        let t = self.write_pages(&mut current, g, state)?;
         recovery::write_master(&*self.storage, &master(g, Some(t), true, opts))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
@@ -371,16 +371,10 @@ impl Durable {
 
     /// Writes what changed in the generation that just ended (`current.generation`) into
     /// the pages, for generation `g`, and the table; returns the table's address. The
-    /// lanes were `closed` by a switch to `g` (a checkpoint), or only flushed (close).
-    fn write_pages(
-        &self,
-        current: &mut Current,
-        g: u64,
-        state: &dyn CommittedState,
-        closed: bool,
-    ) -> Result<ImageRef, Error> {
+    /// lanes were ended (by a checkpoint's switch to `g`, or a close).
+    fn write_pages(&self, current: &mut Current, g: u64, state: &dyn CommittedState) -> Result<ImageRef, Error> {
         if self.logs_readable {
-            let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size, closed)?;
+            let keys = recovery::logged_keys(&*self.storage, current.generation, self.wal.opts.segment_size)?;
             current.pages.apply(g, &mut LatestValues { keys, state })?;
         } else {
             current.pages.rebuild(g, &mut |f| state.scan(f))?;
@@ -465,7 +459,7 @@ impl Durable {
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();
-        let t = self.write_pages(current, g, state, true).map_err(poison)?;
+        let t = self.write_pages(current, g, state).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
         let m = master(g, Some(t), false, opts);

@@ -959,6 +959,28 @@ impl Wal {
     /// durable, as a new lane's does.
     pub(crate) fn switch_generation(&self, g: u64) -> Result<(), Error> {
         let _creating = self.create_lane.lock();
+        let lanes = self.end_lanes(|io| {
+            io.file = None;
+            io.gen = g;
+            io.seg = 0;
+            io.off = 0;
+            io.seq = 0;
+            io.all_synced = true;
+        })?;
+        self.generation.store(g, Ordering::Release);
+        for lane in &lanes {
+            self.flush_lane(lane, true)?;
+        }
+        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        *self.checkpoint_time.lock() = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Writes and syncs every lane's pending records, the last block marked as the lane's
+    /// end in its generation ([`FLAG_LANE_END`]: a checkpoint's switch, or a close, after
+    /// which the generation's logs are read back as closed lanes), then hands each lane's
+    /// file side to `then`. No commit may be between its append and its install.
+    fn end_lanes(&self, mut then: impl FnMut(&mut LaneIo)) -> Result<Vec<Arc<Lane>>, Error> {
         self.join_preparations();
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for lane in &lanes {
@@ -975,22 +997,41 @@ impl Wal {
             };
             let (buf, ends, appended, horizon) = taken;
             self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true)?;
-            if let Some(f) = io.file.take() {
-                self.sync(&*f)?;
+            // A closing write that crossed into a new segment started preparing the next
+            // one, which the closed generation will not use: no thread outlives the lane.
+            if let Some(h) = io.next.take() {
+                let _ = h.join();
             }
-            io.gen = g;
-            io.seg = 0;
-            io.off = 0;
-            io.seq = 0;
-            io.all_synced = true;
+            if let Some(f) = io.file.as_deref() {
+                self.sync(f)?;
+            }
+            then(&mut io);
         }
-        self.generation.store(g, Ordering::Release);
-        for lane in &lanes {
-            self.flush_lane(lane, true)?;
+        Ok(lanes)
+    }
+
+    /// Ends every lane (see [`end_lanes`](Self::end_lanes)) at close, so that the close's
+    /// read of the logs can tell a lost block from the lane's end.
+    pub(crate) fn close_lanes(&self) -> Result<(), Error> {
+        self.end_lanes(|_| {}).map(|_| ())
+    }
+
+    /// Deletes the segments kept for reuse once no checkpoint came for
+    /// [`LogOptions::checkpoint_interval`] (60 s if that is zero): a database gone idle
+    /// keeps no log it is not using.
+    pub(crate) fn release_idle_segments(&self) {
+        let every = match self.opts.checkpoint_interval {
+            d if d.is_zero() => Duration::from_secs(60),
+            d => d,
+        };
+        if self.checkpoint_time.lock().elapsed() < every {
+            return;
         }
-        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
-        *self.checkpoint_time.lock() = std::time::Instant::now();
-        Ok(())
+        let mut free = self.recycled.free.lock();
+        // A file that cannot be removed now is removed at close or the next open.
+        for (n, _) in free.drain(..) {
+            let _ = self.storage.remove(&n);
+        }
     }
 
     /// Counts a completed checkpoint, which wrote `written` bytes to the page store.
@@ -1005,7 +1046,8 @@ impl Wal {
         self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// Writes and syncs every lane (at close).
+    /// Writes and syncs every lane (a checkpoint, after its page writes: every value the
+    /// pages hold is then in a durable record).
     pub(crate) fn flush_all(&self) -> Result<(), Error> {
         self.join_preparations();
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
@@ -1066,13 +1108,19 @@ fn prepare_segment(
         if let Some(i) = free.iter().position(|&(_, len)| len == size) {
             // `remove`, not `swap_remove`: the list stays oldest first for `retire`.
             let (old, _) = free.remove(i);
-            storage.rename(&old, name)?;
-            drop(free);
-            if sync {
-                storage.sync_dir()?;
+            match storage.rename(&old, name) {
+                Ok(()) => {
+                    drop(free);
+                    if sync {
+                        storage.sync_dir()?;
+                    }
+                    recycled.reused.fetch_add(1, Ordering::Relaxed);
+                    return storage.open(name, false);
+                }
+                // Removed meanwhile (by hand, or an older-log removal): zero-fill one.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
             }
-            recycled.reused.fetch_add(1, Ordering::Relaxed);
-            return storage.open(name, false);
         }
     }
     recycled.zeroed.fetch_add(1, Ordering::Relaxed);

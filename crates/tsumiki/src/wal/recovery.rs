@@ -575,14 +575,12 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
 }
 
 /// Every key the records of generation `generation`'s logs write, sorted and unique:
-/// what changed since the checkpoint that started it. The lanes were synced, so every
-/// block up to a lane's end is valid: a damaged one is an error (a key missed here would
-/// be lost with the log), not a tail. When the lanes were `closed` by the switch to the
-/// next generation, each ends with a block marked [`FLAG_LANE_END`], and a lane that does
-/// not (blocks lost at its end) is an error too; otherwise (at close) a lane ends at its
-/// first block that is not valid in this generation. Segments are read a chunk at a time
-/// into one buffer (no copy of the log in memory).
-pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64, closed: bool) -> Result<KeyList, Error> {
+/// what changed since the checkpoint that started it. The lanes were ended (by the switch
+/// to the next generation, or a close): synced, each up to a block marked
+/// [`FLAG_LANE_END`]. A damaged or missing block before that end is an error (a key
+/// missed here would be lost with the log), not a tail. Segments are read a chunk at a
+/// time into one buffer (no copy of the log in memory).
+pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<KeyList, Error> {
     let lanes = segments_of(storage, generation)?;
     let mut keys = KeyList::default();
     let mut chunk = vec![0u8; LANE_CHUNK];
@@ -613,19 +611,17 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64, cl
                                 break 'lane;
                             }
                         }
-                        _ if closed => {
+                        _ => {
                             return Err(corrupt(format!(
                                 "{name}: block {seq} of lane {lane} is damaged or missing, before the lane's end"
                             )))
                         }
-                        // The lane's end: the rest of a prepared segment.
-                        _ => break 'lane,
                     }
                 }
                 take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
             }
         }
-        if closed && !ended {
+        if !ended {
             return Err(corrupt(format!(
                 "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
             )));
