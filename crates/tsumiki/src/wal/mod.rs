@@ -763,44 +763,51 @@ impl Wal {
     /// the previous one is durable, and take what the one before that left. An idle
     /// database keeps nothing.
     pub(crate) fn retire(&self, keep: u64) -> Result<(), Error> {
-        let mut free = self.recycled.free.lock();
-        let remove = |n: &str| match self.storage.remove(n) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(format!("removing {n}"), e)),
-            _ => Ok(()),
-        };
-        let kept: std::collections::HashSet<String> = free.iter().map(|(n, _)| n.clone()).collect();
-        let mut added = 0u64;
+        // Files are listed, opened and removed outside the pool's lock, which segment
+        // preparations (a commit may wait for one) take: only files in the pool can be
+        // renamed meanwhile, and those are skipped here or already out of it.
+        let kept: std::collections::HashSet<String> =
+            self.recycled.free.lock().iter().map(|(n, _)| n.clone()).collect();
         let listed = self.storage.list().map_err(|e| Error::io("listing the database directory", e))?;
+        let (mut reusable, mut obsolete) = (Vec::new(), Vec::new());
         for n in recovery::stale_names(listed, keep) {
             if kept.contains(&n) {
                 continue;
             }
-            let full = match format::parse_segment_name(&n) {
-                Some((_, _, seg)) => {
-                    let want = format::segment_len(seg, self.opts.segment_size);
-                    // A file that cannot be opened or has the wrong length is not reused.
-                    self.storage.open(&n, false).and_then(|f| f.len()).ok().filter(|&len| len == want)
-                }
-                None => None,
-            };
+            let full = format::parse_segment_name(&n).and_then(|(_, _, seg)| {
+                let want = format::segment_len(seg, self.opts.segment_size);
+                // A file that cannot be opened or has the wrong length is not reused.
+                self.storage.open(&n, false).and_then(|f| f.len()).ok().filter(|&len| len == want)
+            });
             match full {
-                Some(len) => {
-                    added += len;
-                    free.push((n, len));
-                }
-                None => remove(&n)?,
+                Some(len) => reusable.push((n, len)),
+                None => obsolete.push(n),
             }
         }
-        let mut total: u64 = free.iter().map(|&(_, len)| len).sum();
-        let mut oldest = 0;
-        while total > 2 * added && oldest < free.len() {
-            total -= free[oldest].1;
-            oldest += 1;
+        {
+            let mut free = self.recycled.free.lock();
+            let added: u64 = reusable.iter().map(|&(_, len)| len).sum();
+            free.extend(reusable);
+            let mut total: u64 = free.iter().map(|&(_, len)| len).sum();
+            let mut oldest = 0;
+            while total > 2 * added && oldest < free.len() {
+                total -= free[oldest].1;
+                oldest += 1;
+            }
+            obsolete.extend(free.drain(..oldest).map(|(n, _)| n));
         }
-        for (n, _) in free.drain(..oldest) {
-            remove(&n)?;
+        for n in obsolete {
+            self.remove_obsolete(&n)?;
         }
         Ok(())
+    }
+
+    /// Removes a file no state needs; one already gone is fine.
+    fn remove_obsolete(&self, n: &str) -> Result<(), Error> {
+        match self.storage.remove(n) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::io(format!("removing {n}"), e)),
+            _ => Ok(()),
+        }
     }
 
     /// Waits for background segment preparations (at close and drop, so that no thread
@@ -1027,10 +1034,10 @@ impl Wal {
         if self.checkpoint_time.lock().elapsed() < every {
             return;
         }
-        let mut free = self.recycled.free.lock();
+        let idle: Vec<(String, u64)> = self.recycled.free.lock().drain(..).collect();
         // A file that cannot be removed now is removed at close or the next open.
-        for (n, _) in free.drain(..) {
-            let _ = self.storage.remove(&n);
+        for (n, _) in idle {
+            let _ = self.remove_obsolete(&n);
         }
     }
 
