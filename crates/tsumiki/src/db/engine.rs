@@ -365,6 +365,7 @@ impl<P: Protocol> Engine<P> {
     pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
         let (unchecked_gaps, evict_dirty, evict_unmarked) =
             (log.lazy_gaps_unchecked_for_tests, log.evict_dirty_for_tests, log.evict_unmarked_for_tests);
+        let (load_count_unchecked, lookup_pause) = (log.load_count_unchecked_for_tests, log.lookup_pause_for_tests);
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         // Replay holds at most a quarter of the cache's worth of writes before it moves them
@@ -400,6 +401,7 @@ impl<P: Protocol> Engine<P> {
         if durable.lazy {
             let mut r = Residency::new(durable.page_lows(), self.cache_bytes, unchecked_gaps);
             (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
+            (r.load_count_unchecked, r.lookup_pause) = (load_count_unchecked, lookup_pause);
             self.residency = Some(r);
         }
         self.durable = Some(durable);
@@ -652,6 +654,30 @@ impl<P: Protocol> Engine<P> {
         match &self.residency {
             Some(r) if !r.all_loaded() => self.load_first_missing(r, from, to),
             _ => Ok(true),
+        }
+    }
+
+    /// The load count ([`Residency::load_count`]; 0 without ranges): taken before a lookup
+    /// that may find a key missing.
+    #[inline]
+    fn load_count(&self) -> u64 {
+        self.residency.as_ref().map_or(0, |r| r.load_count())
+    }
+
+    /// Whether a lookup made after [`load_count`](Self::load_count) said `since` still
+    /// stands once its ranges were found loaded: no range came back in between (see
+    /// [`Residency`]).
+    #[inline]
+    fn no_load_since(&self, since: u64) -> bool {
+        self.residency.as_ref().is_none_or(|r| r.no_load_since(since))
+    }
+
+    /// Test only (`LogOptions::lookup_pause_for_tests`): waits between a lookup that found a
+    /// key missing and the check of its range.
+    #[inline]
+    fn pause_after_miss(&self) {
+        if self.residency.as_ref().is_some_and(|r| r.lookup_pause) {
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 
@@ -1180,13 +1206,16 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// Reads the gap where `key` would be. `Ok(Some(rec))`: the key exists after all.
-    fn read_missing(&mut self, key: &[u8], guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
+    fn read_missing(&mut self, key: &[u8], since: u64, guard: &Guard) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
         if !eng.proto.gap_protection() {
+            // No follower to re-check: the load count vouches that the lookup (made after
+            // `since`) saw the range whole.
+            eng.pause_after_miss();
             return match self.loaded(key, Some(key))? {
-                true => Ok(None),
-                // Loaded just now: the key may be there.
-                false => Err(Access::Removed),
+                true if eng.no_load_since(since) => Ok(None),
+                // Loaded just now, or came back since the lookup: the key may be there.
+                _ => Err(Access::Removed),
             };
         }
         let mut nk = std::mem::take(&mut self.b().key_buf);
@@ -1203,10 +1232,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     ) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
         loop {
+            let since = eng.load_count();
             let (exact, next) = eng.next_record(key, false, Some(nk), guard);
             if exact {
                 return Ok(Some(next));
             }
+            eng.pause_after_miss();
             // The follower owns the gap only if nothing unloaded lies before it.
             if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? {
                 continue;
@@ -1217,8 +1248,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 Err(e) => return Err(e),
             }
             // Membership re-check: an insert that entered the index before this point has
-            // to write `next` at its commit, which the read above then conflicts with.
-            if std::ptr::eq(eng.next_record(key, false, None, guard).1, next) {
+            // to write `next` at its commit, which the read above then conflicts with. And
+            // no range came back since the lookup (it could have left again by now).
+            if std::ptr::eq(eng.next_record(key, false, None, guard).1, next) && eng.no_load_since(since) {
                 return Ok(None);
             }
         }
@@ -1338,20 +1370,23 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// for a key that exists, and the follower found by the same descent for one that does
     /// not.
     fn place(&mut self, key: &[u8], guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
+        let since = self.eng.load_count();
         let mut at = self.eng.index.cursor(key, guard);
-        self.place_at(&mut at, key, guard)
+        self.place_at(&mut at, key, since, guard)
     }
 
     /// [`place`](Self::place) from a cursor at `key`'s leaf: the follower lookup, its
-    /// re-check under the latch and the insert all start from that leaf.
+    /// re-check under the latch and the insert all start from that leaf. `since`: the load
+    /// count taken before the cursor was placed.
     fn place_at(
         &mut self,
         at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
         key: &[u8],
+        since: u64,
         guard: &Guard,
     ) -> Result<Place<'a, P::Record>, Access> {
         let mut nk = std::mem::take(&mut self.b().key_buf);
-        let r = self.place_with(at, key, &mut nk, guard);
+        let r = self.place_with(at, key, since, &mut nk, guard);
         self.b().key_buf = nk;
         r
     }
@@ -1360,6 +1395,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         &mut self,
         at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
         key: &[u8],
+        mut since: u64,
         nk: &mut Vec<u8>,
         guard: &Guard,
     ) -> Result<Place<'a, P::Record>, Access> {
@@ -1367,6 +1403,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let mut first = true;
         loop {
             if !std::mem::take(&mut first) {
+                since = eng.load_count();
                 at.refresh();
             }
             let (exact, next) = eng.next_record_at(at, key, Some(nk));
@@ -1374,8 +1411,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 return Ok(Place::Existing(unsafe { &*(next as *const P::Record) }));
             }
-            // The key's range, and every one before its follower, must be in the index.
-            if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? {
+            eng.pause_after_miss();
+            // The key's range, and every one before its follower, must be in the index, and
+            // have been since the lookup.
+            if !self.loaded(key, (!eng.is_sentinel(next)).then_some(nk.as_slice()))? || !eng.no_load_since(since) {
                 continue;
             }
             match eng.proto.latch_gap(&mut self.b().st, next) {
@@ -1434,8 +1473,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let mut at_key = key.to_vec();
         let mut k = Vec::new();
         loop {
+            let since = eng.load_count();
             let (_, next) = eng.next_record(&at_key, true, Some(&mut k), guard);
-            if !self.loaded(&at_key, (!eng.is_sentinel(next)).then_some(k.as_slice()))? {
+            if !self.loaded(&at_key, (!eng.is_sentinel(next)).then_some(k.as_slice()))? || !eng.no_load_since(since) {
                 continue;
             }
             if self.b().own(next as *const P::Record).is_some() {
@@ -1477,9 +1517,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         check_key(key)?;
         let guard = &self.pin();
         loop {
+            let since = self.eng.load_count();
             let rec = match self.eng.lookup(key, guard) {
                 Some(r) => r,
-                None => match self.read_missing(key, guard) {
+                None => match self.read_missing(key, since, guard) {
                     Ok(None) => return Ok(None),
                     Ok(Some(r)) => r,
                     Err(Access::Removed) => continue,
@@ -1506,6 +1547,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         loop {
             // One descent serves both cases: an existing key (an update) is found by a plain
             // lookup in the leaf, cheaper than the successor search a new key needs.
+            let since = eng.load_count();
             let mut at = eng.index.cursor(key, guard);
             if let Some(r) = at.get() {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
@@ -1517,7 +1559,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Failed) => return self.failed(),
                 }
             }
-            let step = match self.place_at(&mut at, key, guard) {
+            let step = match self.place_at(&mut at, key, since, guard) {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
                 Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
                 Ok(Place::Retry) => Err(Access::Removed),
@@ -1542,6 +1584,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         }
         let guard = &self.pin();
         loop {
+            let since = self.eng.load_count();
             let step = match self.eng.lookup(key, guard) {
                 Some(rec) => match self.read_rec(key, rec, false, guard) {
                     Ok(cur) if cur.is_some() == want_present => {
@@ -1550,7 +1593,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(_) => Ok(false),
                     Err(e) => Err(e),
                 },
-                None if want_present => match self.read_missing(key, guard) {
+                None if want_present => match self.read_missing(key, since, guard) {
                     Ok(None) => Ok(false),
                     Ok(Some(_)) => Err(Access::Removed), // appeared: look again
                     Err(e) => Err(e),
@@ -1608,6 +1651,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
             };
             let stop = limit.as_deref().or(end);
+            let since = eng.load_count();
             let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, stop).take(SCAN_CHUNK).collect();
             let last = recs.len() < SCAN_CHUNK;
             for (k, p) in &recs {
@@ -1626,12 +1670,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 (true, l) => l.clone(),
             };
             // The ranges the chunk covers were all in the index while it was read (a range
-            // that left meanwhile was marked before its records went).
+            // that left meanwhile was marked before its records went, and one that came
+            // back moved the load count).
             let reach = match (last, recs.last()) {
                 (false, Some((k, _))) => Some(successor_key(k)),
                 _ => stop.map(<[u8]>::to_vec),
             };
-            if !eng.covered(from, reach.as_deref()) {
+            eng.pause_after_miss();
+            if !eng.covered(from, reach.as_deref()) || !eng.no_load_since(since) {
                 continue 'retry;
             }
             if !eng.proto.gap_protection() {

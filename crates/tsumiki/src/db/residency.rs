@@ -130,6 +130,8 @@ pub(crate) struct Residency {
     pub(crate) budget: usize,
     /// Bytes of records in memory (estimated: see [`RECORD_OVERHEAD`]).
     resident: AtomicI64,
+    /// Ranges marked loaded so far (see the module's notes).
+    loads: AtomicU64,
     /// Test only: spans are checked at their start only (the planted bug of
     /// `LogOptions::lazy_gaps_unchecked_for_tests`).
     unchecked_gaps: bool,
@@ -137,6 +139,10 @@ pub(crate) struct Residency {
     pub(crate) evict_dirty: bool,
     /// Test only: `LogOptions::evict_unmarked_for_tests`.
     pub(crate) evict_unmarked: bool,
+    /// Test only: `LogOptions::load_count_unchecked_for_tests`.
+    pub(crate) load_count_unchecked: bool,
+    /// Test only: `LogOptions::lookup_pause_for_tests`.
+    pub(crate) lookup_pause: bool,
 }
 
 impl Residency {
@@ -154,9 +160,12 @@ impl Residency {
             lock: Mutex::new(Clock { hand: 0, missing: n }),
             budget,
             resident: AtomicI64::new(0),
+            loads: AtomicU64::new(0),
             unchecked_gaps,
             evict_dirty: false,
             evict_unmarked: false,
+            load_count_unchecked: false,
+            lookup_pause: false,
         }
     }
 
@@ -207,9 +216,27 @@ impl Residency {
         Arc::ptr_eq(&map.ranges[i], range).then(|| (range.low.to_vec(), map.high(i).map(<[u8]>::to_vec)))
     }
 
+    /// How many times a range was marked loaded: a lookup that found a key missing and then
+    /// saw its range loaded relies on the lookup only if this did not change in between
+    /// (the range may have left and come back).
+    #[inline]
+    pub(crate) fn load_count(&self) -> u64 {
+        self.loads.load(Ordering::SeqCst)
+    }
+
+    /// Whether no range was marked loaded since [`load_count`](Self::load_count) said
+    /// `since`.
+    #[inline]
+    pub(crate) fn no_load_since(&self, since: u64) -> bool {
+        self.load_count_unchecked || self.load_count() == since
+    }
+
     /// `range` is in the index now (called under `lock`, after its records went in: whoever
-    /// sees the flag sees them).
+    /// sees the flag sees them, and the load count moved before it).
     pub(crate) fn mark_loaded(&self, clock: &mut Clock, range: &Range) {
+        if !range.loaded.load(Ordering::Acquire) {
+            self.loads.fetch_add(1, Ordering::SeqCst);
+        }
         if !range.loaded.swap(true, Ordering::AcqRel) {
             clock.missing -= 1;
             if clock.missing == 0 {

@@ -138,6 +138,16 @@ pub struct LogOptions {
     /// validate it; a planted bug for the isolation tests under a tiny cache).
     #[doc(hidden)]
     pub evict_unmarked_for_tests: bool,
+    /// Test only: a key found missing is trusted once its range is loaded, even if the range
+    /// left and came back since the lookup (the load count is not compared; a planted bug
+    /// for the isolation tests under a tiny cache).
+    #[doc(hidden)]
+    pub load_count_unchecked_for_tests: bool,
+    /// Test only: a lookup that finds a key missing sleeps before it checks the key's range,
+    /// so that ranges leave and come back in between (makes the race the load count closes
+    /// common enough for tests to meet).
+    #[doc(hidden)]
+    pub lookup_pause_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -166,6 +176,8 @@ impl Default for LogOptions {
             lazy_gaps_unchecked_for_tests: false,
             evict_dirty_for_tests: false,
             evict_unmarked_for_tests: false,
+            load_count_unchecked_for_tests: false,
+            lookup_pause_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
         }
