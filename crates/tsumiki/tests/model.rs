@@ -534,11 +534,15 @@ fn bulk_load_of_nothing_is_an_empty_tree() {
 
 /// A cursor's answers (`get`, `first_from` both ways, `insert`) against the model, with
 /// ordinary writes in between so the cursor's leaf gains deltas, splits and merges; and a
-/// `refresh` that reports no change must mean the answers are still the model's.
+/// `refresh` that reports no change must mean the answers are still the model's. Every
+/// other cursor starts from the leaf the one before it ended at (`cursor_near`), a hint
+/// the writes in between may have made stale (split, merged, or not covering the key).
+/// At the end, `get_sorted` over every key (present or not) agrees with the model.
 fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
     use std::ops::Bound::{Excluded, Included, Unbounded};
     let tree = BwTree::with_config(cfg).unwrap();
     let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+    let mut hint = None;
     let next = |model: &BTreeMap<Vec<u8>, u32>, key: &[u8], exclusive: bool| {
         let b = if exclusive { Excluded(key) } else { Included(key) };
         model.range::<[u8], _>((b, Unbounded)).next().map(|(a, b)| (a.clone(), *b))
@@ -559,7 +563,9 @@ fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
         }
         let key = k(n);
         let guard = crossbeam_epoch::pin();
-        let mut at = tree.cursor(&key, &guard);
+        let mut at =
+            if i % 2 == 0 { tree.cursor(&key, &guard) } else { tree.cursor_near(&key, hint.as_ref(), &guard).0 };
+        hint = Some(at.hint());
         let seen = (at.get().copied(), at.first_from(false).map(|(a, b)| (a.to_vec(), *b)));
         assert_eq!(seen.0, model.get(&key).copied(), "op {i}: get");
         assert_eq!(seen.1, next(&model, &key, false), "op {i}: first_from");
@@ -581,6 +587,14 @@ fn run_cursor(cfg: BwTreeConfig, ops: &[(Op, bool)]) {
         assert_eq!(at.insert(v), Ok(absent), "op {i}: insert");
         model.entry(key).or_insert(v);
     }
+    let mut keys: Vec<Vec<u8>> = (0..2001).map(k).collect();
+    keys.sort();
+    keys.dedup();
+    let guard = crossbeam_epoch::pin();
+    let mut got = Vec::new();
+    tree.get_sorted(keys.iter().map(Vec::as_slice), &guard, |key, v| got.push((key.to_vec(), v.copied())));
+    let want: Vec<_> = keys.iter().map(|key| (key.clone(), model.get(key).copied())).collect();
+    assert!(got == want, "get_sorted differs from the model");
     let all: Vec<_> = tree.scan(b"", None).collect();
     assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "final contents");
 }

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
-use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, MAX_KEY_LEN};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;
@@ -68,6 +68,15 @@ pub(crate) struct TxnBufs<P: Protocol> {
     spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
+    /// The leaf the last put reached: the next put starts there when its key falls in it
+    /// (an ascending fill skips the descent).
+    leaf_hint: Option<LeafHint>,
+    /// Puts in a row whose key was not in the hinted leaf: past a few (random keys), the
+    /// hint is tried only now and then, since each miss costs a look at that leaf.
+    hint_misses: u32,
+    /// Whether the last put made a new record: the next one then looks for its key's
+    /// successor at once (what an insert needs) instead of first looking the key up.
+    last_put_new: bool,
     /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
     /// unchanged, no record of the write set left memory.
     evict_mark: u64,
@@ -116,6 +125,9 @@ impl<P: Protocol> TxnBufs<P> {
             created_keys: Vec::new(),
             spare: Vec::new(),
             key_buf: Vec::new(),
+            leaf_hint: None,
+            hint_misses: 0,
+            last_put_new: false,
             evict_mark: 0,
             key_pos: std::collections::HashMap::new(),
         }
@@ -296,10 +308,13 @@ const MIN_REPLAY_BYTES: usize = 1 << 10;
 /// What a checkpoint or close reads. Safe while transactions run: the caller is inside a
 /// transaction's slot (or at close), so no record it meets is freed meanwhile.
 impl<P: Protocol> CommittedState for Engine<P> {
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+    fn get_sorted<'k>(&self, keys: &mut dyn Iterator<Item = &'k [u8]>, f: &mut dyn FnMut(&'k [u8], Option<Vec<u8>>)) {
         let guard = epoch::pin();
-        let rec = self.lookup(key, &guard)?;
-        self.proto.committed_value(rec, &guard)
+        self.index.get_sorted(keys, &guard, |k, p| {
+            // SAFETY: as in `lookup`: the record was in the index under this pin, and
+            // records are freed only after every pin entered before they left it.
+            f(k, p.and_then(|p| self.proto.committed_value(unsafe { &*p.0 }, &guard)))
+        });
     }
 
     /// Every record's latest committed value, in key order, a chunk at a time (never a
@@ -1546,10 +1561,18 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let eng = self.eng;
         loop {
             // One descent serves both cases: an existing key (an update) is found by a plain
-            // lookup in the leaf, cheaper than the successor search a new key needs.
+            // lookup in the leaf, cheaper than the successor search a new key needs; after
+            // an insert, the next put is likely one too and goes to the successor search.
             let since = eng.load_count();
-            let mut at = eng.index.cursor(key, guard);
-            if let Some(r) = at.get() {
+            let b = self.b();
+            let try_hint = b.hint_misses < 4 || b.hint_misses.is_multiple_of(64);
+            let hint = b.leaf_hint.filter(|_| try_hint);
+            let (mut at, hinted) = eng.index.cursor_near(key, hint.as_ref(), guard);
+            let b = self.b();
+            b.leaf_hint = Some(at.hint());
+            b.hint_misses = if hinted { 0 } else { b.hint_misses.saturating_add(1) };
+            let existing = if b.last_put_new { None } else { at.get() };
+            if let Some(r) = existing {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
                 let r: &'a P::Record = unsafe { &*r.0 };
                 match self.write_existing(key, r, Some(value), guard) {
@@ -1559,7 +1582,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Failed) => return self.failed(),
                 }
             }
-            let step = match self.place_at(&mut at, key, since, guard) {
+            let placed = self.place_at(&mut at, key, since, guard);
+            self.b().last_put_new = matches!(placed, Ok(Place::New(_)));
+            let step = match placed {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
                 Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
                 Ok(Place::Retry) => Err(Access::Removed),

@@ -24,6 +24,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::index::prefix;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use parking_lot::Mutex;
 
@@ -99,12 +100,26 @@ impl Range {
 /// The ranges, in key order (the first low key is empty).
 struct RangeMap {
     ranges: Vec<Arc<Range>>,
+    /// The 8-byte prefix of each range's low key, searched first: every commit finds the
+    /// range of each key it writes, and comparing integers is several times cheaper than
+    /// comparing the keys' bytes.
+    prefixes: Vec<u64>,
 }
 
 impl RangeMap {
+    fn new(ranges: Vec<Arc<Range>>) -> Self {
+        let prefixes = ranges.iter().map(|r| prefix(&r.low)).collect();
+        RangeMap { ranges, prefixes }
+    }
+
     /// The index of the range holding `key`.
     fn find(&self, key: &[u8]) -> usize {
-        self.ranges.partition_point(|r| &*r.low <= key).saturating_sub(1)
+        // A low key whose prefix is below the key's is below the key, one above is above
+        // it: only the lows whose prefix ties need their bytes compared.
+        let kp = prefix(key);
+        let lo = self.prefixes.partition_point(|&p| p < kp);
+        let ties = self.prefixes[lo..].partition_point(|&p| p == kp);
+        (lo + self.ranges[lo..lo + ties].partition_point(|r| &*r.low <= key)).saturating_sub(1)
     }
 
     fn high(&self, i: usize) -> Option<&[u8]> {
@@ -155,7 +170,7 @@ impl Residency {
         }
         let n = ranges.len();
         Residency {
-            map: Atomic::new(RangeMap { ranges }),
+            map: Atomic::new(RangeMap::new(ranges)),
             all: AtomicBool::new(false),
             lock: Mutex::new(Clock { hand: 0, missing: n }),
             budget,
@@ -353,7 +368,7 @@ impl Residency {
         ranges.extend_from_slice(&map.ranges[..i]);
         ranges.extend(pieces.iter().cloned());
         ranges.extend_from_slice(&map.ranges[i + 1..]);
-        let old = self.map.swap(Owned::new(RangeMap { ranges }), Ordering::SeqCst, guard);
+        let old = self.map.swap(Owned::new(RangeMap::new(ranges)), Ordering::SeqCst, guard);
         // Counts made in the old range go with it (none are lost: the total keeps them).
         let total = range.bytes.swap(0, Ordering::Relaxed);
         // `share` is at most 1 / (cuts + 1) of a whole piece's worth: the pieces never take
@@ -402,6 +417,41 @@ impl Drop for Residency {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The prefix search finds what a plain search over the keys finds, with lows whose
+    /// 8-byte prefixes tie ("a", "a\0", longer keys sharing 8 bytes) and keys between them.
+    #[test]
+    fn find_by_prefix_agrees_with_a_byte_search() {
+        let lows: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"a\0",
+            b"a\0\0\0\0\0\0\0",
+            b"a\0\0\0\0\0\0\0\x01",
+            b"abcdefgh",
+            b"abcdefghi",
+            b"abcdefgi",
+            b"b",
+        ];
+        let map = RangeMap::new(lows.iter().map(|l| Range::new((*l).into(), false, 0)).collect());
+        let mut keys: Vec<Vec<u8>> = lows.iter().map(|l| l.to_vec()).collect();
+        for l in &lows {
+            let mut k = l.to_vec();
+            k.push(0);
+            keys.push(k.clone());
+            k.push(0xff);
+            keys.push(k);
+            if let Some((last, init)) = l.split_last() {
+                let mut k = init.to_vec();
+                k.push(last - 1);
+                keys.push(k);
+            }
+        }
+        for k in &keys {
+            let want = map.ranges.partition_point(|r| &*r.low <= k.as_slice()).saturating_sub(1);
+            assert_eq!(map.find(k), want, "{k:?}");
+        }
+    }
 
     fn lows(ks: &[&str]) -> Vec<Vec<u8>> {
         ks.iter().map(|k| k.as_bytes().to_vec()).collect()

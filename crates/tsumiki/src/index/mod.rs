@@ -32,6 +32,8 @@ mod tree;
 
 use crossbeam_epoch::{self as epoch, Guard};
 
+pub(crate) use node::prefix;
+pub use tree::LeafHint;
 use tree::{LeafPos, Tree, WriteOp};
 
 /// The longest key the tree accepts, in bytes.
@@ -285,7 +287,45 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
     /// assert_eq!(tree.get(b"b").unwrap(), Some(2));
     /// ```
     pub fn cursor<'g, 'k>(&'g self, key: &'k [u8], guard: &'g Guard) -> Cursor<'g, 'k, V> {
-        Cursor { tree: &self.tree, pos: self.tree.seek(key, guard), key, guard, beyond: std::cell::Cell::new(false) }
+        self.cursor_near(key, None, guard).0
+    }
+
+    /// [`cursor`](Self::cursor), without the descent when `hint` (an earlier cursor's
+    /// [`Cursor::hint`]) names a leaf that covers `key` now: sequential keys, as an
+    /// ascending fill writes them, find their leaf with one mapping-table load. Also says
+    /// whether the hint was used (a caller whose keys do not follow each other can stop
+    /// passing one).
+    pub fn cursor_near<'g, 'k>(
+        &'g self,
+        key: &'k [u8],
+        hint: Option<&LeafHint>,
+        guard: &'g Guard,
+    ) -> (Cursor<'g, 'k, V>, bool) {
+        let (pos, hinted) = self.tree.seek_near(key, hint, guard);
+        (Cursor { tree: &self.tree, pos, key, guard, beyond: std::cell::Cell::new(false) }, hinted)
+    }
+
+    /// Looks up ascending `keys`, handing each key and its value (borrowed from the tree's
+    /// nodes) to `f`, in order: keys that fall in one leaf share one descent. Each answer
+    /// is as of the descent to its leaf (writes made since may be missed).
+    ///
+    /// ```
+    /// # use tsumiki::index::BwTree;
+    /// let tree: BwTree<u64> = BwTree::new();
+    /// tree.upsert(b"a", 1).unwrap();
+    /// tree.upsert(b"c", 3).unwrap();
+    /// let guard = crossbeam_epoch::pin();
+    /// let mut got = Vec::new();
+    /// tree.get_sorted([&b"a"[..], b"b", b"c"].into_iter(), &guard, |k, v| got.push((k.to_vec(), v.copied())));
+    /// assert_eq!(got, vec![(b"a".to_vec(), Some(1)), (b"b".to_vec(), None), (b"c".to_vec(), Some(3))]);
+    /// ```
+    pub fn get_sorted<'g, 'k>(
+        &'g self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        guard: &'g Guard,
+        f: impl FnMut(&'k [u8], Option<&'g V>),
+    ) {
+        self.tree.get_sorted(keys, guard, f)
     }
 
     /// A human-readable listing of every node, level by level. For debugging and tests; call
@@ -368,6 +408,11 @@ pub struct Cursor<'g, 'k, V> {
 }
 
 impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
+    /// Where the cursor is, to start a later [`BwTree::cursor_near`] from.
+    pub fn hint(&self) -> LeafHint {
+        Tree::hint_of(&self.pos)
+    }
+
     /// The value stored under the cursor's key, borrowed from the tree's nodes.
     pub fn get(&self) -> Option<&'g V> {
         self.tree.get_at(&self.pos, self.key, self.guard)

@@ -345,11 +345,13 @@ pub(crate) enum Kind<V> {
         state: Arc<MergeState>,
     },
     /// Keys at or above `sep` moved to the new right sibling `right`; `range` is this node's
-    /// range after the split.
+    /// range after the split. `posted` once the parent was seen to route `sep` to `right`
+    /// (a split, once complete, stays complete: later visitors skip the parent check).
     Split {
         sep: Box<[u8]>,
         right: Pid,
         range: Arc<Range>,
+        posted: AtomicBool,
     },
     /// This node absorbed its right sibling `r_pid`, whose frozen base is `right_base`.
     /// Only posted once the merge is decided (MERGED), so it is always valid.
@@ -1290,7 +1292,12 @@ mod tests {
             1 => {
                 let mut c = Chain::new(leaf(d, left_keys, range(d, lo, hi)));
                 push_data(&mut c, d, &ops[0]);
-                c.push(Kind::Split { sep: d[s].clone().into(), right: 9, range: range(d, lo, Some(s)) });
+                c.push(Kind::Split {
+                    sep: d[s].clone().into(),
+                    right: 9,
+                    range: range(d, lo, Some(s)),
+                    posted: AtomicBool::new(false),
+                });
                 push_data(&mut c, d, &ops[1]);
                 c
             }
@@ -1307,7 +1314,12 @@ mod tests {
                 });
                 push_data(&mut c, d, &ops[1]);
                 if shape == 3 {
-                    c.push(Kind::Split { sep: d[s].clone().into(), right: 9, range: range(d, lo, Some(s)) });
+                    c.push(Kind::Split {
+                        sep: d[s].clone().into(),
+                        right: 9,
+                        range: range(d, lo, Some(s)),
+                        posted: AtomicBool::new(false),
+                    });
                     push_data(&mut c, d, &ops[2]);
                 }
                 // Kept alive (and dropped) with the chain, like R's slot does.
@@ -1318,7 +1330,12 @@ mod tests {
                 let right = Box::new(Node::base(0, leaf(d, right_keys, range(d, mid, hi))));
                 let mut c = Chain::new(leaf(d, left_keys, range(d, lo, hi)));
                 push_data(&mut c, d, &ops[0]);
-                c.push(Kind::Split { sep: d[mid].clone().into(), right: 9, range: range(d, lo, Some(mid)) });
+                c.push(Kind::Split {
+                    sep: d[mid].clone().into(),
+                    right: 9,
+                    range: range(d, lo, Some(mid)),
+                    posted: AtomicBool::new(false),
+                });
                 push_data(&mut c, d, &ops[1]);
                 c.push(Kind::Merge {
                     sep: d[mid].clone().into(),
@@ -1363,7 +1380,12 @@ mod tests {
         // A split at 20: base records 20.. moved right; a delta at 22 under it is stale too.
         let mut c = Chain::new(leaf(&d, &base, range(&d, 5, None)));
         push_data(&mut c, &d, &[(true, 23, 5)]);
-        c.push(Kind::Split { sep: d[20].clone().into(), right: 9, range: range(&d, 5, Some(20)) });
+        c.push(Kind::Split {
+            sep: d[20].clone().into(),
+            right: 9,
+            range: range(&d, 5, Some(20)),
+            posted: AtomicBool::new(false),
+        });
         let guard = crossbeam_epoch::pin();
         let (h, r) = (c.head(), inspect_walk(c.head(), &guard).range);
         assert_eq!(leaf_first_from(h, r, &d[19], false, &guard), None);

@@ -14,7 +14,7 @@
 //!   with improvement (a), the thread whose numbered delta hits the threshold consolidates
 //!   the chain below it and swaps it under that delta, which cannot fail.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -61,6 +61,14 @@ impl Path {
         p.len = p.len.saturating_sub(1);
         p
     }
+}
+
+/// Where a thread's last descent ended (a leaf's pid and the path above it): its next
+/// seek starts there when the key falls in that leaf, so sequential keys skip the descent.
+#[derive(Clone, Copy)]
+pub struct LeafHint {
+    pid: Pid,
+    path: Path,
 }
 
 /// The leaf a descent reached for a key: its pid, the head seen and the path above it.
@@ -430,6 +438,50 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         LeafPos { pid, head, path }
     }
 
+    /// [`seek`](Self::seek), starting from `hint`'s leaf when that leaf covers `key` now
+    /// (its current head is a leaf whose range holds `key`, with no structure change
+    /// under way): what a descent would end with, since in a B-link tree the node whose
+    /// range holds a key is the right one however it was reached.
+    /// Also says whether the hint was used.
+    pub(crate) fn seek_near<'g>(
+        &self,
+        key: &[u8],
+        hint: Option<&LeafHint>,
+        guard: &'g Guard,
+    ) -> (LeafPos<'g, V>, bool) {
+        if let Some(h) = hint {
+            let head = self.load(h.pid, guard);
+            if self.covers(head, key, guard) {
+                return (LeafPos { pid: h.pid, head, path: h.path }, true);
+            }
+        }
+        (self.seek(key, guard), false)
+    }
+
+    /// Whether `head` (null, or loaded under `guard`) is a leaf with no structure change
+    /// under way (none, or a split already posted to the parent) whose range holds `key`.
+    fn covers(&self, head: Shared<'_, Node<V>>, key: &[u8], guard: &Guard) -> bool {
+        // SAFETY: loaded under `guard`; null is handled.
+        let Some(h) = (unsafe { head.as_ref() }) else { return false };
+        if h.level != 0 {
+            return false;
+        }
+        let seen = self.inspect(h, guard);
+        // A completed split leaves this node's range as the split delta says: what a
+        // descent would find too (it only checks the posting, already done).
+        let settled = match seen.smo.map(|s| &s.kind) {
+            None => true,
+            Some(Kind::Split { posted, .. }) => posted.load(Ordering::Acquire),
+            Some(_) => false,
+        };
+        settled && (seen.surely_inside(prefix(key)) || !(seen.range.below(key) || seen.range.beyond(key)))
+    }
+
+    /// Where `pos` is, for [`seek_near`](Self::seek_near).
+    pub(crate) fn hint_of(pos: &LeafPos<'_, V>) -> LeafHint {
+        LeafHint { pid: pos.pid, path: pos.path }
+    }
+
     /// Brings `pos` up to date for `key`: re-validates its leaf from the mapping table (moving
     /// right past a split), or descends again when the leaf no longer covers `key`.
     /// Returns whether the leaf may have changed: `false` means the same head is still
@@ -447,6 +499,25 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
         // SAFETY: a non-null head from `settle`, protected by `guard`.
         (pos.pid, pos.head) != before || unsafe { node_ref(pos.head) }.is_smo()
+    }
+
+    /// Looks up ascending `keys` one after another, handing each key and its value to `f`:
+    /// keys that fall in the leaf of the one before reuse that leaf (no descent). Each
+    /// answer is the leaf as of its descent: a write made since may be missed, one made
+    /// before it never is.
+    pub(crate) fn get_sorted<'g, 'k>(
+        &self,
+        keys: impl Iterator<Item = &'k [u8]>,
+        guard: &'g Guard,
+        mut f: impl FnMut(&'k [u8], Option<&'g V>),
+    ) {
+        let mut pos: Option<LeafPos<'g, V>> = None;
+        for key in keys {
+            if !pos.as_ref().is_some_and(|p| self.covers(p.head, key, guard)) {
+                pos = Some(self.seek(key, guard));
+            }
+            f(key, self.get_at(pos.as_ref().expect("set above"), key, guard));
+        }
     }
 
     /// The value of `key` in the leaf at `pos` (which must cover `key`).
@@ -844,7 +915,8 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         };
         self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
         let range = Arc::new(Range::new(b.range.low.clone(), Some(sep.clone()), q));
-        let split = Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range }));
+        let split =
+            Owned::new(Node::delta(n.level, Kind::Split { sep, right: q, range, posted: AtomicBool::new(false) }));
         match self.install_smo(pid, nb, split, guard) {
             Ok(s) => {
                 bump(&self.counters.splits);
@@ -873,7 +945,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         help: u32,
         own: bool,
     ) -> Result<(), Restart> {
-        let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
+        let Kind::Split { sep, right: q, posted, .. } = &split.kind else { return Ok(()) };
+        if posted.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if help > MAX_HELP {
             return Err(Restart);
         }
@@ -900,10 +975,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             }
             // SAFETY: non-null head from `settle`.
             if inner_route(unsafe { node_ref(phead) }, sep, guard) == *q {
+                posted.store(true, Ordering::Release);
                 return Ok(());
             }
             let delta = Owned::new(Node::delta(split.level + 1, Kind::IndexInsert { sep: sep.clone(), child: *q }));
             if let Ok(d) = self.install(&ip, delta, 1, guard) {
+                posted.store(true, Ordering::Release);
                 if !own {
                     bump(&self.counters.helped_splits);
                 }

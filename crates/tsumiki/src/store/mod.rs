@@ -60,8 +60,10 @@ pub(crate) type Loader<'a> = pages::Sink<'a>;
 /// The engine's committed state, as a checkpoint or close reads it (safe while
 /// transactions run: every value is the latest committed one when read).
 pub(crate) trait CommittedState {
-    /// The latest committed value of `key` (`None`: absent).
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
+    /// The latest committed values of ascending `keys` (`None`: absent), handing each key
+    /// and value to `f` in order (keys in one leaf share its descent). A value may be
+    /// newer than the call, never older.
+    fn get_sorted<'k>(&self, keys: &mut dyn Iterator<Item = &'k [u8]>, f: &mut dyn FnMut(&'k [u8], Option<Vec<u8>>));
     /// Every live key's latest committed value, in key order.
     fn scan(&self, f: &mut Loader<'_>) -> Result<(), Error>;
 }
@@ -285,10 +287,8 @@ impl Changes for LatestValues<'_> {
         self.keys.get(i)
     }
     fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
-        for i in range {
-            let k = self.keys.get(i);
-            out.push((k.to_vec(), self.state.get(k)));
-        }
+        let keys = &self.keys;
+        self.state.get_sorted(&mut range.map(|i| keys.get(i)), &mut |k, v| out.push((k.to_vec(), v)));
         Ok(())
     }
 }
