@@ -5,7 +5,10 @@
 //! multiplexes its writer's state into the same write (paper 004's log multiplexing): the
 //! lane id, the block's sequence in its lane, the LSN / timestamp range of the records that
 //! end in the block, the lane's durable watermark and the record count, under a CRC32C of
-//! the whole block. A block is written once and never rewritten in place.
+//! the whole block. A block is never rewritten once synced; a lane's partly filled last
+//! block may be written again with more records until then (commits that promise no sync
+//! share it), and [`FLAG_AFTER_PARTIAL`] lets the reader tell an old version of it from
+//! the last.
 //!
 //! The checksum also covers a salt that the block does not store: a lane block's
 //! generation (0 for the page store). A log segment is recycled into a later generation
@@ -18,8 +21,8 @@ pub const BLOCK: usize = 4096;
 pub const TRAILER: usize = 40;
 /// Stream bytes per block.
 pub const PAYLOAD: usize = BLOCK - TRAILER;
-/// Marks a tsumiki log block (format version 1).
-const BLOCK_MAGIC: u8 = 0xB2;
+/// Marks a tsumiki log block (format 3: salted checksums, rewritten last blocks).
+const BLOCK_MAGIC: u8 = 0xB3;
 
 /// Every block before this one was made durable by a completed sync: an invalid block
 /// followed by one with this flag is corruption, not a torn tail.
@@ -29,11 +32,24 @@ pub const FLAG_FLUSH_END: u8 = 2;
 /// The last block a lane writes in its generation (a checkpoint moved it on): a closed
 /// lane that does not end with it lost blocks.
 pub const FLAG_LANE_END: u8 = 4;
+/// The block before this one in its lane is partly filled. A lane's partly filled last
+/// block is either final (synced before the lane went on: the next block has this flag) or
+/// written again with more records until full, and then the next block lacks the flag. So
+/// a partly filled block followed by one without the flag is an older version of a block
+/// that was filled later, left by a power loss: the lane ends there (a torn tail).
+pub const FLAG_AFTER_PARTIAL: u8 = 8;
+
+/// Whether a lane block with trailer `t` may follow one that used `prev_used` payload bytes
+/// (see [`FLAG_AFTER_PARTIAL`]).
+pub fn follows(prev_used: u16, t: &Trailer) -> bool {
+    ((prev_used as usize) < PAYLOAD) == (t.flags & FLAG_AFTER_PARTIAL != 0)
+}
 
 /// The trailer of one block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Trailer {
-    /// [`FLAG_SYNCED_BEFORE`], [`FLAG_FLUSH_END`].
+    /// [`FLAG_SYNCED_BEFORE`], [`FLAG_FLUSH_END`], [`FLAG_LANE_END`],
+    /// [`FLAG_AFTER_PARTIAL`].
     pub flags: u8,
     /// The lane that wrote the block.
     pub lane: u16,
@@ -41,7 +57,7 @@ pub struct Trailer {
     pub used: u16,
     /// Records that end in this block.
     pub records: u16,
-    /// The block's position in its lane (0, 1, 2...).
+    /// The block's position in its lane (0, 1, 2...; a rewritten block keeps its number).
     pub seq: u32,
     /// Smallest LSN / timestamp of the records that end here (0 if none).
     pub lo: u64,

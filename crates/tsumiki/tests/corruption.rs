@@ -309,7 +309,8 @@ fn a_single_record_master_of_the_earlier_format_is_named() {
 
 /// A lane segment of 4 blocks: block `i` holds one record (order `first + i`) and is
 /// sealed as block sequence `i` of lane 0 with `salt`; `end` marks the last block as the
-/// lane's end (a checkpoint closed it).
+/// lane's end (a checkpoint closed it). Each block after the first says that the one
+/// before it is partly filled (each was synced before the next was written).
 fn lane_blocks(first: u64, n: usize, salt: u64, end: bool) -> Vec<u8> {
     let mut seg = vec![0u8; 4 * BLOCK];
     for i in 0..n {
@@ -320,6 +321,9 @@ fn lane_blocks(first: u64, n: usize, salt: u64, end: bool) -> Vec<u8> {
         let b = &mut seg[i * BLOCK..(i + 1) * BLOCK];
         b[..rec.len()].copy_from_slice(&rec);
         let mut flags = format::FLAG_FLUSH_END;
+        if i > 0 {
+            flags |= format::FLAG_AFTER_PARTIAL;
+        }
         if end && i + 1 == n {
             flags |= format::FLAG_LANE_END;
         }
@@ -368,6 +372,40 @@ fn recycled_segments_old_blocks_are_not_replayed() {
     assert_eq!(lane_orders(recycled(1), false).unwrap(), vec![1, 2]);
     // Planted: the stale blocks 2 and 3 pass as generation 2's.
     assert_eq!(lane_orders(recycled(2), false).unwrap(), vec![1, 2, 102, 103]);
+}
+
+/// A lane's unsynced last block is written again with each buffered commit until full.
+/// A power loss can leave an older version of it (valid, fewer records) before the block
+/// written after it was filled: that block does not say its predecessor is partly filled,
+/// so the lane ends at the old version (a torn tail), instead of going on past the lost
+/// records into the later ones.
+#[test]
+fn an_old_version_of_a_rewritten_block_ends_the_lane() {
+    // Block 0 as first written (record 1), then block 1 (record 3), written after block 0
+    // was filled with record 2 and more: no `FLAG_AFTER_PARTIAL`.
+    let mut seg = lane_blocks(1, 1, 2, false);
+    let later = lane_blocks(3, 2, 2, false);
+    seg[BLOCK..2 * BLOCK].copy_from_slice(&later[BLOCK..2 * BLOCK]);
+    let mut b1 = seg[BLOCK..2 * BLOCK].to_vec();
+    let mut t = format::open_block(&b1, 2).unwrap();
+    t.flags &= !format::FLAG_AFTER_PARTIAL;
+    t.lo = 3;
+    t.hi = 3;
+    let mut rec = Vec::new();
+    let mut e = RecordEncoder::begin(&mut rec, 3);
+    e.write(&3u64.to_be_bytes(), Some(b"v"));
+    e.finish().unwrap();
+    b1[..rec.len()].copy_from_slice(&rec);
+    format::seal_block(&mut b1, &t, 2);
+    seg[BLOCK..2 * BLOCK].copy_from_slice(&b1);
+    assert_eq!(lane_orders(seg.clone(), false).unwrap(), vec![1], "record 3 read past the lost record 2");
+    // Closed by a checkpoint, the lane was synced: the mismatch is corruption.
+    assert!(matches!(lane_orders(seg.clone(), true), Err(Error::Corrupt(_))));
+    // With the flag (block 0 was final and synced), both records are read.
+    t.flags |= format::FLAG_AFTER_PARTIAL;
+    format::seal_block(&mut b1, &t, 2);
+    seg[BLOCK..2 * BLOCK].copy_from_slice(&b1);
+    assert_eq!(lane_orders(seg, false).unwrap(), vec![1, 3]);
 }
 
 /// A lane closed by a checkpoint ends with a block marked as its end: blocks lost after

@@ -18,7 +18,36 @@ use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release};
 
 const SLOTS: u64 = 8;
 
-fn options(variant: u64, lazy: bool) -> Options {
+/// How a child writes: the durability, and the planted bugs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Child {
+    /// Synced at commit.
+    Sync,
+    /// Written to the OS at commit (survives a process crash): commits share a lane's
+    /// last block, which each write rewrites.
+    Buffered,
+    /// The planted bug: commits acknowledged before their records are written.
+    Lazy,
+    /// The planted bug: a lane's last block is rewritten without the records it held.
+    DropTail,
+}
+
+impl Child {
+    fn name(self) -> &'static str {
+        match self {
+            Child::Sync => "sync",
+            Child::Buffered => "buffered",
+            Child::Lazy => "lazy",
+            Child::DropTail => "drop-tail",
+        }
+    }
+
+    fn parse(s: &str) -> Child {
+        [Child::Sync, Child::Buffered, Child::Lazy, Child::DropTail].into_iter().find(|c| c.name() == s).unwrap()
+    }
+}
+
+fn options(variant: u64, child: Child) -> Options {
     let cc = Cc::ALL[(variant % Cc::ALL.len() as u64) as usize];
     let v = variant / Cc::ALL.len() as u64;
     let mode = if v.is_multiple_of(2) { LogMode::PWal } else { LogMode::SWal };
@@ -27,8 +56,11 @@ fn options(variant: u64, lazy: bool) -> Options {
     // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
     let holds = mode == LogMode::PWal && release == Release::Nlr && group > 1;
     let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
-    // `lazy`: the planted bug, commits acknowledged before their records are written.
-    let durability = if lazy { Durability::None } else { Durability::Sync };
+    let durability = match child {
+        Child::Sync => Durability::Sync,
+        Child::Buffered | Child::DropTail => Durability::Buffered,
+        Child::Lazy => Durability::None,
+    };
     // Every other variant takes a checkpoint every 64 KiB of log, so kills
     // land inside checkpoints too.
     let checkpoint_bytes = if variant.is_multiple_of(2) { 64 << 10 } else { 64 << 20 };
@@ -39,6 +71,7 @@ fn options(variant: u64, lazy: bool) -> Options {
         durability,
         segment_size: 1 << 20,
         checkpoint_bytes,
+        repack_drops_tail_for_tests: child == Child::DropTail,
         ..LogOptions::default()
     };
     Options { cc, log, ..Options::default() }
@@ -50,8 +83,8 @@ fn kill_child_entry() {
     let Ok(dir) = std::env::var("TSUMIKI_KILL_CHILD") else { return };
     let variant: u64 = std::env::var("TSUMIKI_KILL_VARIANT").unwrap().parse().unwrap();
     let base: u64 = std::env::var("TSUMIKI_KILL_BASE").unwrap().parse().unwrap();
-    let lazy = std::env::var("TSUMIKI_KILL_LAZY").is_ok();
-    let db = Db::open(&dir, options(variant, lazy)).expect("child open");
+    let child = Child::parse(&std::env::var("TSUMIKI_KILL_MODE").unwrap());
+    let db = Db::open(&dir, options(variant, child)).expect("child open");
     let out = Mutex::new(std::io::stdout());
     {
         use std::io::Write;
@@ -86,35 +119,50 @@ fn kill_child_entry() {
 #[test]
 fn sigkill_recovery() {
     let iters: u64 = std::env::var("TSUMIKI_KILL_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    if let Err(e) = run_kills(iters, false) {
+    if let Err(e) = run_kills(iters) {
         panic!("{e}");
     }
+}
+
+/// The planted bug: a lane's partly filled last block rewritten without its records (the
+/// buffered commits packed into it are lost).
+#[test]
+fn sigkill_catches_a_dropped_tail() {
+    let e = run_kills_as(30, |_| Child::DropTail)
+        .expect_err("rewriting the last block without its records went unnoticed in 30 kills");
+    assert!(e.contains("lost") || e.contains("reopen"), "{e}");
 }
 
 /// The planted bug: acknowledging commits before their records are written. The same
 /// check must report lost commits.
 #[test]
 fn sigkill_catches_acks_before_write() {
-    let e = run_kills(30, true).expect_err("acknowledging before writing went unnoticed in 30 kills");
+    let e = run_kills_as(30, |_| Child::Lazy).expect_err("acknowledging before writing went unnoticed in 30 kills");
     assert!(e.contains("lost"), "{e}");
 }
 
-fn run_kills(iters: u64, lazy: bool) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("tsumiki-kill-{}-{lazy}", std::process::id()));
+/// Kills with every log variant in turn, each synced at commit and then buffered.
+fn run_kills(iters: u64) -> Result<(), String> {
+    run_kills_as(iters, |iter| if iter % 2 == 0 { Child::Sync } else { Child::Buffered })
+}
+
+fn run_kills_as(iters: u64, mode: impl Fn(u64) -> Child) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("tsumiki-kill-{}-{}", std::process::id(), mode(0).name()));
     let _ = std::fs::remove_dir_all(&dir);
     let exe = std::env::current_exe().unwrap();
     let mut rng = SimRng::new(42);
     let mut acked_all: Vec<u64> = Vec::new();
     let mut killed_mid_run = 0;
     for iter in 0..iters {
-        let variant = iter % 40;
+        let variant = (iter / 2) % 40;
         let base = (iter + 1) * 1_000_000;
+        let child_mode = mode(iter);
         let mut child = Command::new(&exe)
             .args(["kill_child_entry", "--exact", "--nocapture", "--test-threads=1"])
             .env("TSUMIKI_KILL_CHILD", &dir)
             .env("TSUMIKI_KILL_VARIANT", variant.to_string())
             .env("TSUMIKI_KILL_BASE", base.to_string())
-            .envs(lazy.then_some(("TSUMIKI_KILL_LAZY", "1")))
+            .env("TSUMIKI_KILL_MODE", child_mode.name())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -145,13 +193,13 @@ fn run_kills(iters: u64, lazy: bool) -> Result<(), String> {
             killed_mid_run += 1;
         }
         acked_all.extend(acked);
-        let o = options(variant, false);
+        let o = options(variant, Child::Sync);
         let db = Db::open(&dir, o.clone()).map_err(|e| format!("iteration {iter}: reopen: {e}"))?;
         let r = chains::check_chains(&db, &acked_all, SLOTS);
         drop(db);
         if let Err(e) = r {
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(format!("iteration {iter} ({} {}): {e}", o.cc.name(), o.log.name()));
+            return Err(format!("iteration {iter} ({} {}, {}): {e}", o.cc.name(), o.log.name(), child_mode.name()));
         }
     }
     assert!(killed_mid_run * 2 >= iters, "most kills must land after some commits ({killed_mid_run} of {iters})");

@@ -7,7 +7,8 @@
 use crate::index::MAX_KEY_LEN;
 
 pub use crate::block::{
-    open_block, seal_block, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER,
+    follows, open_block, seal_block, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END,
+    FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER,
 };
 
 /// Lane ids from this one up are not log lanes (the page store's blocks carry `0xFFFE`).
@@ -216,13 +217,15 @@ pub struct Master {
     pub segment_size: u64,
 }
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI4";
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI5";
 /// The magics of earlier formats, refused with their own message: before the page store,
-/// and before log blocks were salted with their generation (recycled segments).
-const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 3] = [
+/// before log blocks were salted with their generation (recycled segments), and before a
+/// lane's last block could be rewritten (packed blocks).
+const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 4] = [
     (b"TSUMIKI1", "before the page store"),
     (b"TSUMIKI2", "before the page store"),
     (b"TSUMIKI3", "before recycled log segments"),
+    (b"TSUMIKI4", "before packed log blocks"),
 ];
 /// Encoded size of [`Master`].
 pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;

@@ -34,7 +34,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
 use crate::error::Error;
-use format::{RecordEncoder, Trailer, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD};
+use format::{
+    RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
+};
 use storage::{Storage, StorageFile};
 
 /// Where commit records go.
@@ -148,6 +150,10 @@ pub struct LogOptions {
     /// common enough for tests to meet).
     #[doc(hidden)]
     pub lookup_pause_for_tests: bool,
+    /// Test only: a lane's partly filled last block is written again without the records
+    /// it held (a planted bug for the crash and kill tests: buffered commits are lost).
+    #[doc(hidden)]
+    pub repack_drops_tail_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -178,6 +184,7 @@ impl Default for LogOptions {
             evict_unmarked_for_tests: false,
             load_count_unchecked_for_tests: false,
             lookup_pause_for_tests: false,
+            repack_drops_tail_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
         }
@@ -289,6 +296,45 @@ struct LaneIo {
     /// The next segment, being preallocated in the background so that a rollover does
     /// not stall the commit that crosses it.
     next: Option<std::thread::JoinHandle<io::Result<Box<dyn StorageFile>>>>,
+    /// The last block written, while it is partly filled and not synced: the next write
+    /// rewrites it with more records instead of starting a block (see [`Tail`]).
+    tail: Option<Tail>,
+    /// Whether the lane's last block in this generation is partly filled (the next new
+    /// block says so: [`FLAG_AFTER_PARTIAL`]).
+    last_partial: bool,
+}
+
+/// A lane's last block while it is partly filled and was not synced (buffered durability,
+/// or a group whose sync comes later). A write that does not sync leaves it; the next write
+/// goes back one block and writes it again, its payload followed by the new records, so
+/// that commits that promise no sync share blocks instead of taking one each (the log,
+/// and with it the checkpoint rate, grew by a block per commit). Dropped at every sync of
+/// the lane's file: a block that was synced is never written again. A rewrite torn by a
+/// power loss fails its checksum and is cut as the lane's torn tail, with the unsynced
+/// records in it: what buffered durability allows.
+struct Tail {
+    /// The block's payload (its records' bytes; a record may have begun in the block
+    /// before).
+    payload: Vec<u8>,
+    /// End offset in `payload` and ordering key of each record that ends in it.
+    ends: Vec<(usize, u64)>,
+    /// Whether every block before it had been synced when it was first written.
+    synced_before: bool,
+    /// Whether the block before it is partly filled.
+    after_partial: bool,
+    /// The watermark it was last written with. It ended that flush, so the watermark
+    /// holds for its records (ELR trusts a watermark only at a flush's end): written again
+    /// as the first block of a longer flush, it keeps that watermark and its flush-end
+    /// mark, so that a crash in the middle of the longer flush finds the watermark it
+    /// replaced, not an older one (acknowledged commits of other lanes rely on it).
+    watermark: u64,
+}
+
+impl LaneIo {
+    /// The lane's file was synced: its last block is final.
+    fn synced(&mut self) {
+        self.tail = None;
+    }
 }
 
 /// One log: a worker's (P-WAL) or everyone's (shared WAL).
@@ -355,6 +401,9 @@ pub struct WalStats {
     pub segments_zeroed: u64,
     /// Log segments reused from an earlier generation (no zero-fill).
     pub segments_recycled: u64,
+    /// Blocks written again with more records: commits that promised no sync packed into
+    /// a lane's partly filled last block (see `bytes`, which counts each write).
+    pub blocks_rewritten: u64,
 }
 
 /// The log of one open database.
@@ -363,7 +412,7 @@ pub(crate) struct Wal {
     pub(crate) opts: LogOptions,
     /// The generation new lanes write into.
     generation: AtomicU64,
-    /// `bytes` when the last checkpoint switched generations (or one failed): the log since
+    /// `grown` when the last checkpoint switched generations (or one failed): the log since
     /// is their difference, with no second counter on the flush path.
     checkpoint_base: AtomicU64,
     /// Bytes the last checkpoint wrote to the page store.
@@ -382,6 +431,9 @@ pub(crate) struct Wal {
     flushes: AtomicU64,
     syncs: AtomicU64,
     bytes: AtomicU64,
+    /// Bytes of blocks added to the logs (`bytes` less rewrites): what recovery would read.
+    grown: AtomicU64,
+    rewritten: AtomicU64,
     cas_misses: AtomicU64,
     create_lane: Mutex<()>,
     /// Segments of generations before the master record's, kept for reuse (see
@@ -428,6 +480,8 @@ impl Wal {
             flushes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            grown: AtomicU64::new(0),
+            rewritten: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
             recycled: Arc::default(),
@@ -445,6 +499,7 @@ impl Wal {
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
             segments_zeroed: self.recycled.zeroed.load(Ordering::Relaxed),
             segments_recycled: self.recycled.reused.load(Ordering::Relaxed),
+            blocks_rewritten: self.rewritten.load(Ordering::Relaxed),
         }
     }
 
@@ -520,6 +575,8 @@ impl Wal {
                 all_synced: true,
                 out: Vec::new(),
                 next: None,
+                tail: None,
+                last_partial: false,
             }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
@@ -648,7 +705,27 @@ impl Wal {
             lane.release_held(appended);
             return Ok(());
         }
+        // Back over the unsynced, partly filled last block: it is written again, its
+        // payload first (see `Tail`).
+        let (buf, ends, tail_flags) = match io.tail.take() {
+            Some(mut t) => {
+                io.off -= BLOCK as u64;
+                io.seq -= 1;
+                self.rewritten.fetch_add(1, Ordering::Relaxed);
+                if self.opts.repack_drops_tail_for_tests {
+                    t.payload.clear();
+                    t.ends.clear();
+                }
+                let shift = t.payload.len();
+                t.payload.extend_from_slice(&buf);
+                t.ends.extend(ends.iter().map(|&(e, o)| (e + shift, o)));
+                let flags = (t.synced_before, t.after_partial);
+                (t.payload, t.ends, Some((flags, t.watermark)))
+            }
+            None => (buf, ends, None),
+        };
         let blocks = buf.len().div_ceil(PAYLOAD).max(1);
+        let mut last_watermark = 0;
         io.out.clear();
         io.out.resize(blocks * BLOCK, 0);
         let mut e = 0;
@@ -657,8 +734,17 @@ impl Wal {
             let end = ((b + 1) * PAYLOAD).min(buf.len());
             let block = &mut io.out[b * BLOCK..(b + 1) * BLOCK];
             block[..end - start].copy_from_slice(&buf[start..end]);
+            // Only a flush's first block can say that every block before it was synced:
+            // the blocks before a later one are this flush's own, unsynced (a torn first
+            // block followed by an intact second one is a torn tail, not corruption).
+            let (synced_before, after_partial) = match tail_flags {
+                _ if b > 0 => (false, false),
+                Some((f, _)) => f,
+                None => (io.all_synced, io.last_partial),
+            };
             let mut t = Trailer {
-                flags: if io.all_synced { FLAG_SYNCED_BEFORE } else { 0 },
+                flags: if synced_before { FLAG_SYNCED_BEFORE } else { 0 }
+                    | if after_partial { FLAG_AFTER_PARTIAL } else { 0 },
                 lane: lane.id,
                 used: (end - start) as u16,
                 seq: io.seq,
@@ -679,7 +765,12 @@ impl Wal {
                 if closing {
                     t.flags |= FLAG_LANE_END;
                 }
+            } else if let (0, Some((_, w))) = (b, tail_flags) {
+                // A tail written again at the start of a longer flush (see `Tail`).
+                t.flags |= FLAG_FLUSH_END;
+                t.watermark = w;
             }
+            last_watermark = t.watermark;
             while e < ends.len() && ends[e].0 <= end {
                 let o = ends[e].1;
                 t.lo = if t.records == 0 { o } else { t.lo.min(o) };
@@ -697,10 +788,33 @@ impl Wal {
         let sync = self.opts.durability == Durability::Sync;
         if sync {
             self.sync(io.file.as_deref().expect("a segment is open after a write"))?;
+            io.synced();
         }
+        let last = (blocks - 1) * PAYLOAD;
+        let last_used = buf.len() - last;
+        if !sync && !closing && last_used < PAYLOAD {
+            // Kept for the next write to fill (a closing write is synced next). Its flags
+            // are those it was written with.
+            let at = ends.partition_point(|&(e, _)| e <= last);
+            let first = match tail_flags {
+                Some((f, _)) => f,
+                None => (io.all_synced, io.last_partial),
+            };
+            let (synced_before, after_partial) = if blocks == 1 { first } else { (false, false) };
+            io.tail = Some(Tail {
+                payload: buf[last..].to_vec(),
+                ends: ends[at..].iter().map(|&(e, o)| (e - last, o)).collect(),
+                synced_before,
+                after_partial,
+                watermark: last_watermark,
+            });
+        }
+        io.last_partial = last_used < PAYLOAD;
         io.all_synced = sync;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
+        let added = blocks - usize::from(tail_flags.is_some());
+        self.grown.fetch_add((added * BLOCK) as u64, Ordering::Relaxed);
         lane.flushed.store(appended, Ordering::Release);
         if elr {
             lane.horizon.fetch_max(horizon, Ordering::AcqRel);
@@ -950,7 +1064,7 @@ impl Wal {
         let limit = self.opts.checkpoint_bytes;
         limit > 0
             && self.opts.device == Device::File
-            && self.bytes.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
+            && self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
                 >= limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
     }
 
@@ -960,7 +1074,7 @@ impl Wal {
         let every = self.opts.checkpoint_interval;
         !every.is_zero()
             && self.opts.device == Device::File
-            && self.bytes.load(Ordering::Relaxed) > self.checkpoint_base.load(Ordering::Relaxed)
+            && self.grown.load(Ordering::Relaxed) > self.checkpoint_base.load(Ordering::Relaxed)
             && self.checkpoint_time.lock().elapsed() >= every
     }
 
@@ -985,12 +1099,13 @@ impl Wal {
             io.off = 0;
             io.seq = 0;
             io.all_synced = true;
+            io.last_partial = false;
         })?;
         self.generation.store(g, Ordering::Release);
         for lane in &lanes {
             self.flush_lane(lane, true)?;
         }
-        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
         *self.checkpoint_time.lock() = std::time::Instant::now();
         Ok(())
     }
@@ -1024,6 +1139,7 @@ impl Wal {
             if let Some(f) = io.file.as_deref() {
                 self.sync(f)?;
             }
+            io.synced();
             then(&mut io);
         }
         Ok(lanes)
@@ -1062,7 +1178,7 @@ impl Wal {
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
     /// checkpoint that failed: the next try waits for as much log again).
     pub(crate) fn postpone_checkpoint(&self) {
-        self.checkpoint_base.store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Writes and syncs every lane (a checkpoint, after its page writes: every value the
@@ -1072,9 +1188,11 @@ impl Wal {
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for l in lanes {
             self.flush_lane(&l, false)?;
-            if let Some(f) = l.io.lock().file.as_deref() {
+            let mut io = l.io.lock();
+            if let Some(f) = io.file.as_deref() {
                 self.sync(f)?;
             }
+            io.synced();
         }
         Ok(())
     }

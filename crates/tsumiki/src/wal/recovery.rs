@@ -185,6 +185,8 @@ pub fn read_lane(
         window_start: 0,
     };
     let mut seq: u32 = 0;
+    // Payload bytes of the last block taken (see `format::follows`).
+    let mut prev_used: Option<u16> = None;
     let mut ended = false;
     // Stream bytes not parsed yet (a record may span blocks and chunks), from `parsed`.
     let mut pending: Vec<u8> = Vec::new();
@@ -213,7 +215,8 @@ pub fn read_lane(
             for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
                 let b = off / BLOCK as u64 + j as u64;
                 match format::open_block(block, generation) {
-                    Some(t) if t.lane == lane && t.seq == seq => {
+                    Some(t) if t.lane == lane && t.seq == seq && prev_used.is_none_or(|u| format::follows(u, &t)) => {
+                        prev_used = Some(t.used);
                         out.blocks.push(BlockSpan {
                             stream: stream_len,
                             file: i as u32,
@@ -588,6 +591,7 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
     for (&lane, segs) in &lanes {
         stream.clear();
         let mut seq: u32 = 0;
+        let mut prev_used: Option<u16> = None;
         let mut ended = false;
         'lane: for (i, &seg) in segs.iter().enumerate() {
             let name = format::segment_name(generation, lane, seg);
@@ -603,7 +607,10 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
                 off += n as u64;
                 for block in chunk[..n].chunks(BLOCK) {
                     match format::open_block(block, generation) {
-                        Some(t) if t.lane == lane && t.seq == seq => {
+                        Some(t)
+                            if t.lane == lane && t.seq == seq && prev_used.is_none_or(|u| format::follows(u, &t)) =>
+                        {
+                            prev_used = Some(t.used);
                             stream.extend_from_slice(&block[..t.used as usize]);
                             seq = seq.wrapping_add(1);
                             if t.flags & FLAG_LANE_END != 0 {
