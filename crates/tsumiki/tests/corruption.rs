@@ -347,6 +347,7 @@ fn one_lane(seg: Vec<u8>) -> SimStorage {
     let disk = SimStorage::new(1);
     let mut img = disk.crash();
     img.insert(&format::segment_name(2, 0, 0), seg);
+    img.insert(&format::registry_name(2), format::LaneRegistry { generation: 2, count: 1 }.encode().to_vec());
     SimStorage::from_image(&img, 0)
 }
 
@@ -444,5 +445,79 @@ fn a_closed_lane_without_its_end_block_is_corrupt() {
     assert_eq!(keys(whole).unwrap(), 3);
     for (what, seg) in [("unmarked", unmarked), ("zeroed", zeroed), ("damaged", damaged)] {
         assert!(matches!(keys(seg), Err(Error::Corrupt(_))), "{what}");
+    }
+}
+
+/// The live generation's lanes are registered (`lanes-<generation>`) before their first
+/// commits: a lane deleted or zeroed whole after a crash is missing, not a lane that never
+/// wrote (before the registry, its acknowledged commits were dropped silently). Two lanes
+/// commit, the process "crashes", and each damage is reopened: deleting lane 1's log,
+/// zeroing it, deleting the registry, or putting back an older registry (one lane) is
+/// `Corrupt`; untouched, every commit is there.
+#[test]
+fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
+    let crashed = || {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options { log: LogOptions { mode: LogMode::PWal, ..LogOptions::default() }, ..Options::default() };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        // Keys present first: the two updates below touch no shared gap (no conflict).
+        db.run(|t| {
+            t.put(&[0], b"0")?;
+            t.put(&[1], b"0")
+        })
+        .unwrap();
+        let both = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for t in 0..2u8 {
+                let (db, both) = (&db, &both);
+                s.spawn(move || {
+                    // Both transactions open at once: two slots, so two lanes.
+                    let mut txn = db.begin();
+                    txn.put(&[t], b"v").unwrap();
+                    both.wait();
+                    txn.commit().unwrap();
+                });
+            }
+        });
+        db.abandon_for_tests();
+        let lane1: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                format::parse_segment_name(&p.file_name().unwrap().to_string_lossy()).is_some_and(|(_, l, _)| l == 1)
+            })
+            .collect();
+        assert!(!lane1.is_empty(), "the test needs a second lane");
+        (dir, opts, lane1)
+    };
+    let reopen = |dir: &tempfile::TempDir, opts: &Options| Db::open(dir.path(), opts.clone());
+    let (dir, opts, _) = crashed();
+    let updated = |db: &Db| db.begin().scan(b"", None).filter(|r| r.as_ref().unwrap().1 == b"v").count();
+    let db = reopen(&dir, &opts).unwrap();
+    assert_eq!(updated(&db), 2);
+    drop(db);
+    let registry = |dir: &tempfile::TempDir| dir.path().join(format::registry_name(1));
+    type Damage = fn(&tempfile::TempDir, &[std::path::PathBuf], &std::path::Path);
+    let cases: [(&str, Damage); 4] = [
+        ("lane 1 deleted", |_, lane1, _| lane1.iter().for_each(|p| std::fs::remove_file(p).unwrap())),
+        ("lane 1 zeroed", |_, lane1, _| {
+            lane1.iter().for_each(|p| {
+                let len = std::fs::metadata(p).unwrap().len() as usize;
+                std::fs::write(p, vec![0u8; len]).unwrap()
+            })
+        }),
+        ("registry deleted", |_, _, reg| std::fs::remove_file(reg).unwrap()),
+        ("older registry", |_, _, reg| {
+            std::fs::write(reg, format::LaneRegistry { generation: 1, count: 1 }.encode()).unwrap()
+        }),
+    ];
+    for (what, damage) in cases {
+        let (dir, opts, lane1) = crashed();
+        damage(&dir, &lane1, &registry(&dir));
+        match reopen(&dir, &opts) {
+            Err(Error::Corrupt(m)) => assert!(m.contains("lane"), "{what}: {m}"),
+            Ok(db) => panic!("{what}: opened with {} of the 2 updates", updated(&db)),
+            Err(e) => panic!("{what}: {e}"),
+        }
     }
 }

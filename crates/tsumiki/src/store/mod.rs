@@ -168,8 +168,9 @@ pub(crate) fn open(
                 // This generation's log starts empty: its old segments are obsolete now
                 // that the durable master record says the pages hold everything.
                 recovery::remove_stale(&storage, m.generation)?;
+                // Its lanes start again from lane 0, so its lane registry goes too.
                 for n in storage.list().map_err(|e| Error::io("listing the database directory", e))? {
-                    if parse_segment_name(&n).is_some() {
+                    if parse_segment_name(&n).is_some() || crate::wal::format::parse_registry_name(&n).is_some() {
                         storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
                     }
                 }

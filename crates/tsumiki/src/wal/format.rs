@@ -315,6 +315,62 @@ pub fn segment_name(generation: u64, lane: u16, seg: u64) -> String {
     format!("wal-{generation:010}-{lane:05}-{seg:08}.log")
 }
 
+/// The name of generation `generation`'s lane registry (see [`LaneRegistry`]).
+pub fn registry_name(generation: u64) -> String {
+    format!("lanes-{generation:010}")
+}
+
+/// Parses a lane registry's name (or, with `.tmp`, one being written) into its generation.
+pub fn parse_registry_name(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("lanes-")?;
+    let digits = rest.strip_suffix(".tmp").unwrap_or(rest);
+    (digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+}
+
+/// How many lanes a generation has: lanes `0..count` were created in it (or moved into it
+/// by a checkpoint) before any of them acknowledged a commit. Written whole under a
+/// temporary name, synced, renamed and the directory synced, before a new lane's first
+/// commit and before a checkpoint lets commits into the generation; so every lane that
+/// holds a record is below the count, and every lane below it must have its log: a lane of
+/// the live generation deleted or zeroed whole is then missing, not a lane that never
+/// wrote. Layout: `"TSKLANE1"`, generation u64, count u32, CRC32C u32 of the 20 before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneRegistry {
+    /// The generation.
+    pub generation: u64,
+    /// Lanes `0..count`.
+    pub count: u32,
+}
+
+const REGISTRY_MAGIC: &[u8; 8] = b"TSKLANE1";
+/// Encoded size of [`LaneRegistry`].
+pub const REGISTRY_LEN: usize = 24;
+
+impl LaneRegistry {
+    /// Encodes the registry.
+    pub fn encode(&self) -> [u8; REGISTRY_LEN] {
+        let mut b = [0u8; REGISTRY_LEN];
+        b[..8].copy_from_slice(REGISTRY_MAGIC);
+        b[8..16].copy_from_slice(&self.generation.to_le_bytes());
+        b[16..20].copy_from_slice(&self.count.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..20]);
+        b[20..24].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes a registry; `None` if the bytes are not one (length, magic, checksum).
+    pub fn decode(b: &[u8]) -> Option<LaneRegistry> {
+        if b.len() != REGISTRY_LEN || &b[..8] != REGISTRY_MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[20..24].try_into().ok()?);
+        (crc == crc32c::crc32c(&b[..20])).then(|| LaneRegistry {
+            generation: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            count: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
+        })
+    }
+}
+
 /// Parses a segment name into `(generation, lane, seg)`.
 pub fn parse_segment_name(name: &str) -> Option<(u64, u16, u64)> {
     let rest = name.strip_prefix("wal-")?.strip_suffix(".log")?;

@@ -585,6 +585,10 @@ impl Wal {
         });
         self.lanes.write().push(lane.clone());
         self.flush_lane(&lane, true)?;
+        // Its first block durable, then registered, before its first commit (see
+        // `format::LaneRegistry`).
+        let g = self.sync_lane(&lane)?;
+        self.register_lanes(g, u32::from(id) + 1)?;
         Ok(lane)
     }
 
@@ -1104,10 +1108,31 @@ impl Wal {
         self.generation.store(g, Ordering::Release);
         for lane in &lanes {
             self.flush_lane(lane, true)?;
+            self.sync_lane(lane)?;
         }
+        // Before the checkpoint lets commits into `g`.
+        self.register_lanes(g, lanes.len() as u32)?;
         self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
         *self.checkpoint_time.lock() = std::time::Instant::now();
         Ok(())
+    }
+
+    /// Syncs `lane`'s current segment (whatever the durability: a registered lane's first
+    /// block is durable, so recovery can tell a lane zeroed whole from a new one). Returns
+    /// the lane's generation.
+    fn sync_lane(&self, lane: &Lane) -> Result<u64, Error> {
+        let mut io = lane.io.lock();
+        if let Some(f) = io.file.as_deref() {
+            self.sync(f)?;
+        }
+        io.synced();
+        Ok(io.gen)
+    }
+
+    /// Writes generation `g`'s lane registry (lanes `0..count`). A failure poisons the log.
+    fn register_lanes(&self, g: u64, count: u32) -> Result<(), Error> {
+        recovery::write_registry(&*self.storage, g, count)
+            .map_err(|e| self.poison(format!("writing the lane registry of generation {g} failed: {e}")))
     }
 
     /// Writes and syncs every lane's pending records, the last block marked as the lane's

@@ -450,6 +450,76 @@ pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
     storage.sync_dir().map_err(|e| io("syncing the database directory", e))
 }
 
+/// Writes generation `generation`'s lane registry saying lanes `0..count` (see
+/// [`format::LaneRegistry`]): whole under a temporary name, synced, renamed, directory
+/// synced.
+pub fn write_registry(storage: &dyn Storage, generation: u64, count: u32) -> Result<(), Error> {
+    let name = format::registry_name(generation);
+    let tmp = format!("{name}.tmp");
+    let f = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
+    f.write_at(&format::LaneRegistry { generation, count }.encode(), 0).map_err(|e| io(&tmp, e))?;
+    f.sync_data().map_err(|e| io(&tmp, e))?;
+    drop(f);
+    storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
+    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+}
+
+/// Generation `generation`'s lane count, if its registry exists; a damaged one (or one
+/// naming another generation) is `Corrupt`.
+pub fn read_registry(storage: &dyn Storage, generation: u64) -> Result<Option<u32>, Error> {
+    let name = format::registry_name(generation);
+    let f = match storage.open(&name, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&name, e)),
+    };
+    let len = f.len().map_err(|e| io(&name, e))?;
+    if len != format::REGISTRY_LEN as u64 {
+        return Err(corrupt(format!("{name} is {len} bytes, expected {}", format::REGISTRY_LEN)));
+    }
+    let mut b = [0u8; format::REGISTRY_LEN];
+    read_exact_at(&*f, &mut b, 0).map_err(|e| io(&name, e))?;
+    match format::LaneRegistry::decode(&b) {
+        Some(r) if r.generation == generation => Ok(Some(r.count)),
+        Some(r) => Err(corrupt(format!("{name} names generation {}", r.generation))),
+        None => Err(corrupt(format!("{name} is damaged (checksum or magic)"))),
+    }
+}
+
+/// Checks generation `generation`'s lanes against its registry: every registered lane has
+/// a log, and every lane holding records is registered (it was, before its first commit).
+/// `lanes`: each lane with a log, whether it holds records, and whether its first block is
+/// valid (a registered lane's was synced before it was registered).
+fn check_registry(storage: &dyn Storage, generation: u64, lanes: &[(u16, bool, bool)]) -> Result<(), Error> {
+    let registered = read_registry(storage, generation)?;
+    if let Some(n) = registered {
+        for id in 0..n {
+            match lanes.iter().find(|&&(l, _, _)| u32::from(l) == id) {
+                None => {
+                    return Err(corrupt(format!(
+                        "lane {id} of generation {generation} is registered, but its log is missing"
+                    )))
+                }
+                Some(&(_, _, false)) => {
+                    return Err(corrupt(format!(
+                        "lane {id} of generation {generation} is registered, but its first block (synced before that) is gone"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for &(id, holds, _) in lanes {
+        if holds && registered.is_none_or(|n| u32::from(id) >= n) {
+            return Err(corrupt(match registered {
+                None => format!("lane {id} of generation {generation} holds commits, but the generation's lane registry is missing"),
+                Some(n) => format!("lane {id} of generation {generation} holds commits, but the lane registry names only {n} lanes (an older copy?)"),
+            }));
+        }
+    }
+    Ok(())
+}
+
 /// The log segments of `generation`, by lane.
 fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Vec<u64>>, Error> {
     let mut lanes: HashMap<u16, Vec<u64>> = HashMap::new();
@@ -507,12 +577,15 @@ pub fn replay(
         // The next generation's logs exist only once every lane of this one was closed
         // and synced.
         let closed = i + 1 < generations.len();
+        let mut held = Vec::with_capacity(ids.len());
         for id in ids {
             let log = read_lane(storage, generation, id, &lanes[&id], segment_size, closed)?;
             stats.cut_blocks += log.cut_blocks;
             stats.records_read += log.records.len() as u64;
+            held.push((id, !log.records.is_empty(), !log.blocks.is_empty()));
             logs.push(log);
         }
+        check_registry(storage, generation, &held)?;
     }
     stats.lanes = logs.len() as u64;
     // Analysis. ELR: a record is durable iff its LSN is below every lane's last durable
@@ -588,8 +661,10 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
     let mut keys = KeyList::default();
     let mut chunk = vec![0u8; LANE_CHUNK];
     let mut stream: Vec<u8> = Vec::new();
+    let mut held = Vec::with_capacity(lanes.len());
     for (&lane, segs) in &lanes {
         stream.clear();
+        let before = keys.len();
         let mut seq: u32 = 0;
         let mut prev_used: Option<u16> = None;
         let mut ended = false;
@@ -635,9 +710,11 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
         }
         // The blocks read before the lane's end.
         take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+        held.push((lane, keys.len() > before, seq > 0));
         // Sorting per lane keeps the list near the distinct keys, not the writes.
         keys.sort_dedup();
     }
+    check_registry(storage, generation, &held)?;
     Ok(keys)
 }
 
@@ -728,6 +805,10 @@ pub fn stale_names(listed: Vec<String>, keep: u64) -> Vec<String> {
         .into_iter()
         .filter(|n| match format::parse_segment_name(n) {
             Some((g, _, _)) => g < keep,
+            // A lane registry (or one being written: only an older generation's).
+            None if format::parse_registry_name(n).is_some() => {
+                format::parse_registry_name(n).is_some_and(|g| g < keep)
+            }
             // A segment being preallocated (the lanes' background preparation may run
             // during a checkpoint): only an older generation's.
             None => match n.strip_suffix(".tmp").map(format::parse_segment_name) {
