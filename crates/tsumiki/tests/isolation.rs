@@ -429,14 +429,19 @@ fn si_histories(gc: Gc) {
 /// leave while others hold them, and load back at the watermark stamp.
 #[test]
 fn histories_stay_isolated_under_a_tiny_cache() {
-    // `TSUMIKI_TINY_CC=mvcc-si` (a protocol's name) runs one protocol, for hunting by hand.
+    isolated_in(Store::TinyCache { unmarked: false });
+}
+
+/// A quarter of the usual histories per protocol in `store`, each checked for its
+/// isolation level. `TSUMIKI_TINY_CC=mvcc-si` (a protocol's name) runs one protocol, for
+/// hunting by hand.
+fn isolated_in(store: Store) {
     let only = std::env::var("TSUMIKI_TINY_CC").ok();
     for cc in Cc::ALL.into_iter().filter(|c| only.as_deref().is_none_or(|o| o == c.name())) {
         let si = matches!(cc, Cc::MvccSi(_));
         for seed in 0..histories() / 4 {
-            let h = history_in(Store::TinyCache { unmarked: false }, cc, false, 4, 40, seed);
-            if let Err(e) = check(&h, si) {
-                panic!("{} under a tiny cache: history {seed}: {e}", cc.name());
+            if let Err(e) = check(&history_in(store, cc, false, 4, 40, seed), si) {
+                panic!("{} in {store:?}: history {seed}: {e}", cc.name());
             }
         }
     }
@@ -468,15 +473,7 @@ fn planted_unmarked_eviction_is_caught() {
 /// lookups make the race common.
 #[test]
 fn paused_misses_stay_isolated() {
-    for cc in Cc::ALL {
-        let si = matches!(cc, Cc::MvccSi(_));
-        for seed in 0..histories() / 4 {
-            let h = history_in(Store::PausedMisses { unchecked: false }, cc, false, 4, 40, seed);
-            if let Err(e) = check(&h, si) {
-                panic!("{} with paused misses: history {seed}: {e}", cc.name());
-            }
-        }
-    }
+    isolated_in(Store::PausedMisses { unchecked: false });
 }
 
 /// The planted bug: the load count is not compared, and MVCC-SI reads keys absent that were
