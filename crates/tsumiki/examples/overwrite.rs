@@ -1,5 +1,5 @@
 //! Steady overwrites at scale (issue 13's space goal): fills `KEYS` keys of 4 + 100 bytes,
-//! then two threads overwrite random keys one per transaction (buffered durability) for
+//! then two threads overwrite random keys one per transaction (buffered durability unless told) for
 //! `SECS` seconds, and every 10 s prints the page store's files against the data, its live
 //! images, and its write amplification so far (page-store bytes written per byte of
 //! updates; the log excluded).
@@ -7,7 +7,7 @@
 //!     cargo run --release -p tsumiki --example overwrite -- 1000000 600
 //!
 //! Arguments: keys (default 1,000,000), seconds (default 600), directory (default: a
-//! temporary one).
+//! temporary one; `-` for one), durability (`buffered`, the default, or `sync`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,8 +21,13 @@ fn main() {
     let keys: u32 = args.next().map_or(1_000_000, |a| a.parse().expect("keys: a number"));
     let secs: u64 = args.next().map_or(600, |a| a.parse().expect("seconds: a number"));
     let tmp = tempfile::tempdir().expect("a temporary directory");
-    let dir = args.next().map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
-    let log = LogOptions { durability: Durability::Buffered, ..LogOptions::default() };
+    let dir = args.next().filter(|a| a != "-").map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
+    let durability = match args.next().as_deref() {
+        None | Some("buffered") => Durability::Buffered,
+        Some("sync") => Durability::Sync,
+        Some(d) => panic!("durability: buffered or sync, not {d}"),
+    };
+    let log = LogOptions { durability, ..LogOptions::default() };
     let db = Db::open(&dir, Options { log, ..Options::default() }).expect("open");
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
         db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; VALUE]))).expect("fill");
