@@ -62,6 +62,12 @@ pub fn table(r: &Inspection) -> String {
         "logs: {logs} bytes, {log_records} records; page segments: {seg_bytes} bytes, {live} live ({:.2}x)\n",
         if live == 0 { 0.0 } else { seg_bytes as f64 / live as f64 }
     );
+    for (g, lanes) in &r.lane_registries {
+        s += &match lanes {
+            Ok(n) => format!("lane registry of generation {g}: {n} lanes\n"),
+            Err(e) => format!("lane registry of generation {g}: unreadable ({e})\n"),
+        };
+    }
     s += "other: blocks not valid where they are (a torn write, damage, or the older blocks of a reused segment)\n";
     s
 }
@@ -89,5 +95,13 @@ pub fn json(r: &Inspection) -> serde_json::Value {
             })
         })
         .collect();
-    json!({"generation": r.generation, "last_exit": r.last_exit, "elr": r.elr, "pages": r.pages, "files": files})
+    let registries: Vec<serde_json::Value> = r
+        .lane_registries
+        .iter()
+        .map(|(g, lanes)| match lanes {
+            Ok(n) => json!({"generation": g, "lanes": n}),
+            Err(e) => json!({"generation": g, "error": e}),
+        })
+        .collect();
+    json!({"generation": r.generation, "last_exit": r.last_exit, "elr": r.elr, "pages": r.pages, "files": files, "lane_registries": registries})
 }

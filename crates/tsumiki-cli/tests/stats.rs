@@ -29,3 +29,23 @@ fn stats_shows_the_page_segments_of_a_closed_database() {
         Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats"]).arg(dir.path().join("none")).output().unwrap();
     assert!(!out.status.success());
 }
+
+/// A database left open (a crash) shows its logs and its lane registry.
+#[test]
+fn stats_shows_the_lane_registry_of_a_crashed_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = tsumiki::Db::open(dir.path(), tsumiki::Options::default()).unwrap();
+    db.run(|t| t.put(b"k", b"v")).unwrap();
+    db.abandon_for_tests();
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats", "--json"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["last_exit"], false);
+    let regs = v["lane_registries"].as_array().unwrap();
+    assert_eq!(regs.len(), 1, "{v}");
+    assert_eq!(regs[0]["lanes"], 1, "{v}");
+    assert!(v["files"].as_array().unwrap().iter().any(|f| f["kind"] == "log" && f["records"] == 1), "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).arg("stats").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("lane registry of generation 1: 1 lanes"), "{text}");
+}

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use crate::block::{open_block, BLOCK, FLAG_FLUSH_END};
 use crate::error::Error;
-use crate::wal::format::parse_segment_name;
-use crate::wal::recovery::{read_master, MASTER};
+use crate::wal::format::{parse_registry_name, parse_segment_name};
+use crate::wal::recovery::{read_master, read_registry, MASTER};
 use crate::wal::storage::{DirStorage, Storage};
 
 use super::pages::{parse_segment_file, PageStore};
@@ -56,6 +56,9 @@ pub struct Inspection {
     pub pages: u64,
     /// Every log and page segment, in name order.
     pub files: Vec<FileReport>,
+    /// Each lane registry (`lanes-<generation>`): the generation and its lane count, or
+    /// why it cannot be read.
+    pub lane_registries: Vec<(u64, Result<u32, String>)>,
 }
 
 /// Reads the database in `dir` without changing it. Takes the database's lock, so a
@@ -80,10 +83,16 @@ pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
         elr: m.elr,
         pages: pages.stats().pages,
         files: Vec::new(),
+        lane_registries: Vec::new(),
     };
     let mut names = storage.list().map_err(|e| Error::io("listing the database directory", e))?;
     names.sort();
     for name in names {
+        if let Some(g) = parse_registry_name(&name).filter(|_| !name.ends_with(".tmp")) {
+            let count = read_registry(&*storage, g).map_err(|e| e.to_string());
+            out.lane_registries.push((g, count.and_then(|c| c.ok_or_else(|| "removed meanwhile".to_string()))));
+            continue;
+        }
         let log = parse_segment_name(&name).map(|(g, l, _)| (g, l));
         let seg = parse_segment_file(&name);
         if name == MASTER || (log.is_none() && seg.is_none()) {
