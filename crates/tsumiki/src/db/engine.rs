@@ -875,7 +875,7 @@ impl<P: Protocol> Engine<P> {
             }
         };
         let Some(next) = next else {
-            r.mark_loaded(clock, range);
+            r.mark_kept(clock, range);
             return;
         };
         let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = self.index.scan(low, high).collect();
@@ -913,7 +913,7 @@ impl<P: Protocol> Engine<P> {
                 self.proto.unlatch_evict(unsafe { &*p.0 });
             }
             self.proto.unlatch_next(next);
-            r.mark_loaded(clock, range);
+            r.mark_kept(clock, range);
             range.touch();
             return;
         }
@@ -970,18 +970,19 @@ impl<P: Protocol> Engine<P> {
                 return false;
             }
         }
-        let partial = self.residency.as_ref().filter(|res| !res.all_loaded());
         let mut nk = Vec::new();
         loop {
+            // The follower found stands only if no range came back since (see `Residency`).
+            let since = self.load_count();
             let next = if self.proto.gap_protection() {
-                self.next_record(key, true, partial.is_some().then_some(&mut nk), guard).1
+                self.next_record(key, true, self.residency.is_some().then_some(&mut nk), guard).1
             } else {
                 &*self.sentinel
             };
             // The unlink hands the deleted record's gap to its follower; a range loaded
             // between them later would own part of that gap without what it was handed.
             // Wait until the ranges between are loaded (transactions load them).
-            if let Some(res) = partial.filter(|_| self.proto.gap_protection()) {
+            if let Some(res) = self.residency.as_ref().filter(|res| self.proto.gap_protection() && !res.all_loaded()) {
                 if res.first_missing(key, (!self.is_sentinel(next)).then_some(nk.as_slice()), guard).is_some() {
                     self.proto.unlatch_absent(r);
                     self.put_off_unlink(key);
@@ -997,7 +998,9 @@ impl<P: Protocol> Engine<P> {
                     return false;
                 }
             }
-            if self.proto.gap_protection() && !std::ptr::eq(self.next_record(key, true, None, guard).1, next) {
+            if self.proto.gap_protection()
+                && (!std::ptr::eq(self.next_record(key, true, None, guard).1, next) || !self.no_load_since(since))
+            {
                 self.proto.unlatch_next(next);
                 continue;
             }
@@ -1710,6 +1713,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             // The gap after the range belongs to the first record at or past its end.
             let terminal = if last && limit.is_none() {
+                let since = eng.load_count();
                 let mut tk = Vec::new();
                 let t = match end {
                     Some(e) => eng.next_record(e, false, Some(&mut tk), guard).1,
@@ -1729,7 +1733,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Conflict(c)) => return self.fail(c),
                     Err(Access::Failed) => return self.failed(),
                 }
-                Some(t as *const P::Record)
+                Some((t as *const P::Record, since))
             } else {
                 None
             };
@@ -1739,12 +1743,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !again.eq(recs.iter().map(|(_, p)| p.0)) {
                 continue 'retry;
             }
-            if let Some(t) = terminal {
+            if let Some((t, since)) = terminal {
                 let t2 = match end {
                     Some(e) => eng.next_record(e, false, None, guard).1 as *const P::Record,
                     None => &*eng.sentinel as *const P::Record,
                 };
-                if t != t2 {
+                // And no range came back since the terminal lookup (it could have left
+                // again by now, as for a missing key).
+                if t != t2 || !eng.no_load_since(since) {
                     continue 'retry;
                 }
                 return Ok(None);

@@ -260,6 +260,18 @@ impl Residency {
         }
     }
 
+    /// `range` stays in the index after all: an eviction gave up before it removed anything
+    /// (called under `lock`). The load count does not move: no lookup can have missed a
+    /// record of it.
+    pub(crate) fn mark_kept(&self, clock: &mut Clock, range: &Range) {
+        if !range.loaded.swap(true, Ordering::AcqRel) {
+            clock.missing -= 1;
+            if clock.missing == 0 {
+                self.all.store(true, Ordering::Release);
+            }
+        }
+    }
+
     /// `range` is about to leave the index (called under `lock`, before anything is
     /// removed: a check that still sees it loaded came before the removals).
     pub(crate) fn mark_unloaded(&self, clock: &mut Clock, range: &Range) {
