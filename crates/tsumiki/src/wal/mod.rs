@@ -729,6 +729,12 @@ impl Wal {
             None => (buf, ends, None),
         };
         let blocks = buf.len().div_ceil(PAYLOAD).max(1);
+        // (synced before, after a partly filled block) of the flush's first block: a
+        // rewritten tail keeps those it was first written with.
+        let first_flags = match tail_flags {
+            Some((f, _)) => f,
+            None => (io.all_synced, io.last_partial),
+        };
         let mut last_watermark = 0;
         io.out.clear();
         io.out.resize(blocks * BLOCK, 0);
@@ -741,11 +747,7 @@ impl Wal {
             // Only a flush's first block can say that every block before it was synced:
             // the blocks before a later one are this flush's own, unsynced (a torn first
             // block followed by an intact second one is a torn tail, not corruption).
-            let (synced_before, after_partial) = match tail_flags {
-                _ if b > 0 => (false, false),
-                Some((f, _)) => f,
-                None => (io.all_synced, io.last_partial),
-            };
+            let (synced_before, after_partial) = if b == 0 { first_flags } else { (false, false) };
             let mut t = Trailer {
                 flags: if synced_before { FLAG_SYNCED_BEFORE } else { 0 }
                     | if after_partial { FLAG_AFTER_PARTIAL } else { 0 },
@@ -800,11 +802,7 @@ impl Wal {
             // Kept for the next write to fill (a closing write is synced next). Its flags
             // are those it was written with.
             let at = ends.partition_point(|&(e, _)| e <= last);
-            let first = match tail_flags {
-                Some((f, _)) => f,
-                None => (io.all_synced, io.last_partial),
-            };
-            let (synced_before, after_partial) = if blocks == 1 { first } else { (false, false) };
+            let (synced_before, after_partial) = if blocks == 1 { first_flags } else { (false, false) };
             io.tail = Some(Tail {
                 payload: buf[last..].to_vec(),
                 ends: ends[at..].iter().map(|&(e, o)| (e - last, o)).collect(),
@@ -1213,11 +1211,7 @@ impl Wal {
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for l in lanes {
             self.flush_lane(&l, false)?;
-            let mut io = l.io.lock();
-            if let Some(f) = io.file.as_deref() {
-                self.sync(f)?;
-            }
-            io.synced();
+            self.sync_lane(&l)?;
         }
         Ok(())
     }

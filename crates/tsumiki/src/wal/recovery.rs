@@ -441,12 +441,18 @@ pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
         f.write_at(&encode_slot(m, next), ((1 - slot) * BLOCK) as u64).map_err(|e| io(MASTER, e))?;
         return f.sync_data().map_err(|e| io(MASTER, e));
     }
-    let tmp = "MASTER.tmp";
-    let f = super::storage::create_fresh(storage, tmp).map_err(|e| io(tmp, e))?;
-    f.write_at(&master_file(m), 0).map_err(|e| io(tmp, e))?;
-    f.sync_data().map_err(|e| io(tmp, e))?;
+    write_whole(storage, MASTER, &master_file(m))
+}
+
+/// Writes `name` whole: `bytes` under `name.tmp`, synced, renamed, directory synced (a
+/// crash leaves the old file or the new one).
+fn write_whole(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = format!("{name}.tmp");
+    let f = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
+    f.write_at(bytes, 0).map_err(|e| io(&tmp, e))?;
+    f.sync_data().map_err(|e| io(&tmp, e))?;
     drop(f);
-    storage.rename(tmp, MASTER).map_err(|e| io(MASTER, e))?;
+    storage.rename(&tmp, name).map_err(|e| io(name, e))?;
     storage.sync_dir().map_err(|e| io("syncing the database directory", e))
 }
 
@@ -454,14 +460,7 @@ pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
 /// [`format::LaneRegistry`]): whole under a temporary name, synced, renamed, directory
 /// synced.
 pub fn write_registry(storage: &dyn Storage, generation: u64, count: u32) -> Result<(), Error> {
-    let name = format::registry_name(generation);
-    let tmp = format!("{name}.tmp");
-    let f = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
-    f.write_at(&format::LaneRegistry { generation, count }.encode(), 0).map_err(|e| io(&tmp, e))?;
-    f.sync_data().map_err(|e| io(&tmp, e))?;
-    drop(f);
-    storage.rename(&tmp, &name).map_err(|e| io(&name, e))?;
-    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
+    write_whole(storage, &format::registry_name(generation), &format::LaneRegistry { generation, count }.encode())
 }
 
 /// Generation `generation`'s lane count, if its registry exists; a damaged one (or one
