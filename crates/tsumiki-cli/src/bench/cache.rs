@@ -264,6 +264,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let mix_peak = sampler.take_peak();
             let after_mix = db.cache_stats().unwrap();
             let store = db.store_stats();
+            let wal = db.wal_stats().unwrap_or_default();
 
             // Close, reopen, verify every record.
             let t = Instant::now();
@@ -329,6 +330,8 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                         "rss_before_open": rss_before, "rss_after_open": rss_open, "rss_peak_fill": fill_peak,
                         "rss_peak_mix": mix_peak, "rss_peak_verify": verify_peak, "rss_hwm": hwm,
                         "model_bytes": model_bytes, "store_pages": pages,
+                        "checkpoints": wal.checkpoints, "log_segments_zeroed": wal.segments_zeroed,
+                        "log_segments_reused": wal.segments_recycled,
                         "resident_after_fill": after_fill.resident_bytes, "resident_after_mix": after_mix.resident_bytes,
                         "resident_after_verify": after_verify.resident_bytes,
                         "ranges": after_mix.ranges, "loads": after_mix.loads + after_verify.loads,
@@ -385,6 +388,10 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                     mib(hwm),
                     mib(model_bytes),
                     pages
+                );
+                println!(
+                    "until the end of the mix: {} checkpoints; log segments {} zero-filled, {} reused",
+                    wal.checkpoints, wal.segments_zeroed, wal.segments_recycled
                 );
             }
             Ok(())

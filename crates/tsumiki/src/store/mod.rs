@@ -253,6 +253,7 @@ pub(crate) fn open(
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
     let wal = Arc::new(Wal::new(log_storage, log, generation));
+    wal.note_store_live(pages.live_bytes());
     if let Some(e) = &read_only {
         wal.poison(format!(
             "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
@@ -472,7 +473,7 @@ impl Durable {
         current.table = Some(t);
         current.pages.commit();
         self.covered.store(g, Ordering::Release);
-        self.wal.note_checkpoint(current.pages.written() - written);
+        self.wal.note_checkpoint(current.pages.written() - written, current.pages.live_bytes());
         // The new state is durable: the older files are obsolete (a failure here leaves
         // them for the next open or checkpoint to remove); the logs' segments are kept
         // for the lanes to reuse.

@@ -532,6 +532,11 @@ impl PageStore {
         self.stats.written_bytes
     }
 
+    /// Bytes of images the current table names (including the table itself).
+    pub fn live_bytes(&self) -> u64 {
+        self.segs.values().map(|g| g.live).sum()
+    }
+
     /// The store's counters.
     pub fn stats(&self) -> StoreStats {
         let mut s = self.stats;
@@ -539,7 +544,7 @@ impl PageStore {
         s.pages = self.pages.len() as u64;
         s.free_segments = self.free.len() as u64;
         s.segments = (self.segs.len() + self.free.len()) as u64;
-        s.live_bytes = self.segs.values().map(|g| g.live).sum();
+        s.live_bytes = self.live_bytes();
         s.file_bytes = 0;
         for n in self.segs.keys().chain(&self.free) {
             if let Ok(f) = self.storage.open(&segment_file(*n), false) {

@@ -100,18 +100,20 @@ pub struct LogOptions {
     pub durability: Durability,
     /// Real files or NVM emulation.
     pub device: Device,
-    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB). A lane's
-    /// first segment is 64 KiB and each next one doubles up to this, so an idle database
-    /// stays small; segments are preallocated so that a commit's fdatasync never also
-    /// commits a size change.
+    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB; 4 MiB by
+    /// default). A lane's first segment is 64 KiB and each next one doubles up to this, so
+    /// an idle database stays small; segments are preallocated so that a commit's
+    /// fdatasync never also commits a size change (a lane holds at most one segment
+    /// beyond what it wrote: larger ones kept a generation's logs at twice their use).
     pub segment_size: u64,
     /// Log bytes written since the last checkpoint that make the next commit take one
     /// (64 MiB by default; 0: never while open), or four times what the last checkpoint
     /// wrote to the page store if that is more, so its cost stays under a quarter of the
-    /// log volume. A checkpoint starts a
-    /// new generation of every lane, writes the state beside it and deletes the older
-    /// logs, so the logs of a running database stop growing and recovery replays only what
-    /// came after it.
+    /// log volume; but never more than an eighth of the page store's live bytes (or
+    /// 8 MiB, if more, or this, if less), so the logs on disk stay a fraction of the
+    /// data. A checkpoint starts a new generation of every lane, writes the state beside
+    /// it and deletes the older logs, so the logs of a running database stop growing and
+    /// recovery replays only what came after it.
     pub checkpoint_bytes: u64,
     /// Time after which any log written since the last checkpoint makes the background
     /// thread take one (60 s by default; zero: never by time), so a database written
@@ -173,7 +175,7 @@ impl Default for LogOptions {
             max_wait: Duration::from_micros(200),
             durability: Durability::Sync,
             device: Device::File,
-            segment_size: 16 << 20,
+            segment_size: 4 << 20,
             checkpoint_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
             page_segment_size: 4 << 20,
@@ -377,6 +379,19 @@ impl Lane {
 /// checkpoint's cost to a fraction of the log's own writes.
 const CHECKPOINT_GROWTH: u64 = 4;
 
+/// ... but never later than when the log since the last checkpoint reaches the page
+/// store's live bytes divided by this (or [`LOG_FLOOR`], if more). The logs on disk are
+/// the current generation plus the segments kept for reuse (at most twice a generation,
+/// see [`Wal::retire`]), so they stay under about 3/8 of the data: without the cap a
+/// steady overwrite of 104 MB kept 544 MB of logs beside 117 MB of pages, since each
+/// checkpoint rewrote enough pages to push the next one four times as far.
+const LOG_SHARE: u64 = 8;
+
+/// The log a generation may always reach, whatever the data's size (or
+/// `checkpoint_bytes`, if less): a small database still checkpoints rarely, and its logs
+/// are a few MiB at most.
+const LOG_FLOOR: u64 = 8 << 20;
+
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
 const LAZY_FLUSH_BYTES: usize = 1 << 20;
 
@@ -417,6 +432,9 @@ pub(crate) struct Wal {
     checkpoint_base: AtomicU64,
     /// Bytes the last checkpoint wrote to the page store.
     checkpoint_written: AtomicU64,
+    /// The page store's live bytes after the last checkpoint (or at open), for
+    /// [`LOG_SHARE`].
+    store_live: AtomicU64,
     /// When the lanes last switched generations (or the log started), for
     /// [`LogOptions::checkpoint_interval`].
     checkpoint_time: Mutex<std::time::Instant>,
@@ -469,6 +487,7 @@ impl Wal {
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
             checkpoint_written: AtomicU64::new(0),
+            store_live: AtomicU64::new(0),
             checkpoint_time: Mutex::new(std::time::Instant::now()),
             checkpoints: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
@@ -885,11 +904,13 @@ impl Wal {
 
     /// Once the master record naming generation `keep` is durable: keeps the older
     /// generations' log segments for reuse, and removes every other obsolete file. What is
-    /// kept is bounded by twice the bytes of the generation that just ended (the oldest
-    /// kept segments go first): the lanes run on while a checkpoint writes its pages, so
-    /// the first segments of a generation are prepared before the checkpoint that frees
-    /// the previous one is durable, and take what the one before that left. An idle
-    /// database keeps nothing.
+    /// kept is bounded by the bytes of the generation that just ended (the oldest kept
+    /// segments go first): the lanes run on while a checkpoint writes its pages, so the
+    /// first segments of a generation are prepared before the checkpoint that frees the
+    /// previous one is durable, and take what the one before that left; a generation
+    /// longer than the pool zero-fills the rest (twice the generation was kept before:
+    /// fewer zero-fills, but logs on disk at several times the data). An idle database
+    /// keeps nothing.
     pub(crate) fn retire(&self, keep: u64) -> Result<(), Error> {
         // Files are listed, opened and removed outside the pool's lock, which segment
         // preparations (a commit may wait for one) take: only files in the pool can be
@@ -918,7 +939,7 @@ impl Wal {
             free.extend(reusable);
             let mut total: u64 = free.iter().map(|&(_, len)| len).sum();
             let mut oldest = 0;
-            while total > 2 * added && oldest < free.len() {
+            while total > added && oldest < free.len() {
                 total -= free[oldest].1;
                 oldest += 1;
             }
@@ -1067,7 +1088,16 @@ impl Wal {
         limit > 0
             && self.opts.device == Device::File
             && self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
-                >= limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH))
+                >= self.checkpoint_limit()
+    }
+
+    /// The log since the last checkpoint that makes the next one due (see
+    /// [`CHECKPOINT_GROWTH`] and [`LOG_SHARE`]).
+    fn checkpoint_limit(&self) -> u64 {
+        let limit = self.opts.checkpoint_bytes;
+        let by_cost = limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH));
+        let by_space = LOG_FLOOR.min(limit).max(self.store_live.load(Ordering::Relaxed) / LOG_SHARE);
+        by_cost.min(by_space)
     }
 
     /// Whether [`LogOptions::checkpoint_interval`] has passed since the last checkpoint and
@@ -1192,10 +1222,17 @@ impl Wal {
         }
     }
 
-    /// Counts a completed checkpoint, which wrote `written` bytes to the page store.
-    pub(crate) fn note_checkpoint(&self, written: u64) {
+    /// Counts a completed checkpoint, which wrote `written` bytes to the page store and
+    /// left `live` bytes of images there.
+    pub(crate) fn note_checkpoint(&self, written: u64, live: u64) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.checkpoint_written.store(written, Ordering::Relaxed);
+        self.note_store_live(live);
+    }
+
+    /// The page store's live bytes (at open, and after each checkpoint).
+    pub(crate) fn note_store_live(&self, live: u64) {
+        self.store_live.store(live, Ordering::Relaxed);
     }
 
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
