@@ -381,8 +381,9 @@ const CHECKPOINT_GROWTH: u64 = 4;
 
 /// ... but never later than when the log since the last checkpoint reaches the page
 /// store's live bytes divided by this (or [`LOG_FLOOR`], if more). The logs on disk are
-/// the current generation plus the segments kept for reuse (at most twice a generation,
-/// see [`Wal::retire`]), so they stay under about 3/8 of the data: without the cap a
+/// the current generation, the one a running checkpoint still needs and the segments kept
+/// for reuse (at most one generation, see [`Wal::retire`]), so they stay under about 3/8
+/// of the page store's live bytes (0.40-0.52x the data measured): without the cap a
 /// steady overwrite of 104 MB kept 544 MB of logs beside 117 MB of pages, since each
 /// checkpoint rewrote enough pages to push the next one four times as far.
 const LOG_SHARE: u64 = 8;
