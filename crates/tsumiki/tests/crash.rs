@@ -247,7 +247,9 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
     drop(db);
     let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 7)), opts)
         .map_err(|e| format!("crash after operation {crash_at:?}: reopen: {e}"))?;
-    recovered_state_is_allowed(&format!("crash after operation {crash_at:?}"), &states, acked, &dump(&db))?;
+    let got: Result<BTreeMap<_, _>, _> = db.begin().scan(b"", None).collect();
+    let got = got.map_err(|e| format!("crash after operation {crash_at:?}: reading the recovered state: {e}"))?;
+    recovered_state_is_allowed(&format!("crash after operation {crash_at:?}"), &states, acked, &got)?;
     Ok(ops)
 }
 
@@ -262,7 +264,13 @@ enum SweepBug {
 /// Power lost after every storage operation of a run with checkpoints in turn: each
 /// recovers an acknowledged state.
 fn checkpoint_sweep(planted: SweepBug) -> (u64, Vec<String>) {
-    let ops = checkpoint_run(None, planted).expect("the run without a crash recovers");
+    let ops = match checkpoint_run(None, planted) {
+        Ok(ops) => ops,
+        // A planted bug may break the state even without a crash (a segment reused within
+        // a checkpoint, before its milestone's table is durable).
+        Err(e) if planted != SweepBug::None => return (0, vec![e]),
+        Err(e) => panic!("the run without a crash recovers: {e}"),
+    };
     let failures = (1..=ops).filter_map(|k| checkpoint_run(Some(k), planted).err()).collect();
     (ops, failures)
 }

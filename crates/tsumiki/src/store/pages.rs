@@ -36,6 +36,8 @@ use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 use crate::wal::storage::{create_fresh, Storage, StorageFile};
 
+mod table;
+
 /// The trailer lane id of page-store blocks.
 pub const STORE_LANE: u16 = 0xFFFE;
 /// A page's target size in encoded bytes: a consolidation splits a page larger than
@@ -48,17 +50,20 @@ pub const MAX_CHAIN: usize = 8;
 pub const DELTA_SHARE: u64 = 4;
 /// Cleaning runs while the segment files hold more than this times the live images
 /// (plus two segments of slack, so a small store never churns).
-pub const SPACE_GOAL: f64 = 1.2;
+pub const SPACE_GOAL: f64 = 1.1;
 /// Cleaning rewrites at most this fraction (1/n) of the live data per checkpoint.
 const RELOCATION_SHARE: u64 = 8;
 /// Segments relocated by one checkpoint at most (cleaning is incremental).
 const CLEAN_PER_CHECKPOINT: usize = 16;
+/// ... and at most this many times the bytes the changes take.
+const CLEANING_PACE: u64 = 4;
 /// The longest image accepted when reading (a page holding one maximal value, with room).
 const MAX_IMAGE: u32 = (MAX_VALUE_LEN + MAX_KEY_LEN + (64 << 10)) as u32 * 2;
 
 const KIND_BASE: u8 = 1;
 const KIND_DELTA: u8 = 2;
 const KIND_TABLE: u8 = 3;
+const KIND_TABLE_DELTA: u8 = 4;
 /// Image header: crc (4), body length (4), kind (1), page id (8), previous image (20),
 /// entry count (4).
 const IMAGE_HEADER: usize = 4 + 4 + 1 + 8 + REF_LEN + 4;
@@ -67,6 +72,14 @@ const REF_LEN: usize = 4 + 8 + 4 + 4;
 const WRITE_BATCH: usize = 1 << 20;
 /// Changes a checkpoint reads from memory at once (see [`PageStore::apply`]).
 const CHANGE_BATCH: usize = 256;
+
+/// A checkpoint writes an intermediate table each time it has written this fraction of
+/// the live data (see [`PageStore::milestone_bytes`]).
+const MILESTONE_SHARE: u64 = 16;
+
+/// Called by [`PageStore::apply`] at a milestone, with the store's pages so far as its
+/// table: writes that table and makes it durable (then [`PageStore::commit`]).
+pub type Milestone<'a> = &'a mut dyn FnMut(&mut PageStore) -> Result<(), Error>;
 
 /// Where an image lies: segment, offset in the segment's payload stream (block number
 /// times [`PAYLOAD`] plus the offset in that block), length and CRC32C.
@@ -140,12 +153,6 @@ struct Page {
     chain: Vec<ImageRef>,
 }
 
-impl Page {
-    fn low(&self) -> &[u8] {
-        &self.low
-    }
-}
-
 /// One segment file.
 #[derive(Default)]
 struct Segment {
@@ -196,6 +203,10 @@ pub struct PageStore {
     /// Segments the table being built no longer names: free once it is durable.
     freed: Vec<u32>,
     table: Option<ImageRef>,
+    /// The images of the durable table's chain, newest first (the last is its base), and
+    /// the pages it names (a new table is written as a delta of those, see [`table`]).
+    table_chain: Vec<ImageRef>,
+    table_pages: Arc<Vec<Arc<Page>>>,
     /// The segment being appended to and its next block, with the bytes not yet in a
     /// written block (`buf`) and sealed blocks not yet written (`out`, from `out_block`).
     cur: Option<(u32, Box<dyn StorageFile>)>,
@@ -212,6 +223,12 @@ pub struct PageStore {
     started: bool,
     gen: u64,
     stats: StoreStats,
+    /// [`PageStore::appended`] when the last table was written.
+    table_written_at: u64,
+    /// Bytes the last checkpoint's changes wrote (what the next one's cleaning expects).
+    last_pass: u64,
+    /// Bytes cleaning wrote since open (pages relocated without a change).
+    relocated_bytes: u64,
     /// Test only: a freed segment is reused at once, before the table that frees it is
     /// durable (a planted bug for the crash tests).
     early_reuse: bool,
@@ -444,6 +461,8 @@ impl PageStore {
             free: BTreeSet::new(),
             freed: Vec::new(),
             table,
+            table_chain: Vec::new(),
+            table_pages: Arc::new(Vec::new()),
             cur: None,
             next_block: 0,
             buf: Vec::new(),
@@ -454,6 +473,9 @@ impl PageStore {
             started: false,
             gen: 0,
             stats: StoreStats::default(),
+            table_written_at: 0,
+            last_pass: 0,
+            relocated_bytes: 0,
             early_reuse,
             reads: Arc::new(PageReads {
                 storage: storage.clone(),
@@ -470,9 +492,9 @@ impl PageStore {
             .filter_map(|n| parse_segment_file(n))
             .collect();
         if let Some(t) = table {
-            let img = s.reads.read_image(t, None)?;
-            s.decode_table(&img)?;
-            let refs: Vec<ImageRef> = s.pages.iter().flat_map(|p| p.chain.iter().copied()).chain([t]).collect();
+            s.read_table(t)?;
+            let refs: Vec<ImageRef> =
+                s.pages.iter().flat_map(|p| p.chain.iter().copied()).chain(s.table_chain.iter().copied()).collect();
             for r in refs {
                 s.segs.entry(r.seg).or_default().live += r.len as u64;
             }
@@ -554,45 +576,41 @@ impl PageStore {
         s
     }
 
-    fn decode_table(&mut self, img: &[u8]) -> Result<(), Error> {
+    /// Reads the table whose newest image is `t`: back along its chain to the base, then
+    /// the deltas applied in order.
+    fn read_table(&mut self, t: ImageRef) -> Result<(), Error> {
         let bad = |m: String| corrupt(format!("the translation table: {m}"));
-        if img[8] != KIND_TABLE {
-            return Err(bad("not a table image".into()));
-        }
-        self.next_pid = u64::from_le_bytes(img[9..17].try_into().expect("8 bytes"));
-        let mut r = Reader(&img[IMAGE_HEADER..]);
-        let n = r.u32().map_err(bad)? as usize;
-        if n == 0 || n > img.len() {
-            return Err(bad(format!("{n} pages")));
-        }
-        let mut pages: Vec<Arc<Page>> = Vec::with_capacity(n);
-        for i in 0..n {
-            let pid = r.u64().map_err(bad)?;
-            let low = r.len(MAX_KEY_LEN, "key").and_then(|l| r.take(l)).map_err(bad)?.to_vec();
-            let c = r.u8().map_err(bad)? as usize;
-            if c > MAX_CHAIN + 1 || pid >= self.next_pid {
-                return Err(bad(format!("page {pid}: chain of {c}")));
+        let mut chain = vec![t];
+        let mut imgs = vec![self.reads.read_image(t, None)?];
+        loop {
+            let img = imgs.last().expect("one image at least");
+            match img[8] {
+                KIND_TABLE => break,
+                KIND_TABLE_DELTA if chain.len() < table::TABLE_CHAIN => {
+                    let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(bad)?;
+                    imgs.push(self.reads.read_image(prev, None)?);
+                    chain.push(prev);
+                }
+                KIND_TABLE_DELTA => return Err(bad(format!("a chain of over {} images", table::TABLE_CHAIN))),
+                k => return Err(bad(format!("an image of kind {k}, not a table"))),
             }
-            let chain = (0..c).map(|_| ImageRef::decode(&mut r)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
-            let ordered = match pages.last() {
-                None => low.is_empty(),
-                Some(p) => i > 0 && p.low() < low.as_slice(),
-            };
-            if !ordered {
-                return Err(bad("pages out of key order".into()));
-            }
-            pages.push(Arc::new(Page { low, pid, chain }));
         }
-        let m = r.u32().map_err(bad)? as usize;
-        for _ in 0..m {
-            let seg = r.u32().map_err(bad)?;
-            let gen = r.u64().map_err(bad)?;
+        let mut pages = None;
+        let mut segs = Vec::new();
+        for img in imgs.iter().rev() {
+            let (p, sg) = table::decode(&img[IMAGE_HEADER..], pages)?;
+            pages = Some(p);
+            segs = sg;
+        }
+        let pages = pages.expect("a base at least");
+        self.next_pid = u64::from_le_bytes(imgs[0][9..17].try_into().expect("8 bytes"));
+        table::check(&pages, self.next_pid)?;
+        for (seg, gen) in segs {
             self.segs.insert(seg, Segment { live: 0, gen });
         }
-        if !r.0.is_empty() {
-            return Err(bad("trailing bytes".into()));
-        }
         self.pages = Arc::new(pages);
+        self.table_pages = self.pages.clone();
+        self.table_chain = chain;
         Ok(())
     }
 
@@ -613,7 +631,7 @@ impl PageStore {
         let mut n = 0;
         let mut at = 0;
         for i in 0..self.pages.len() {
-            let end = self.range_end(i, &changes, at);
+            let end = range_end(&self.pages, i, &changes, at);
             self.page_entries(i, &changes[at..end], |k, v| {
                 n += 1;
                 load(k, v)
@@ -635,60 +653,90 @@ impl PageStore {
         self.pages.iter().map(|p| p.low.clone()).collect()
     }
 
-    /// The end (exclusive) in `changes` of the changes of page `i`, from `at`.
-    fn range_end(&self, i: usize, changes: &dyn Changes, at: usize) -> usize {
-        match self.pages.get(i + 1) {
-            Some(next) => {
-                // The first change at or past the next page's low key.
-                let (mut lo, mut hi) = (at, changes.len());
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if changes.key(mid) < next.low.as_slice() {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                lo
-            }
-            None => changes.len(),
-        }
-    }
-
     /// Applies `changes` (sorted by key, unique) for generation `gen`: deltas or new
     /// bases for the pages they touch, and relocation of the pages of the segments
     /// cleaning picks. Then [`write_table`](Self::write_table) (several calls may come
     /// before it: each one's pages are the next one's). The changes' values are read
     /// [`CHANGE_BATCH`] at a time, so a checkpoint never holds all it writes.
-    pub fn apply(&mut self, gen: u64, changes: &mut dyn Changes) -> Result<(), Error> {
+    ///
+    /// With `milestone`, each time the images written since the last table pass
+    /// [`milestone_bytes`](Self::milestone_bytes), the table of the pages so far (the
+    /// pages done, then the rest as they were) is made current and `milestone` is called
+    /// with the store: it writes that table and, once a master record names it, calls
+    /// [`commit`](Self::commit), so that the segments it frees are reused within the
+    /// same checkpoint instead of piling up until its end.
+    pub fn apply(
+        &mut self,
+        gen: u64,
+        changes: &mut dyn Changes,
+        mut milestone: Option<Milestone<'_>>,
+    ) -> Result<(), Error> {
         self.gen = gen;
-        self.apply_pass(changes, &BTreeSet::new())?;
-        // Cleaning comes after the changes' own writes, so it knows how much room they
-        // took (chosen before them, a checkpoint that consolidated many pages at once
-        // passed 2x the data).
-        let victims = self.pick_victims();
+        let before = (self.appended(), self.relocated_bytes);
+        // Cleaning's first pick goes with the changes (counting the room the last
+        // checkpoint's changes took, with twice the relocation budget), so that with
+        // milestones the segments it empties are reused within this checkpoint: picked
+        // only after the changes' writes, they stayed on disk beside them until its end
+        // (a steady overwrite's page store peaked at 1.8x the data instead of 1.5x). A
+        // second pick after the changes covers what their writes took beyond that.
+        let early = if milestone.is_some() { self.pick_victims(self.last_pass, 2) } else { BTreeSet::new() };
+        self.stats.segments_cleaned += early.len() as u64;
+        self.apply_pass(changes, &early, &mut milestone)?;
+        self.last_pass = (self.appended() - before.0) - (self.relocated_bytes - before.1);
+        let victims = self.pick_victims(0, 1);
         if !victims.is_empty() {
             self.stats.segments_cleaned += victims.len() as u64;
             // The pass reads back images the first one wrote.
             self.write_pending()?;
             let none: &[Change] = &[];
-            self.apply_pass(&mut { none }, &victims)?;
+            self.apply_pass(&mut { none }, &victims, &mut milestone)?;
         }
         Ok(())
     }
 
+    /// Bytes of images after which a checkpoint writes an intermediate table: a sixteenth
+    /// of the live data, at least two segments (a table costs a few bytes per page, and
+    /// the segments a milestone frees hold at most what was written since the last one).
+    fn milestone_bytes(&self) -> u64 {
+        (self.live_bytes() / MILESTONE_SHARE).max(2 * self.segment_bytes)
+    }
+
+    /// Bytes of images appended since open (written or not).
+    fn appended(&self) -> u64 {
+        self.stats.written_bytes + (self.out.len() + self.buf.len()) as u64
+    }
+
     /// One pass over the pages: `changes` applied, and every page with an image in
     /// `victims` rewritten as a consolidated base.
-    fn apply_pass(&mut self, changes: &mut dyn Changes, victims: &BTreeSet<u32>) -> Result<(), Error> {
-        // `self.pages` is read while the new list is built (unchanged pages are shared).
-        let mut out: Vec<Arc<Page>> = Vec::with_capacity(self.pages.len());
+    fn apply_pass(
+        &mut self,
+        changes: &mut dyn Changes,
+        victims: &BTreeSet<u32>,
+        milestone: &mut Option<Milestone<'_>>,
+    ) -> Result<(), Error> {
+        // The table as the pass found it: the pass reads it while it builds the new list
+        // (unchanged pages are shared), and a milestone's table is the pages done followed
+        // by the rest of it.
+        let before = self.pages.clone();
+        let mut out: Vec<Arc<Page>> = Vec::with_capacity(before.len());
         let mut mine: Vec<Change> = Vec::new();
         let mut at = 0;
-        for i in 0..self.pages.len() {
-            let end = self.range_end(i, changes, at);
+        let every = self.milestone_bytes();
+        for i in 0..before.len() {
+            if let Some(m) = milestone.as_mut() {
+                if self.appended() >= self.table_written_at + every {
+                    let mut now: Vec<Arc<Page>> = out.iter().chain(&before[i..]).cloned().collect();
+                    if !now[0].low.is_empty() {
+                        Arc::make_mut(&mut now[0]).low.clear();
+                    }
+                    self.pages = Arc::new(now);
+                    m(self)?;
+                }
+            }
+            let end = range_end(&before, i, changes, at);
             let (from, to) = (at, end);
             at = end;
-            let page = self.pages[i].clone();
+            let page = before[i].clone();
             let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
             if from == to && !relocate {
                 out.push(page);
@@ -697,6 +745,9 @@ impl PageStore {
             if relocate {
                 self.stats.relocated_pages += 1;
             }
+            // What cleaning alone writes (the page has no change) is not what the next
+            // checkpoint's changes are expected to take.
+            let relocation_from = (from == to).then(|| self.appended());
             // Changes are read a batch at a time: the last page of an ascending fill gets
             // every new key of the interval, and holding them all would cost as much memory
             // as the interval wrote.
@@ -729,7 +780,7 @@ impl PageStore {
             // read so far and the rest, a batch at a time, written as bases of about
             // `PAGE_TARGET` as they fill.
             let mut old: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            self.page_entries(i, &[], |k, v| {
+            self.reads.page_entries(&before, i, &[], |k, v| {
                 old.push((k.to_vec(), v.to_vec()));
                 Ok(())
             })?;
@@ -760,6 +811,9 @@ impl PageStore {
                 bases.push(self, k, v, &mut out)?;
             }
             bases.finish(self, &mut out)?;
+            if let Some(at) = relocation_from {
+                self.relocated_bytes += self.appended() - at;
+            }
         }
         if out.is_empty() {
             out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
@@ -849,12 +903,13 @@ impl PageStore {
         }
     }
 
-    /// The segments cleaning relocates this time: while the files hold more than
-    /// [`SPACE_GOAL`] times the live bytes, the best by cost-benefit.
-    fn pick_victims(&self) -> BTreeSet<u32> {
+    /// The segments cleaning relocates this time: while the files (with `coming` bytes
+    /// about to be written) hold more than [`SPACE_GOAL`] times the live bytes, the best by
+    /// cost-benefit.
+    fn pick_victims(&self, coming: u64, shares: u64) -> BTreeSet<u32> {
         let cur = self.cur.as_ref().map(|c| c.0);
         let live: u64 = self.segs.values().map(|s| s.live).sum();
-        let mut files = (self.segs.len() as u64) * self.segment_bytes;
+        let mut files = (self.segs.len() as u64) * self.segment_bytes + coming;
         let slack = 2 * self.segment_bytes;
         // What cleaning a segment costs: every page with an image in it is rewritten whole.
         // A segment of one checkpoint's deltas names most pages: cleaning it would rewrite
@@ -881,8 +936,11 @@ impl PageStore {
             })
             .collect();
         cands.sort_by(|a, b| b.0.total_cmp(&a.0));
-        // Rewrites per checkpoint stay a fraction of the data.
-        let mut budget = (live / RELOCATION_SHARE).max(slack);
+        // Rewrites per checkpoint stay a fraction of the data, and a few times what the
+        // changes take (cleaning keeps pace with the space they use: a checkpoint of a
+        // few synced commits must not relocate an eighth of the data).
+        let mut budget =
+            (live * shares / RELOCATION_SHARE).min((CLEANING_PACE * coming.max(self.last_pass)).max(slack));
         let mut victims = BTreeSet::new();
         for (_, n, l, c) in cands {
             if files as f64 <= SPACE_GOAL * live as f64 + slack as f64 || victims.len() >= CLEAN_PER_CHECKPOINT {
@@ -1026,24 +1084,57 @@ impl PageStore {
     /// block written since the last call durable. Returns the table's address for the
     /// master record; [`commit`](Self::commit) once that record is durable.
     pub fn write_table(&mut self) -> Result<ImageRef, Error> {
-        if let Some(t) = self.table.take() {
-            self.dead(t);
-        }
         if self.cur.is_none() {
             self.next_segment()?;
         }
-        // The table lists the segments, its own included: start the segment it goes to
-        // before sizing it.
-        if !self.fits(IMAGE_HEADER + self.table_len()) {
+        // A delta of the durable table while the chain stays short and its deltas smaller
+        // than its base; otherwise a new base, and the old chain dies with it.
+        let edits = match self.table_chain.len() {
+            0 | table::TABLE_CHAIN.. => None,
+            _ => table::diff(&self.table_pages, &self.pages),
+        };
+        let deltas: u64 = self.table_chain.iter().rev().skip(1).map(|r| u64::from(r.len)).sum();
+        let base = self.table_chain.last().map_or(0, |r| u64::from(r.len));
+        // The table lists the segments, its own included (one more, if it starts one).
+        let segs = self.segs.len() + 1;
+        let edits = edits.filter(|e| deltas + (IMAGE_HEADER + table::delta_len(e, segs)) as u64 <= base);
+        if edits.is_none() {
+            // Dead before the segments are listed: one that held only the old chain is
+            // not named by the new table (it is reused once that table is durable).
+            for old in std::mem::take(&mut self.table_chain) {
+                self.dead(old);
+            }
+        }
+        let upper = IMAGE_HEADER
+            + match &edits {
+                Some(e) => table::delta_len(e, segs),
+                None => table::base_len(&self.pages, segs),
+            };
+        if !self.fits(upper) {
             self.next_segment()?;
         }
-        let (len, pages, segs) = (self.table_len(), self.pages.clone(), self.segs_list());
-        let r = self.append_image_with(KIND_TABLE, self.next_pid, ImageRef::default(), 0, len, &mut |body| {
-            encode_table(&pages, &segs, body)
-        })?;
+        let (pages, segs) = (self.pages.clone(), self.segs_list());
+        let r = match &edits {
+            Some(e) => {
+                let prev = self.table_chain[0];
+                let len = table::delta_len(e, segs.len());
+                self.append_image_with(KIND_TABLE_DELTA, self.next_pid, prev, 0, len, &mut |body| {
+                    table::encode_delta(pages.len(), e, &segs, body)
+                })?
+            }
+            None => {
+                let len = table::base_len(&pages, segs.len());
+                self.append_image_with(KIND_TABLE, self.next_pid, ImageRef::default(), 0, len, &mut |body| {
+                    table::encode_base(&pages, &segs, body)
+                })?
+            }
+        };
+        self.table_chain.insert(0, r);
+        self.table_pages = pages;
         self.table = Some(r);
         self.started = false;
         self.emit(true)?;
+        self.table_written_at = self.appended();
         if let Some((n, f)) = &self.cur {
             f.sync_data().map_err(|e| Error::io(segment_file(*n), e))?;
         }
@@ -1054,15 +1145,6 @@ impl PageStore {
             self.storage.sync_dir().map_err(|e| Error::io("syncing the database directory", e))?;
         }
         Ok(r)
-    }
-
-    /// The length of the table's body: page count, then per page its id, low key and
-    /// chain; then the segments with the generation that last wrote each (see
-    /// [`encode_table`]; the image's page id field holds the next page id).
-    fn table_len(&self) -> usize {
-        let pages: usize = self.pages.iter().map(|p| 8 + 4 + p.low.len() + 1 + p.chain.len() * REF_LEN).sum();
-        // The segment the table goes to is listed already (`next_segment` adds it).
-        4 + pages + 4 + self.segs.len() * (4 + 8)
     }
 
     /// The segments with the generation that last wrote each.
@@ -1156,22 +1238,23 @@ impl Bases {
     }
 }
 
-/// Encodes the table body (see [`PageStore::table_len`]) into `body`.
-fn encode_table(pages: &[Arc<Page>], segs: &[(u32, u64)], body: &mut Vec<u8>) {
-    body.extend_from_slice(&(pages.len() as u32).to_le_bytes());
-    for p in pages {
-        body.extend_from_slice(&p.pid.to_le_bytes());
-        body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
-        body.extend_from_slice(&p.low);
-        body.push(p.chain.len() as u8);
-        for r in &p.chain {
-            r.encode(body);
+/// The end (exclusive) in `changes` of the changes of page `i` of `pages`, from `at`.
+fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) -> usize {
+    match pages.get(i + 1) {
+        Some(next) => {
+            // The first change at or past the next page's low key.
+            let (mut lo, mut hi) = (at, changes.len());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if changes.key(mid) < next.low.as_slice() {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
         }
-    }
-    body.extend_from_slice(&(segs.len() as u32).to_le_bytes());
-    for (n, gen) in segs {
-        body.extend_from_slice(&n.to_le_bytes());
-        body.extend_from_slice(&gen.to_le_bytes());
+        None => changes.len(),
     }
 }
 

@@ -175,7 +175,7 @@ impl Default for LogOptions {
             max_wait: Duration::from_micros(200),
             durability: Durability::Sync,
             device: Device::File,
-            segment_size: 4 << 20,
+            segment_size: 1 << 20,
             checkpoint_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
             page_segment_size: 4 << 20,
@@ -386,7 +386,7 @@ const CHECKPOINT_GROWTH: u64 = 4;
 /// of the page store's live bytes (0.40-0.52x the data measured): without the cap a
 /// steady overwrite of 104 MB kept 544 MB of logs beside 117 MB of pages, since each
 /// checkpoint rewrote enough pages to push the next one four times as far.
-const LOG_SHARE: u64 = 8;
+const LOG_SHARE: u64 = 16;
 
 /// The log a generation may always reach, whatever the data's size (or
 /// `checkpoint_bytes`, if less): a small database still checkpoints rarely, and its logs
