@@ -202,6 +202,7 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
         // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
         page_segment_size: 8 << 10,
         early_segment_reuse_for_tests: planted == SweepBug::EarlyReuse,
+        milestone_skips_replay_for_tests: planted == SweepBug::MilestoneSkipsReplay,
         ..LogOptions::default()
     };
     let opts = Options { cc: Cc::TicToc, log, ..Options::default() };
@@ -259,6 +260,9 @@ enum SweepBug {
     None,
     /// A page segment reused before the master record that frees it is durable.
     EarlyReuse,
+    /// A milestone's master record names the new generation: recovery from it skips the
+    /// ended generation's logs.
+    MilestoneSkipsReplay,
 }
 
 /// Power lost after every storage operation of a run with checkpoints in turn: each
@@ -297,6 +301,16 @@ fn planted_early_segment_reuse_is_caught() {
         !failures.is_empty(),
         "reusing page segments before the checkpoint was durable went unnoticed at all {ops} crash points"
     );
+}
+
+/// The planted bug: a checkpoint's intermediate table (a milestone) is named with the new
+/// generation, so recovery from it does not replay the ended generation's writes to the
+/// pages not yet rewritten. The checker must notice.
+#[test]
+fn planted_milestone_without_replay_is_caught() {
+    let (ops, failures) = checkpoint_sweep(SweepBug::MilestoneSkipsReplay);
+    println!("{} of {ops} crash points caught the planted milestone; first: {:?}", failures.len(), failures.first());
+    assert!(!failures.is_empty(), "a milestone naming the new generation went unnoticed at all {ops} crash points");
 }
 
 /// One thread, puts, inserts and deletes, some commits deferred: after the crash the

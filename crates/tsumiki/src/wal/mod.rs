@@ -130,6 +130,12 @@ pub struct LogOptions {
     /// table is durable (a planted bug for the crash tests). Never set it otherwise.
     #[doc(hidden)]
     pub early_log_removal_for_tests: bool,
+    /// Test only: a checkpoint's milestone master record names the new generation, so
+    /// recovery from it replays only the new generation's logs over a table that lacks
+    /// part of the old one's writes (a planted bug for the crash tests). Never set it
+    /// otherwise.
+    #[doc(hidden)]
+    pub milestone_skips_replay_for_tests: bool,
     /// Test only: a lazily opened database trusts the record after a missing key without
     /// loading the key ranges between them (a planted bug for the isolation tests).
     #[doc(hidden)]
@@ -181,6 +187,7 @@ impl Default for LogOptions {
             page_segment_size: 4 << 20,
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
+            milestone_skips_replay_for_tests: false,
             lazy_gaps_unchecked_for_tests: false,
             evict_dirty_for_tests: false,
             evict_unmarked_for_tests: false,
