@@ -90,6 +90,8 @@ fn main() {
         }
         stop.store(true, Ordering::Relaxed);
         println!("highest sample: page store {peak:.2}x the data; whole directory (once a second) {peak_dir:.2}x");
+        let w = db.wal_stats().expect("a log");
+        println!("{} checkpoints; {} commits held back while the log ran ahead of them", w.checkpoints, w.stalls);
     });
     db.close().expect("close");
 }

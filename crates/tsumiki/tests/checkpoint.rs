@@ -227,6 +227,77 @@ fn logs_on_disk_stay_a_fraction_of_the_data() {
     db.close().unwrap();
 }
 
+/// Two threads commit a 4 KiB block each (syncs skipped, so the log grows at memory speed)
+/// while every checkpoint waits 400 ms before it starts: the most bytes of log on disk, and
+/// how many commits were held back.
+fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
+    const KEYS: u32 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 20);
+    o.log.skip_sync_for_tests = true;
+    o.log.segment_size = 256 << 10;
+    o.log.page_segment_size = 128 << 10;
+    o.log.checkpoint_delay_for_tests = std::time::Duration::from_millis(400);
+    o.log.no_throttle_for_tests = no_throttle;
+    let db = Db::open(dir.path(), o).unwrap();
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
+    }
+    let log_bytes = || -> u64 {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
+            .sum()
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut most = 0;
+    std::thread::scope(|s| {
+        for t in 0..2u32 {
+            let (db, stop) = (&db, &stop);
+            s.spawn(move || {
+                let mut i = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    db.run(|txn| txn.put(&(i % KEYS).to_be_bytes(), &[i as u8; 100])).unwrap();
+                    i += 2;
+                }
+            });
+        }
+        let start = std::time::Instant::now();
+        // (Without the wait the logs grow by hundreds of MB a second: 64 MiB shows it.)
+        while start.elapsed() < std::time::Duration::from_millis(1500) && most <= 64 << 20 {
+            most = most.max(log_bytes());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let stalls = db.wal_stats().unwrap().stalls;
+    db.close().unwrap();
+    (most, stalls)
+}
+
+/// Commits that outpace the checkpoints wait once the log since the last one is 1.5
+/// times what makes one due, so the logs on disk stay bounded however slow checkpoints
+/// are: the generation being checkpointed and the current one, at most 1.5 MiB each here
+/// (a 1 MiB limit), with segment preparation and the reuse pool (measured 5.0 MB; without
+/// the wait, 810 MB within the 1.5 s, so the run now stops at 64 MiB).
+#[test]
+fn logs_stay_bounded_when_commits_outpace_checkpoints() {
+    let (most, stalls) = outpaced_checkpoints(false);
+    println!("logs on disk at most {most} bytes; {stalls} commits held back");
+    assert!(stalls > 0, "the log never ran ahead: the test no longer tests the bound");
+    assert!(most <= 12 << 20, "the logs reached {most} bytes on disk");
+}
+
+/// The planted bug: without the wait, the same run's logs grow with the commits' lead.
+#[test]
+fn planted_unthrottled_log_is_caught() {
+    let (most, _) = outpaced_checkpoints(true);
+    println!("without the wait, logs on disk at most {most} bytes");
+    assert!(most > 12 << 20, "the logs stayed at {most} bytes without the wait: the bound is not what holds them");
+}
+
 fn steady_overwrites(per_txn: usize, txns: usize) {
     const KEYS: u32 = 20_000;
     let dir = tempfile::tempdir().unwrap();

@@ -464,6 +464,14 @@ impl<P: Protocol> Engine<P> {
     }
 
     /// Whether a checkpoint is due by log volume or cache pressure.
+    /// Holds a committer back, after its commit, while the log since the last checkpoint
+    /// is far past what makes one due (see [`crate::wal::Wal::throttle`]).
+    fn throttle_log(&self) {
+        if let Some(d) = &self.durable {
+            d.wal.throttle();
+        }
+    }
+
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
     }
@@ -1767,12 +1775,18 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
     /// Returns once the commit is durable (per the database's durability setting).
     pub fn commit(self) -> Result<(), Error> {
-        self.commit_inner(false).and_then(CommitTicket::wait)
+        let eng = self.eng;
+        let r = self.commit_inner(false).and_then(CommitTicket::wait);
+        eng.throttle_log();
+        r
     }
 
     /// Commits without waiting for durability; see [`super::Txn::commit_deferred`].
     pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
-        self.commit_inner(true)
+        let eng = self.eng;
+        let r = self.commit_inner(true);
+        eng.throttle_log();
+        r
     }
 
     fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {

@@ -476,6 +476,7 @@ impl Durable {
         state: &dyn CommittedState,
     ) -> Result<(), Error> {
         self.wal.check()?;
+        std::thread::sleep(self.wal.opts.checkpoint_delay_for_tests);
         let g = current
             .generation
             .checked_add(1)
