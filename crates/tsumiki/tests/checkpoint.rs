@@ -179,6 +179,23 @@ fn steady_overwrites_keep_the_page_store_bounded() {
 /// ~2 MB of pages, which would allow ~8 MiB of log per generation and ~16 MiB on disk;
 /// the cap (`checkpoint_bytes`, here 1 MiB, above an eighth of the data) holds them to a
 /// few generations of 1 MiB.
+/// Puts keys `0..keys` with 100-byte values, 1,000 per transaction.
+fn fill_keys(db: &Db, keys: u32) {
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
+    }
+}
+
+/// Bytes of the log files in `dir`.
+fn wal_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
 #[test]
 fn logs_on_disk_stay_a_fraction_of_the_data() {
     const KEYS: u32 = 20_000;
@@ -187,17 +204,8 @@ fn logs_on_disk_stay_a_fraction_of_the_data() {
     o.log.segment_size = 256 << 10;
     o.log.page_segment_size = 128 << 10;
     let db = Db::open(dir.path(), o).unwrap();
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
-    }
-    let log_bytes = || -> u64 {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
-            .map(|e| e.metadata().map_or(0, |m| m.len()))
-            .sum()
-    };
+    fill_keys(&db, KEYS);
+    let log_bytes = || wal_bytes(dir.path());
     let mut x: u64 = 0x9E37_79B9;
     let mut most = 0;
     for i in 0..1500u32 {
@@ -240,17 +248,8 @@ fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
     o.log.checkpoint_delay_for_tests = std::time::Duration::from_millis(400);
     o.log.no_throttle_for_tests = no_throttle;
     let db = Db::open(dir.path(), o).unwrap();
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
-    }
-    let log_bytes = || -> u64 {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with("wal-"))
-            .map(|e| e.metadata().map_or(0, |m| m.len()))
-            .sum()
-    };
+    fill_keys(&db, KEYS);
+    let log_bytes = || wal_bytes(dir.path());
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut most = 0;
     std::thread::scope(|s| {
