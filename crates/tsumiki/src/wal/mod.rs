@@ -399,10 +399,12 @@ const CHECKPOINT_GROWTH: u64 = 4;
 /// ... but never later than when the log since the last checkpoint reaches the page
 /// store's live bytes divided by this (or [`LOG_FLOOR`], if more). The logs on disk are
 /// the current generation, the one a running checkpoint still needs and the segments kept
-/// for reuse (at most one generation, see [`Wal::retire`]), so they stay under about 3/8
-/// of the page store's live bytes (0.40-0.52x the data measured): without the cap a
-/// steady overwrite of 104 MB kept 544 MB of logs beside 117 MB of pages, since each
-/// checkpoint rewrote enough pages to push the next one four times as far.
+/// for reuse (at most one generation, see [`Wal::retire`]), each held to 1.5 times the
+/// limit by [`Wal::throttle`], so they stay near a quarter of the page store's live bytes
+/// (0.21-0.28x the data measured over ten minutes of overwrites; 0.40-0.52x with an
+/// eighth): without the cap a steady overwrite of 104 MB kept 544 MB of logs beside 117
+/// MB of pages, since each checkpoint rewrote enough pages to push the next one four
+/// times as far.
 const LOG_SHARE: u64 = 16;
 
 /// The log a generation may always reach, whatever the data's size (or
