@@ -463,7 +463,6 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
-    /// Whether a checkpoint is due by log volume or cache pressure.
     /// Holds a committer back, after its commit, while the log since the last checkpoint
     /// is far past what makes one due (see [`crate::wal::Wal::throttle`]).
     fn throttle_log(&self) {
@@ -472,6 +471,7 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
+    /// Whether a checkpoint is due by log volume or cache pressure.
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
     }

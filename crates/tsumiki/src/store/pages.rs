@@ -202,9 +202,9 @@ pub struct PageStore {
     free: BTreeSet<u32>,
     /// Segments the table being built no longer names: free once it is durable.
     freed: Vec<u32>,
-    table: Option<ImageRef>,
-    /// The images of the durable table's chain, newest first (the last is its base), and
-    /// the pages it names (a new table is written as a delta of those, see [`table`]).
+    /// The images of the durable table's chain, newest first (the last is its base: the
+    /// master record names the first), and the pages it names (a new table is written as
+    /// a delta of those, see [`table`]).
     table_chain: Vec<ImageRef>,
     table_pages: Arc<Vec<Arc<Page>>>,
     /// The segment being appended to and its next block, with the bytes not yet in a
@@ -460,7 +460,6 @@ impl PageStore {
             segs: BTreeMap::new(),
             free: BTreeSet::new(),
             freed: Vec::new(),
-            table,
             table_chain: Vec::new(),
             table_pages: Arc::new(Vec::new()),
             cur: None,
@@ -534,7 +533,7 @@ impl PageStore {
             }
             Ok(())
         };
-        match self.table {
+        match self.table_chain.first().copied() {
             Some(t) => probe(t.seg, t.end_block())?,
             None => {
                 for &n in &self.free {
@@ -905,7 +904,7 @@ impl PageStore {
 
     /// The segments cleaning relocates this time: while the files (with `coming` bytes
     /// about to be written) hold more than [`SPACE_GOAL`] times the live bytes, the best by
-    /// cost-benefit.
+    /// cost-benefit, within `shares` eighths of the live data.
     fn pick_victims(&self, coming: u64, shares: u64) -> BTreeSet<u32> {
         let cur = self.cur.as_ref().map(|c| c.0);
         let live: u64 = self.segs.values().map(|s| s.live).sum();
@@ -939,8 +938,7 @@ impl PageStore {
         // Rewrites per checkpoint stay a fraction of the data, and a few times what the
         // changes take (cleaning keeps pace with the space they use: a checkpoint of a
         // few synced commits must not relocate an eighth of the data).
-        let mut budget =
-            (live * shares / RELOCATION_SHARE).min((CLEANING_PACE * coming.max(self.last_pass)).max(slack));
+        let mut budget = (live * shares / RELOCATION_SHARE).min((CLEANING_PACE * self.last_pass).max(slack));
         let mut victims = BTreeSet::new();
         for (_, n, l, c) in cands {
             if files as f64 <= SPACE_GOAL * live as f64 + slack as f64 || victims.len() >= CLEAN_PER_CHECKPOINT {
@@ -1131,7 +1129,6 @@ impl PageStore {
         };
         self.table_chain.insert(0, r);
         self.table_pages = pages;
-        self.table = Some(r);
         self.started = false;
         self.emit(true)?;
         self.table_written_at = self.appended();

@@ -1118,17 +1118,19 @@ impl Wal {
     /// Whether enough log was written since the last checkpoint to take one.
     pub(crate) fn checkpoint_due(&self) -> bool {
         let limit = self.opts.checkpoint_bytes;
-        limit > 0
-            && self.opts.device == Device::File
-            && self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
-                >= self.checkpoint_limit()
+        limit > 0 && self.opts.device == Device::File && self.log_since_checkpoint() >= self.checkpoint_limit()
+    }
+
+    /// Log bytes written since the last checkpoint's switch.
+    fn log_since_checkpoint(&self) -> u64 {
+        self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
     }
 
     /// Holds a committer back, after its commit (no slot, no lock, no epoch held), while
     /// the log since the last checkpoint is at least [`LOG_STALL_HALVES`] halves of what
     /// makes one due: commits outpaced checkpoints, and the logs on disk would grow with the lead
     /// (a 600 s buffered overwrite of 1M keys had generations of 20-29 MB against a limit
-    /// of 8 MiB, the directory at 2.31x the data). The next checkpoint's switch ends the
+    /// of 8 MiB, the directory at 2.34x the data). The next checkpoint's switch ends the
     /// wait. Never under P-WAL with NLR group commit, whose committers may hold locks past
     /// their commit that a checkpoint waits for; never past [`MAX_STALL`] in one call.
     pub(crate) fn throttle(&self) {
@@ -1139,10 +1141,7 @@ impl Wal {
         {
             return;
         }
-        let over = || {
-            let since = self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed));
-            since >= self.checkpoint_limit().saturating_mul(LOG_STALL_HALVES) / 2
-        };
+        let over = || self.log_since_checkpoint() >= self.checkpoint_limit().saturating_mul(LOG_STALL_HALVES) / 2;
         if !over() {
             return;
         }
@@ -1168,7 +1167,7 @@ impl Wal {
         let every = self.opts.checkpoint_interval;
         !every.is_zero()
             && self.opts.device == Device::File
-            && self.grown.load(Ordering::Relaxed) > self.checkpoint_base.load(Ordering::Relaxed)
+            && self.log_since_checkpoint() > 0
             && self.checkpoint_time.lock().elapsed() >= every
     }
 
