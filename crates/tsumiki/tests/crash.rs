@@ -203,6 +203,7 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
         page_segment_size: 8 << 10,
         early_segment_reuse_for_tests: planted == SweepBug::EarlyReuse,
         milestone_skips_replay_for_tests: planted == SweepBug::MilestoneSkipsReplay,
+        first_logged_value_for_tests: planted == SweepBug::FirstLoggedValue,
         ..LogOptions::default()
     };
     let opts = Options { cc: Cc::TicToc, log, ..Options::default() };
@@ -263,6 +264,9 @@ enum SweepBug {
     /// A milestone's master record names the new generation: recovery from it skips the
     /// ended generation's logs.
     MilestoneSkipsReplay,
+    /// A checkpoint writes each key's first value in the ended generation's logs, not its
+    /// last.
+    FirstLoggedValue,
 }
 
 /// Power lost after every storage operation of a run with checkpoints in turn: each
@@ -311,6 +315,18 @@ fn planted_milestone_without_replay_is_caught() {
     let (ops, failures) = checkpoint_sweep(SweepBug::MilestoneSkipsReplay);
     println!("{} of {ops} crash points caught the planted milestone; first: {:?}", failures.len(), failures.first());
     assert!(!failures.is_empty(), "a milestone naming the new generation went unnoticed at all {ops} crash points");
+}
+
+/// The planted bug: a checkpoint takes each key's first logged value in the ended
+/// generation, not its last. The checker must notice.
+#[test]
+fn planted_first_logged_value_is_caught() {
+    let (ops, failures) = checkpoint_sweep(SweepBug::FirstLoggedValue);
+    println!("{} of {ops} crash points caught the planted first value; first: {:?}", failures.len(), failures.first());
+    assert!(
+        !failures.is_empty(),
+        "checkpoints of each key's first logged value went unnoticed at all {ops} crash points"
+    );
 }
 
 /// One thread, puts, inserts and deletes, some commits deferred: after the crash the

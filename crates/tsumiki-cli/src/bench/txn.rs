@@ -151,7 +151,6 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                     group,
                     device,
                     durability,
-                    segment_size: 64 << 20,
                     checkpoint_bytes: args.checkpoint_bytes,
                     ..LogOptions::default()
                 }));
@@ -591,6 +590,13 @@ fn run_cc<P: Protocol>(
             v["group"] = json!(l.group);
             v["syncs"] = json!(w.syncs);
             v["lsn_cas_misses"] = json!(w.lsn_cas_misses);
+            v["checkpoints"] = json!(w.checkpoints);
+            v["stalls"] = json!(w.stalls);
+        }
+        if let Some(s) = db.store_stats() {
+            v["store_live_bytes"] = json!(s.live_bytes);
+            v["store_file_bytes"] = json!(s.file_bytes);
+            v["store_written_bytes"] = json!(s.written_bytes);
         }
         out.push(v);
     }

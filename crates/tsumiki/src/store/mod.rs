@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::wal::format::{parse_segment_name, Master};
-use crate::wal::recovery::{self, RecoveryStats};
+use crate::wal::recovery::{self, Logged, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
 use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
 use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
@@ -46,6 +46,10 @@ pub(crate) struct Durable {
     /// Whether the logs are files a checkpoint can read back (which keys changed); if
     /// not (no log, NVM emulation), a checkpoint rewrites every page.
     logs_readable: bool,
+    /// The logged values a checkpoint keeps in memory (see [`recovery::logged_writes`]):
+    /// a quarter of what recovery gathers before writing to the pages (a sixteenth of
+    /// the cache), since checkpoints run beside a full cache.
+    value_budget: usize,
     /// Whether the pages were left on disk at open, to be loaded as their keys are first
     /// used ([`Durable::page_lows`], [`Durable::load_range`]).
     pub(crate) lazy: bool,
@@ -265,6 +269,7 @@ pub(crate) fn open(
         reads: pages.reads(),
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
+        value_budget: replay_bytes / 4,
         lazy,
         covered: std::sync::atomic::AtomicU64::new(generation),
         _lock: lock,
@@ -274,23 +279,38 @@ pub(crate) fn open(
     })
 }
 
-/// The keys a generation's logs wrote, with their latest committed values read from
-/// memory a page at a time.
+/// The keys a generation's logs wrote, with their last logged values, or, for those not
+/// kept (past the checkpoint's memory budget), their latest committed values read from
+/// memory a page at a time. Either is right for the pages: the next generation's logs,
+/// replayed over them, hold every later write.
 struct LatestValues<'s> {
-    keys: recovery::KeyList,
+    writes: recovery::LoggedWrites,
     state: &'s dyn CommittedState,
 }
 
 impl Changes for LatestValues<'_> {
     fn len(&self) -> usize {
-        self.keys.len()
+        self.writes.len()
     }
     fn key(&self, i: usize) -> &[u8] {
-        self.keys.get(i)
+        self.writes.key(i)
     }
     fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
-        let keys = &self.keys;
-        self.state.get_sorted(&mut range.map(|i| keys.get(i)), &mut |k, v| out.push((k.to_vec(), v)));
+        let writes = &self.writes;
+        let unknown = |i: &usize| writes.value(*i) == Logged::Unknown;
+        let mut read = Vec::new();
+        if range.clone().any(|i| unknown(&i)) {
+            self.state.get_sorted(&mut range.clone().filter(unknown).map(|i| writes.key(i)), &mut |_, v| read.push(v));
+        }
+        let mut read = read.into_iter();
+        for i in range {
+            let v = match writes.value(i) {
+                Logged::Value(v) => Some(v.to_vec()),
+                Logged::Deleted => None,
+                Logged::Unknown => read.next().expect("one value read per unknown key"),
+            };
+            out.push((writes.key(i).to_vec(), v));
+        }
         Ok(())
     }
 }
@@ -405,8 +425,14 @@ impl Durable {
             Ok(())
         };
         if self.logs_readable {
-            let keys = recovery::logged_keys(&*self.storage, *generation, opts.segment_size)?;
-            pages.apply(g, &mut LatestValues { keys, state }, Some(&mut milestone))?;
+            let writes = recovery::logged_writes(
+                &*self.storage,
+                *generation,
+                opts.segment_size,
+                self.value_budget,
+                opts.first_logged_value_for_tests,
+            )?;
+            pages.apply(g, &mut LatestValues { writes, state }, Some(&mut milestone))?;
         } else {
             pages.rebuild(g, &mut |f| state.scan(f))?;
         }

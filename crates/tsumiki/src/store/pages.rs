@@ -367,25 +367,55 @@ impl PageReads {
                 _ => Err(corrupt(format!("page {}: a base holds a key outside its range or a tombstone", page.pid))),
             });
         }
-        let mut state: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        for img in imgs.iter().rev() {
+        // Each layer is sorted: merge them, the newest first (the changes, then the images
+        // from the newest), so that the first layer holding a key gives its value.
+        let mut layers: Vec<Layer<'_>> = Vec::with_capacity(imgs.len() + 1);
+        layers.push(changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect());
+        for img in &imgs {
+            let mut layer = Vec::new();
             for_each_entry(img, page.pid, |k, v| {
                 if !in_range(k) {
                     return Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)));
                 }
-                state.insert(k, v);
+                layer.push((k, v));
                 Ok(())
             })?;
+            layers.push(layer);
         }
-        for (k, v) in changes {
-            state.insert(k, v.as_deref());
-        }
-        for (k, v) in state {
-            if let Some(v) = v {
-                f(k, v)?;
+        merge_newest_first(&layers, |k, v| match v {
+            Some(v) => f(k, v),
+            None => Ok(()),
+        })
+    }
+}
+
+/// A page image's (or the changes') entries in key order (`None`: a tombstone).
+type Layer<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+
+/// Calls `f` with every key of `layers` (each sorted by key, strictly) once, in key order,
+/// with the value of the first layer that holds it.
+fn merge_newest_first<'a>(
+    layers: &[Layer<'a>],
+    mut f: impl FnMut(&'a [u8], Option<&'a [u8]>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut at = vec![0usize; layers.len()];
+    loop {
+        let mut first: Option<(&[u8], Option<&[u8]>)> = None;
+        for (l, &i) in layers.iter().zip(&at) {
+            if let Some(&(k, v)) = l.get(i) {
+                // A strictly smaller key only: on a tie the newer layer, met first, wins.
+                if first.is_none_or(|(fk, _)| k < fk) {
+                    first = Some((k, v));
+                }
             }
         }
-        Ok(())
+        let Some((k, v)) = first else { return Ok(()) };
+        for (l, i) in layers.iter().zip(&mut at) {
+            if l.get(*i).is_some_and(|e| e.0 == k) {
+                *i += 1;
+            }
+        }
+        f(k, v)?;
     }
 }
 
@@ -1314,4 +1344,29 @@ fn for_each_entry<'a>(
         return Err(bad("trailing bytes".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keeps_the_newest_layer_per_key() {
+        let newest: Layer<'_> = vec![(b"b", None), (b"d", Some(b"d2"))];
+        let middle: Layer<'_> = vec![(b"a", Some(b"a1")), (b"d", Some(b"d1")), (b"e", None)];
+        let oldest: Layer<'_> =
+            vec![(b"a", Some(b"a0")), (b"b", Some(b"b0")), (b"c", Some(b"c0")), (b"e", Some(b"e0"))];
+        let mut got = Vec::new();
+        merge_newest_first(&[newest, Vec::new(), middle, oldest], |k, v| {
+            got.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            Ok(())
+        })
+        .unwrap();
+        let want: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            [(&b"a"[..], Some(&b"a1"[..])), (b"b", None), (b"c", Some(b"c0")), (b"d", Some(b"d2")), (b"e", None)]
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect();
+        assert_eq!(got, want);
+    }
 }

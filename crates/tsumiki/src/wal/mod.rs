@@ -136,6 +136,11 @@ pub struct LogOptions {
     /// otherwise.
     #[doc(hidden)]
     pub milestone_skips_replay_for_tests: bool,
+    /// Test only: a checkpoint writes to the pages the first value the ended generation
+    /// logged for a key rather than the last (a planted bug for the crash tests). Never
+    /// set it otherwise.
+    #[doc(hidden)]
+    pub first_logged_value_for_tests: bool,
     /// Test only: each checkpoint waits this long before it starts (commits go on), so
     /// that commits outpace checkpoints. Never set it otherwise.
     #[doc(hidden)]
@@ -196,6 +201,7 @@ impl Default for LogOptions {
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
             milestone_skips_replay_for_tests: false,
+            first_logged_value_for_tests: false,
             checkpoint_delay_for_tests: Duration::ZERO,
             no_throttle_for_tests: false,
             lazy_gaps_unchecked_for_tests: false,

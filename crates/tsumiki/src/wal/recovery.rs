@@ -49,7 +49,7 @@ struct BlockSpan {
     used: u16,
 }
 
-/// Bytes read at once by [`read_lane`], [`logged_keys`] and a refill of a lane's window.
+/// Bytes read at once by [`read_lane`], [`logged_writes`] and a refill of a lane's window.
 const LANE_CHUNK: usize = 1 << 20;
 
 impl LaneLog {
@@ -649,21 +649,30 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every key the records of generation `generation`'s logs write, sorted and unique:
-/// what changed since the checkpoint that started it. The lanes were ended (by the switch
-/// to the next generation, or a close): synced, each up to a block marked
-/// [`FLAG_LANE_END`]. A damaged or missing block before that end is an error (a key
-/// missed here would be lost with the log), not a tail. Segments are read a chunk at a
-/// time into one buffer (no copy of the log in memory).
-pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) -> Result<KeyList, Error> {
+/// Every key the records of generation `generation`'s logs write, sorted and unique,
+/// with its last logged value: what changed since the checkpoint that started it. The
+/// lanes were ended (by the switch to the next generation, or a close): synced, each up
+/// to a block marked [`FLAG_LANE_END`]. A damaged or missing block before that end is an
+/// error (a key missed here would be lost with the log), not a tail. Segments are read a
+/// chunk at a time into one buffer (no copy of the log in memory). Values are kept while
+/// the kept ones (the distinct keys' last values, after each lane) stay within
+/// `value_budget` bytes; past it a key's value is [`Logged::Unknown`], for the caller to
+/// read elsewhere. (`first_for_tests`: each key's first write is kept, a planted bug.)
+pub fn logged_writes(
+    storage: &dyn Storage,
+    generation: u64,
+    segment_size: u64,
+    value_budget: usize,
+    first_for_tests: bool,
+) -> Result<LoggedWrites, Error> {
     let lanes = segments_of(storage, generation)?;
-    let mut keys = KeyList::default();
+    let mut writes = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
     let mut chunk = vec![0u8; LANE_CHUNK];
     let mut stream: Vec<u8> = Vec::new();
     let mut held = Vec::with_capacity(lanes.len());
     for (&lane, segs) in &lanes {
         stream.clear();
-        let before = keys.len();
+        let before = writes.len();
         let mut seq: u32 = 0;
         let mut prev_used: Option<u16> = None;
         let mut ended = false;
@@ -699,7 +708,7 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
                         }
                     }
                 }
-                take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+                take_writes(&mut stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
             }
         }
         if !ended {
@@ -708,66 +717,149 @@ pub fn logged_keys(storage: &dyn Storage, generation: u64, segment_size: u64) ->
             )));
         }
         // The blocks read before the lane's end.
-        take_keys(&mut stream, &mut keys).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
-        held.push((lane, keys.len() > before, seq > 0));
+        take_writes(&mut stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+        held.push((lane, writes.len() > before, seq > 0));
         // Sorting per lane keeps the list near the distinct keys, not the writes.
-        keys.sort_dedup();
+        writes.sort_dedup();
     }
     check_registry(storage, generation, &held)?;
-    Ok(keys)
+    Ok(writes)
 }
 
-/// Keys packed into one buffer (a checkpoint may list millions: one allocation each
-/// would cost several times the keys' bytes).
+/// The last logged value of a key (see [`logged_writes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logged<'a> {
+    /// Written with this value.
+    Value(&'a [u8]),
+    /// Deleted.
+    Deleted,
+    /// Written, but its value was not kept (past the budget).
+    Unknown,
+}
+
+/// `Write::vlen` of a delete, and of a value not kept.
+const VLEN_DELETED: u32 = u32::MAX;
+const VLEN_UNKNOWN: u32 = u32::MAX - 1;
+
+/// One logged write: its key (and kept value, right after it) in `LoggedWrites::bytes`.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    at: u64,
+    klen: u32,
+    vlen: u32,
+    /// The record's LSN or commit timestamp: a key's later write has a larger one, in
+    /// whichever lane (the order recovery replays in).
+    order: u64,
+    /// The key's first 8 bytes, zero-padded, big-endian: ordered as the keys are, so that
+    /// most comparisons of the sort need no `memcmp` (which took a fifth of a
+    /// checkpoint's CPU).
+    prefix: u64,
+}
+
+impl Write {
+    fn kept(&self) -> usize {
+        if self.vlen >= VLEN_UNKNOWN {
+            0
+        } else {
+            self.vlen as usize
+        }
+    }
+}
+
+/// Logged writes packed into one buffer (a checkpoint may list millions: one allocation
+/// each would cost several times the keys' bytes).
 #[derive(Debug, Default, Clone)]
-pub struct KeyList {
+pub struct LoggedWrites {
     bytes: Vec<u8>,
-    /// Start in `bytes` and length of each key.
-    spans: Vec<(u64, u32)>,
+    writes: Vec<Write>,
+    value_budget: usize,
+    /// Value bytes kept (as of the last [`sort_dedup`](Self::sort_dedup), plus those
+    /// pushed since).
+    values_kept: usize,
+    first_for_tests: bool,
 }
 
-impl KeyList {
-    /// Appends `k`.
-    pub fn push(&mut self, k: &[u8]) {
-        self.spans.push((self.bytes.len() as u64, k.len() as u32));
+impl LoggedWrites {
+    /// Appends a write of `k` in a record of order `order` (`v`: `None` a delete).
+    pub fn push(&mut self, k: &[u8], v: Option<&[u8]>, order: u64) {
+        let at = self.bytes.len() as u64;
         self.bytes.extend_from_slice(k);
+        let vlen = match v {
+            None => VLEN_DELETED,
+            Some(v) if self.values_kept + v.len() <= self.value_budget => {
+                self.values_kept += v.len();
+                self.bytes.extend_from_slice(v);
+                v.len() as u32
+            }
+            Some(_) => VLEN_UNKNOWN,
+        };
+        let mut head = [0u8; 8];
+        let n = k.len().min(8);
+        head[..n].copy_from_slice(&k[..n]);
+        self.writes.push(Write { at, klen: k.len() as u32, vlen, order, prefix: u64::from_be_bytes(head) });
     }
 
-    /// Keys listed.
+    /// Writes listed.
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.writes.len()
     }
 
-    /// Whether no key is listed.
+    /// Whether no write is listed.
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.writes.is_empty()
     }
 
     /// Key `i`.
-    pub fn get(&self, i: usize) -> &[u8] {
-        let (at, len) = self.spans[i];
-        &self.bytes[at as usize..at as usize + len as usize]
+    pub fn key(&self, i: usize) -> &[u8] {
+        let w = &self.writes[i];
+        &self.bytes[w.at as usize..w.at as usize + w.klen as usize]
     }
 
-    /// Sorts the keys and drops repeats (and the bytes only they used).
+    /// Key `i`'s last logged value.
+    pub fn value(&self, i: usize) -> Logged<'_> {
+        let w = &self.writes[i];
+        match w.vlen {
+            VLEN_DELETED => Logged::Deleted,
+            VLEN_UNKNOWN => Logged::Unknown,
+            n => {
+                let v = w.at as usize + w.klen as usize;
+                Logged::Value(&self.bytes[v..v + n as usize])
+            }
+        }
+    }
+
+    /// Sorts by key and keeps each key's last write (and only the bytes it uses).
     pub fn sort_dedup(&mut self) {
         let bytes = &self.bytes;
-        let key = |&(at, len): &(u64, u32)| &bytes[at as usize..at as usize + len as usize];
-        self.spans.sort_unstable_by(|a, b| key(a).cmp(key(b)));
-        self.spans.dedup_by(|a, b| key(a) == key(b));
-        let mut packed = Vec::with_capacity(self.spans.iter().map(|s| s.1 as usize).sum());
-        for s in &mut self.spans {
+        let key = |w: &Write| &bytes[w.at as usize..w.at as usize + w.klen as usize];
+        // Equal orders (one record writing a key twice) fall back to log order.
+        self.writes.sort_unstable_by(|a, b| {
+            a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))).then(a.order.cmp(&b.order)).then(a.at.cmp(&b.at))
+        });
+        // `dedup_by` keeps the first of equal neighbours: move the later write into it.
+        let first = self.first_for_tests;
+        self.writes.dedup_by(|later, kept| {
+            let same = later.prefix == kept.prefix && key(later) == key(kept);
+            if same && !first {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        let mut packed = Vec::with_capacity(self.writes.iter().map(|w| w.klen as usize + w.kept()).sum());
+        for w in &mut self.writes {
             let at = packed.len() as u64;
-            packed.extend_from_slice(&self.bytes[s.0 as usize..s.0 as usize + s.1 as usize]);
-            s.0 = at;
+            let len = w.klen as usize + w.kept();
+            packed.extend_from_slice(&self.bytes[w.at as usize..w.at as usize + len]);
+            w.at = at;
         }
+        self.values_kept = self.writes.iter().map(Write::kept).sum();
         self.bytes = packed;
     }
 }
 
-/// Moves the keys of the complete records at the start of `stream` into `keys`.
-fn take_keys(stream: &mut Vec<u8>, keys: &mut KeyList) -> Result<(), String> {
-    take_records(stream, |view, _, _| view.for_each(|k, _| keys.push(k))).map(|_| ())
+/// Moves the writes of the complete records at the start of `stream` into `writes`.
+fn take_writes(stream: &mut Vec<u8>, writes: &mut LoggedWrites) -> Result<(), String> {
+    take_records(stream, |view, _, _| view.for_each(|k, v| writes.push(k, v, view.order))).map(|_| ())
 }
 
 /// Fills `buf` from `off`; a file shorter than that is an error.
