@@ -91,7 +91,12 @@ fn main() {
         stop.store(true, Ordering::Relaxed);
         println!("highest sample: page store {peak:.2}x the data; whole directory (once a second) {peak_dir:.2}x");
         let w = db.wal_stats().expect("a log");
-        println!("{} checkpoints; {} commits held back while the log ran ahead of them", w.checkpoints, w.stalls);
+        println!(
+            "{} checkpoints; {} commits held back ({} ms in all) while the log ran ahead of them",
+            w.checkpoints,
+            w.stalls,
+            w.stall_micros / 1000
+        );
     });
     db.close().expect("close");
 }

@@ -592,6 +592,7 @@ fn run_cc<P: Protocol>(
             v["lsn_cas_misses"] = json!(w.lsn_cas_misses);
             v["checkpoints"] = json!(w.checkpoints);
             v["stalls"] = json!(w.stalls);
+            v["stall_micros"] = json!(w.stall_micros);
         }
         if let Some(s) = db.store_stats() {
             v["store_live_bytes"] = json!(s.live_bytes);

@@ -448,6 +448,8 @@ pub struct WalStats {
     /// Commits held back because the log ran far ahead of the checkpoints (see
     /// `Wal::throttle`).
     pub stalls: u64,
+    /// Microseconds those commits waited, in all.
+    pub stall_micros: u64,
     /// Log segments created by writing zeros over their whole length.
     pub segments_zeroed: u64,
     /// Log segments reused from an earlier generation (no zero-fill).
@@ -476,6 +478,7 @@ pub(crate) struct Wal {
     checkpoint_time: Mutex<std::time::Instant>,
     checkpoints: AtomicU64,
     stalls: AtomicU64,
+    stall_micros: AtomicU64,
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
     shared: OnceLock<Arc<Lane>>,
@@ -528,6 +531,7 @@ impl Wal {
             checkpoint_time: Mutex::new(std::time::Instant::now()),
             checkpoints: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
+            stall_micros: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
             next_lsn: AtomicU64::new(1),
@@ -555,6 +559,7 @@ impl Wal {
             lanes: self.lanes.read().len() as u64,
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
             stalls: self.stalls.load(Ordering::Relaxed),
+            stall_micros: self.stall_micros.load(Ordering::Relaxed),
             segments_zeroed: self.recycled.zeroed.load(Ordering::Relaxed),
             segments_recycled: self.recycled.reused.load(Ordering::Relaxed),
             blocks_rewritten: self.rewritten.load(Ordering::Relaxed),
@@ -1156,6 +1161,7 @@ impl Wal {
         while over() && start.elapsed() < MAX_STALL && self.check().is_ok() {
             std::thread::sleep(Duration::from_micros(200));
         }
+        self.stall_micros.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     /// The log since the last checkpoint that makes the next one due (see
