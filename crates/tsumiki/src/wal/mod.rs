@@ -23,6 +23,7 @@
 
 pub mod format;
 pub mod recovery;
+mod segments;
 pub mod storage;
 
 use std::io;
@@ -37,6 +38,7 @@ use crate::error::Error;
 use format::{
     RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
 };
+use segments::{prepare_segment, Prepared, Preparer, Recycled};
 use storage::{Storage, StorageFile};
 
 /// Where commit records go.
@@ -320,7 +322,7 @@ struct LaneIo {
     out: Vec<u8>,
     /// The next segment, being preallocated in the background so that a rollover does
     /// not stall the commit that crosses it.
-    next: Option<std::thread::JoinHandle<io::Result<Box<dyn StorageFile>>>>,
+    next: Option<Prepared>,
     /// The last block written, while it is partly filled and not synced: the next write
     /// rewrites it with more records instead of starting a block (see [`Tail`]).
     tail: Option<Tail>,
@@ -497,31 +499,19 @@ pub(crate) struct Wal {
     /// Segments of generations before the master record's, kept for reuse (see
     /// [`Recycled`]).
     recycled: Arc<Recycled>,
-}
-
-/// Log segments that no durable state needs any more, kept to be renamed into a later
-/// generation and overwritten in place: a lane then writes each block once, where a new
-/// segment costs a zero-fill of its whole length first. Their old blocks fail the checksum
-/// of the new generation (it salts every block's checksum), so they read as never written.
-#[derive(Default)]
-struct Recycled {
-    /// `(file name, length)`. Held across each rename, so that [`Wal::retire`] never
-    /// deletes a file that is being renamed.
-    free: Mutex<Vec<(String, u64)>>,
-    /// Segments created by a zero-fill, and reused instead.
-    zeroed: AtomicU64,
-    reused: AtomicU64,
+    preparer: Preparer,
 }
 
 fn io_err(what: &str, e: io::Error) -> String {
     format!("{what}: {e}")
 }
 
-static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
-
 impl Wal {
     pub(crate) fn new(storage: Arc<dyn Storage>, opts: LogOptions, generation: u64) -> Wal {
+        let recycled: Arc<Recycled> = Arc::default();
         Wal {
+            preparer: Preparer::new(storage.clone(), recycled.clone()),
+            recycled,
             storage,
             opts,
             generation: AtomicU64::new(generation),
@@ -545,7 +535,6 @@ impl Wal {
             rewritten: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
-            recycled: Arc::default(),
         }
     }
 
@@ -910,9 +899,7 @@ impl Wal {
                         self.sync(&*f)?;
                         io.seg += 1;
                         match io.next.take() {
-                            Some(h) => {
-                                h.join().unwrap_or_else(|_| Err(io::Error::other("segment preparation panicked")))
-                            }
+                            Some(p) => segments::wait(p),
                             None => self.prepare(name(io.seg), io.seg),
                         }
                     }
@@ -923,11 +910,8 @@ impl Wal {
                 io.file = Some(file);
                 io.off = 0;
                 if matches!(self.opts.device, Device::File) {
-                    let (storage, recycled, next) = (self.storage.clone(), self.recycled.clone(), name(io.seg + 1));
                     let (size, sync) = (format::segment_len(io.seg + 1, max), !self.opts.skip_sync_for_tests);
-                    io.next = Some(std::thread::spawn(move || {
-                        prepare_segment(&*storage, &recycled, &next, size, true, sync)
-                    }));
+                    io.next = Some(self.preparer.start(name(io.seg + 1), size, sync));
                 }
             }
             let f = io.file.as_deref().expect("segment open");
@@ -1007,8 +991,8 @@ impl Wal {
     /// writes into the directory after the database is gone).
     fn join_preparations(&self) {
         for l in self.lanes.read().iter() {
-            if let Some(h) = l.io.lock().next.take() {
-                let _ = h.join();
+            if let Some(p) = l.io.lock().next.take() {
+                let _ = segments::wait(p);
             }
         }
     }
@@ -1259,8 +1243,8 @@ impl Wal {
             self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true)?;
             // A closing write that crossed into a new segment started preparing the next
             // one, which the closed generation will not use: no thread outlives the lane.
-            if let Some(h) = io.next.take() {
-                let _ = h.join();
+            if let Some(p) = io.next.take() {
+                let _ = segments::wait(p);
             }
             if let Some(f) = io.file.as_deref() {
                 self.sync(f)?;
@@ -1353,61 +1337,6 @@ impl crate::cc::LockWaiter for Wal {
             }
         }
     }
-}
-
-/// Creates log segment `name`: a recycled segment of its length renamed to it, or one
-/// preallocated with zeros under a temporary name, made durable, then renamed into place
-/// (directory synced either way), so that a commit's fdatasync never has to carry a size
-/// change, and a segment under its own name always has its full length: a shorter one is
-/// damage, never a creation cut by a crash.
-fn prepare_segment(
-    storage: &dyn Storage,
-    recycled: &Recycled,
-    name: &str,
-    size: u64,
-    prealloc: bool,
-    sync: bool,
-) -> io::Result<Box<dyn StorageFile>> {
-    if !prealloc {
-        return storage::create_fresh(storage, name);
-    }
-    {
-        let mut free = recycled.free.lock();
-        if let Some(i) = free.iter().position(|&(_, len)| len == size) {
-            // `remove`, not `swap_remove`: the list stays oldest first for `retire`.
-            let (old, _) = free.remove(i);
-            match storage.rename(&old, name) {
-                Ok(()) => {
-                    drop(free);
-                    if sync {
-                        storage.sync_dir()?;
-                    }
-                    recycled.reused.fetch_add(1, Ordering::Relaxed);
-                    return storage.open(name, false);
-                }
-                // Removed meanwhile (by hand, or an older-log removal): zero-fill one.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    recycled.zeroed.fetch_add(1, Ordering::Relaxed);
-    let tmp = format!("{name}.tmp");
-    let f = storage::create_fresh(storage, &tmp)?;
-    let mut off = 0;
-    while off < size {
-        let n = (size - off).min(ZEROS.len() as u64) as usize;
-        f.write_at(&ZEROS[..n], off)?;
-        off += n as u64;
-    }
-    if sync {
-        f.sync_data()?;
-    }
-    storage.rename(&tmp, name)?;
-    if sync {
-        storage.sync_dir()?;
-    }
-    Ok(f)
 }
 
 /// A commit waiting to become durable; see [`crate::Txn::commit_deferred`].
