@@ -294,17 +294,20 @@ fn power_loss_at_every_operation_of_checkpoints() {
     );
 }
 
+/// Runs the sweep with `planted` and asserts that some crash point caught it (`what`
+/// names the bug in the messages).
+fn sweep_catches(planted: SweepBug, what: &str) {
+    let (ops, failures) = checkpoint_sweep(planted);
+    println!("{} of {ops} crash points caught {what}; first: {:?}", failures.len(), failures.first());
+    assert!(!failures.is_empty(), "{what} went unnoticed at all {ops} crash points");
+}
+
 /// The planted bug: the page store reuses a segment (cleaning's, or one an old table
 /// leaves) before the master record that stops naming it is durable. The checker must
 /// notice.
 #[test]
 fn planted_early_segment_reuse_is_caught() {
-    let (ops, failures) = checkpoint_sweep(SweepBug::EarlyReuse);
-    println!("{} of {ops} crash points caught the planted reuse; first: {:?}", failures.len(), failures.first());
-    assert!(
-        !failures.is_empty(),
-        "reusing page segments before the checkpoint was durable went unnoticed at all {ops} crash points"
-    );
+    sweep_catches(SweepBug::EarlyReuse, "reusing page segments before the checkpoint was durable");
 }
 
 /// The planted bug: a checkpoint's intermediate table (a milestone) is named with the new
@@ -312,21 +315,14 @@ fn planted_early_segment_reuse_is_caught() {
 /// pages not yet rewritten. The checker must notice.
 #[test]
 fn planted_milestone_without_replay_is_caught() {
-    let (ops, failures) = checkpoint_sweep(SweepBug::MilestoneSkipsReplay);
-    println!("{} of {ops} crash points caught the planted milestone; first: {:?}", failures.len(), failures.first());
-    assert!(!failures.is_empty(), "a milestone naming the new generation went unnoticed at all {ops} crash points");
+    sweep_catches(SweepBug::MilestoneSkipsReplay, "a milestone naming the new generation");
 }
 
 /// The planted bug: a checkpoint takes each key's first logged value in the ended
 /// generation, not its last. The checker must notice.
 #[test]
 fn planted_first_logged_value_is_caught() {
-    let (ops, failures) = checkpoint_sweep(SweepBug::FirstLoggedValue);
-    println!("{} of {ops} crash points caught the planted first value; first: {:?}", failures.len(), failures.first());
-    assert!(
-        !failures.is_empty(),
-        "checkpoints of each key's first logged value went unnoticed at all {ops} crash points"
-    );
+    sweep_catches(SweepBug::FirstLoggedValue, "checkpoints of each key's first logged value");
 }
 
 /// One thread, puts, inserts and deletes, some commits deferred: after the crash the
