@@ -909,3 +909,58 @@ pub fn stale_names(listed: Vec<String>, keep: u64) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(w: &LoggedWrites) -> Vec<(Vec<u8>, Logged<'_>)> {
+        (0..w.len()).map(|i| (w.key(i).to_vec(), w.value(i))).collect()
+    }
+
+    #[test]
+    fn each_key_keeps_its_last_write_by_order_across_lanes() {
+        let mut w = LoggedWrites { value_budget: 1 << 20, ..LoggedWrites::default() };
+        // Lane 0: b at order 5, a at 7, b deleted at 9.
+        w.push(b"b", Some(b"b5"), 5);
+        w.push(b"a", Some(b"a7"), 7);
+        w.push(b"b", None, 9);
+        w.sort_dedup();
+        // Lane 1, read after: a at 3 (older than lane 0's), b at 12, and a key sharing
+        // a's 8-byte prefix.
+        w.push(b"a", Some(b"a3"), 3);
+        w.push(b"b", Some(b"b12"), 12);
+        w.push(b"a\0", Some(b"z"), 4);
+        w.sort_dedup();
+        assert_eq!(
+            listed(&w),
+            vec![
+                (b"a".to_vec(), Logged::Value(b"a7")),
+                (b"a\0".to_vec(), Logged::Value(b"z")),
+                (b"b".to_vec(), Logged::Value(b"b12")),
+            ]
+        );
+    }
+
+    #[test]
+    fn values_past_the_budget_are_unknown() {
+        let mut w = LoggedWrites { value_budget: 4, ..LoggedWrites::default() };
+        w.push(b"a", Some(b"123"), 1);
+        w.push(b"b", Some(b"45"), 2);
+        w.push(b"c", None, 3);
+        w.sort_dedup();
+        // The budget counts the values kept so far (3 bytes): one more byte fits, then none.
+        w.push(b"a", Some(b"6"), 4);
+        w.push(b"d", Some(b"7"), 5);
+        w.sort_dedup();
+        assert_eq!(
+            listed(&w),
+            vec![
+                (b"a".to_vec(), Logged::Value(b"6")),
+                (b"b".to_vec(), Logged::Unknown),
+                (b"c".to_vec(), Logged::Deleted),
+                (b"d".to_vec(), Logged::Unknown),
+            ]
+        );
+    }
+}
