@@ -43,8 +43,8 @@ pub struct FillArgs {
     #[arg(long, overrides_with = "sync")]
     pub no_sync: bool,
     /// Engines, comma-separated: tsumiki, leveldb, rocksdb, lmdb, sqlite, redb, fjall, raw
-    /// (a preallocated file: one 4 KiB write and an fdatasync per transaction), or all
-    /// (every one built in).
+    /// (a preallocated file: one 4 KiB write and an fdatasync per transaction), raw-direct
+    /// (the same with direct I/O), or all (every one built in).
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub engine: Vec<String>,
     /// Rounds; each runs every engine once, and the medians over rounds are reported.
@@ -66,6 +66,10 @@ pub struct FillArgs {
     /// Print one JSON object per engine instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// tsumiki's synced log through the OS page cache rather than with direct I/O
+    /// (`LogOptions::direct_io`).
+    #[arg(long)]
+    pub no_direct_io: bool,
     /// Internal: with `--child`, the crash measure's phase (`fill` then SIGKILL, or
     /// `reopen`) in the database directory `--crash-dir`.
     #[arg(long, hide = true, value_parser = ["fill", "reopen"])]
@@ -83,7 +87,13 @@ pub struct FillArgs {
 
 impl FillArgs {
     fn config(&self) -> FillConfig {
-        FillConfig { sync: !self.no_sync, records: self.records, per_txn: self.per_txn, value_size: self.value_size }
+        FillConfig {
+            sync: !self.no_sync,
+            records: self.records,
+            per_txn: self.per_txn,
+            value_size: self.value_size,
+            direct_io: !self.no_direct_io,
+        }
     }
 }
 
@@ -189,6 +199,7 @@ fn child_command(exe: &Path, engine: &str, label: &str, extra: &[&std::ffi::OsSt
         .args(["--order", &args.order])
         .args(["--value-size", &args.value_size.to_string()])
         .arg(if args.no_sync { "--no-sync" } else { "--sync" })
+        .args(args.no_direct_io.then_some("--no-direct-io"))
         .args(["--seed", &args.seed.to_string()]);
     if let Some(d) = &args.dir {
         cmd.arg("--dir").arg(d);
@@ -405,6 +416,10 @@ macro_rules! match_engine {
                 type $E = peers::raw::Raw;
                 $body
             }
+            "raw-direct" => {
+                type $E = peers::raw::RawDirect;
+                $body
+            }
             other => Err(format!("unknown engine {other:?}")),
         }
     };
@@ -603,9 +618,9 @@ mod tests {
     fn small_fills_count_every_record() {
         for order in ["asc", "random"] {
             let records = Records::new(2_000, order, 8, 7);
-            for engine in ["tsumiki", "raw"] {
+            for engine in ["tsumiki", "raw", "raw-direct"] {
                 let tmp = tempfile::tempdir().unwrap();
-                let cfg = FillConfig { sync: true, records: 2_000, per_txn: 100, value_size: 8 };
+                let cfg = FillConfig { sync: true, records: 2_000, per_txn: 100, value_size: 8, direct_io: true };
                 let r = fill_engine(engine, tmp.path(), &cfg, &records, &ProgressBar::hidden()).unwrap();
                 assert_eq!((r.records, r.txns), (2_000, 20), "{engine} {order}");
                 assert!(r.fill_s > 0.0 && r.peak_rss_bytes > 0 && r.disk_bytes > 0, "{engine}: {r:?}");

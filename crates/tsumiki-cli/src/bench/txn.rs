@@ -109,6 +109,10 @@ pub struct TxnArgs {
     /// 0: none while the run lasts), to see what checkpoints cost.
     #[arg(long, default_value_t = LogOptions::default().checkpoint_bytes)]
     pub checkpoint_bytes: u64,
+    /// Synced logs through the OS page cache rather than with direct I/O
+    /// (`LogOptions::direct_io`).
+    #[arg(long)]
+    pub no_direct_io: bool,
 }
 
 /// The log settings to run, from the arguments (`None`: in memory).
@@ -152,6 +156,7 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                     device,
                     durability,
                     checkpoint_bytes: args.checkpoint_bytes,
+                    direct_io: !args.no_direct_io,
                     ..LogOptions::default()
                 }));
             }
@@ -587,6 +592,7 @@ fn run_cc<P: Protocol>(
         if let (Some(l), Some(w)) = (log, db.wal_stats()) {
             v["device"] = json!(args.device);
             v["durability"] = json!(args.durability);
+            v["direct_io"] = json!(l.direct_io);
             v["group"] = json!(l.group);
             v["syncs"] = json!(w.syncs);
             v["lsn_cas_misses"] = json!(w.lsn_cas_misses);

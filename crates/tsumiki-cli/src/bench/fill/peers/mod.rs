@@ -14,7 +14,8 @@ pub mod sqlite;
 pub mod tsumiki;
 
 /// Every engine `--engine` knows, in the order they run and are reported.
-pub const ENGINES: [&str; 8] = ["tsumiki", "leveldb", "rocksdb", "lmdb", "sqlite", "redb", "fjall", "raw"];
+pub const ENGINES: [&str; 9] =
+    ["tsumiki", "leveldb", "rocksdb", "lmdb", "sqlite", "redb", "fjall", "raw", "raw-direct"];
 
 /// Why `engine` cannot run in this build (`None`: it can).
 pub fn missing(engine: &str) -> Option<String> {
@@ -37,6 +38,8 @@ pub struct FillConfig {
     pub per_txn: usize,
     /// Bytes per value.
     pub value_size: usize,
+    /// tsumiki's synced log written with direct I/O (`LogOptions::direct_io`).
+    pub direct_io: bool,
 }
 
 impl FillConfig {

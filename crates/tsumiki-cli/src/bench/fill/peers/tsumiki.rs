@@ -1,5 +1,6 @@
-//! tsumiki with its default options (TicToc, P-WAL, NLR, an fdatasync per commit), or with
-//! the log buffered in the OS (`Durability::Buffered`) for `--no-sync`.
+//! tsumiki with its default options (TicToc, P-WAL, NLR, an fdatasync per commit, the log
+//! written with direct I/O unless `--no-direct-io`), or with the log buffered in the OS
+//! (`Durability::Buffered`) for `--no-sync`.
 
 use std::path::Path;
 
@@ -12,7 +13,7 @@ pub struct Tsumiki(Db);
 impl FillEngine for Tsumiki {
     fn open(dir: &Path, cfg: &FillConfig) -> Result<Self, String> {
         let opts = if cfg.sync {
-            Options::default()
+            Options { log: LogOptions { direct_io: cfg.direct_io, ..LogOptions::default() }, ..Options::default() }
         } else {
             Options {
                 log: LogOptions { durability: Durability::Buffered, ..LogOptions::default() },
