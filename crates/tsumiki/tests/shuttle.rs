@@ -134,6 +134,36 @@ fn shuttle_catches_planted_bug() {
 /// Explores `scenario` for every improvement combination, with the random scheduler or
 /// with PCT (depth 3).
 #[cfg(not(feature = "planted-bug"))]
+/// Two threads insert the same keys through cursors that first looked each key up (an
+/// insert at the head where that lookup found the key absent skips its own lookup): every
+/// key is inserted by exactly one of them, and holds that one's value, while the leaf
+/// consolidates and splits under both.
+fn cursor_insert_race(cfg: BwTreeConfig) {
+    let tree = Arc::new(BwTree::with_config(cfg).unwrap());
+    let hs: Vec<_> = (0..2u64)
+        .map(|t| {
+            let tree = Arc::clone(&tree);
+            thread::spawn(move || {
+                (0..6u64)
+                    .map(|i| {
+                        let k = key(i, 8);
+                        let guard = crossbeam_epoch::pin();
+                        let mut c = tree.cursor(&k, &guard);
+                        let _ = c.first_from(false);
+                        c.insert(t * 100 + i).unwrap()
+                    })
+                    .collect::<Vec<bool>>()
+            })
+        })
+        .collect();
+    let won: Vec<Vec<bool>> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    for i in 0..6u64 {
+        assert!(won[0][i as usize] != won[1][i as usize], "key {i}: inserted by both or neither: {won:?}");
+        let t = if won[0][i as usize] { 0 } else { 1 };
+        assert_eq!(tree.get(&key(i, 8)).unwrap(), Some(t * 100 + i));
+    }
+}
+
 fn explore(scenario: fn(BwTreeConfig), pct: bool) {
     for (_, cfg) in variants(BwTreeConfig::tiny()) {
         let run = move || scenario(cfg.clone());
@@ -167,6 +197,18 @@ fn shuttle_merge_split_race_random() {
 #[test]
 fn shuttle_merge_split_race_pct() {
     explore(merge_split_race, true);
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_cursor_insert_race_random() {
+    explore(cursor_insert_race, false);
+}
+
+#[cfg(not(feature = "planted-bug"))]
+#[test]
+fn shuttle_cursor_insert_race_pct() {
+    explore(cursor_insert_race, true);
 }
 
 #[cfg(not(feature = "planted-bug"))]

@@ -302,7 +302,17 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         guard: &'g Guard,
     ) -> (Cursor<'g, 'k, V>, bool) {
         let (pos, hinted) = self.tree.seek_near(key, hint, guard);
-        (Cursor { tree: &self.tree, pos, key, guard, beyond: std::cell::Cell::new(false) }, hinted)
+        (
+            Cursor {
+                tree: &self.tree,
+                pos,
+                key,
+                guard,
+                beyond: std::cell::Cell::new(false),
+                absent_at: std::cell::Cell::new(0),
+            },
+            hinted,
+        )
     }
 
     /// Looks up ascending `keys`, handing each key and its value (borrowed from the tree's
@@ -405,6 +415,9 @@ pub struct Cursor<'g, 'k, V> {
     guard: &'g Guard,
     /// Whether an answer since the last refresh came from beyond the cursor's leaf.
     beyond: std::cell::Cell<bool>,
+    /// The leaf head (its address) at which [`first_from`](Self::first_from) found the
+    /// cursor's key absent: an insert at that same head needs no lookup of its own.
+    absent_at: std::cell::Cell<usize>,
 }
 
 impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
@@ -426,6 +439,9 @@ impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
         if !in_leaf {
             self.beyond.set(true);
         }
+        if !exclusive && found.is_none_or(|(k, _)| k != self.key) {
+            self.absent_at.set(self.pos.head_addr());
+        }
         found
     }
 
@@ -442,7 +458,7 @@ impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
     /// returns whether it was inserted. The check and the insert are one atomic step at
     /// the leaf, whatever the cursor saw before.
     pub fn insert(&mut self, val: V) -> Result<bool, IndexError> {
-        self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.guard)
+        self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.absent_at.get(), self.guard)
     }
 }
 

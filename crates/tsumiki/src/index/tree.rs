@@ -79,6 +79,13 @@ pub(crate) struct LeafPos<'g, V> {
     path: Path,
 }
 
+impl<V> LeafPos<'_, V> {
+    /// The address of the leaf head the position was read from.
+    pub(crate) fn head_addr(&self) -> usize {
+        self.head.as_raw() as usize
+    }
+}
+
 /// Deltas of an append run between consolidations (see [`Tree::install`]).
 const APPEND_RUN: usize = 16;
 
@@ -428,7 +435,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         check_key(key)?;
         let guard = &epoch::pin();
         let mut pos = self.seek(key, guard);
-        self.write_at(&mut pos, key, op, guard)
+        self.write_at(&mut pos, key, op, 0, guard)
     }
 
     /// The leaf covering `key`: one descent, whose result the `_at` operations reuse.
@@ -551,12 +558,15 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     }
 
     /// [`write`](Self::write) at the leaf of `pos` (which must cover `key`); `pos` follows
-    /// the leaf if the write had to re-validate it.
+    /// the leaf if the write had to re-validate it. `absent_at`: the address of a head of
+    /// this leaf whose chain the caller found without `key` (0: none), so that a write
+    /// installed on that very head skips its own lookup.
     pub(crate) fn write_at<'g>(
         &self,
         pos: &mut LeafPos<'g, V>,
         key: &[u8],
         op: WriteOp<V>,
+        absent_at: usize,
         guard: &'g Guard,
     ) -> Result<bool, IndexError> {
         check_key(key)?;
@@ -583,9 +593,13 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 }
                 Some(ip) => {
                     // Decide after fixing the insert point: the CAS then proves no delta
-                    // landed in between, so the existence check is exact.
+                    // landed in between, so the existence check is exact. The caller's
+                    // check stands in for it when the CAS expects the head it was made on
+                    // (no SMO run above the insert point; nodes are not reused while
+                    // `guard` pins them, so the address names that head).
+                    let known_absent = absent_at != 0 && absent_at == head.as_raw() as usize && ip.expected == *head;
                     // SAFETY: non-null head under `guard`.
-                    let exists = leaf_lookup(unsafe { node_ref(*head) }, key, guard).is_some();
+                    let exists = !known_absent && leaf_lookup(unsafe { node_ref(*head) }, key, guard).is_some();
                     if need.is_some_and(|n| n != exists) {
                         return Ok(false);
                     }
