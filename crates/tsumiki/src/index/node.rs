@@ -740,26 +740,33 @@ fn gather<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Gathered<'g, V> {
     }
 }
 
+/// A chain's data deltas: (prefix, key, value or `None` for a delete).
+type DataDeltas<'g, V> = DeltaVec<(u64, &'g [u8], Option<&'g V>)>;
+
 /// The chain's data deltas as (prefix, key, value or `None` for a delete), sorted by key,
 /// one per key (the newest), restricted to the keys `keep` accepts.
-fn newest_data_deltas<'g, V>(
-    g: &Gathered<'g, V>,
-    keep: impl Fn(u64, &[u8]) -> bool,
-) -> DeltaVec<(u64, &'g [u8], Option<&'g V>)> {
+fn newest_data_deltas<'g, V>(g: &Gathered<'g, V>, keep: impl Fn(u64, &[u8]) -> bool) -> DataDeltas<'g, V> {
+    let mut ds = DataDeltas::new();
+    newest_data_deltas_into(g, keep, &mut ds);
+    ds
+}
+
+/// [`newest_data_deltas`] into `ds` (empty): an insert's successor search fills one on
+/// its stack instead of copying a returned one (512 inline bytes).
+fn newest_data_deltas_into<'g, V>(g: &Gathered<'g, V>, keep: impl Fn(u64, &[u8]) -> bool, ds: &mut DataDeltas<'g, V>) {
     // Gathered newest first; the stable sort keeps the newest first among equal keys.
-    let mut ds: DeltaVec<(u64, &'g [u8], Option<&'g V>)> = g
-        .deltas
-        .iter()
-        .filter_map(|d| match &d.kind {
-            Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
-            Kind::Delete { key } => Some((d.kp, &key[..], None)),
-            _ => None,
-        })
-        .filter(|&(p, k, _)| keep(p, k))
-        .collect();
+    ds.extend(
+        g.deltas
+            .iter()
+            .filter_map(|d| match &d.kind {
+                Kind::Upsert { key, val } => Some((d.kp, &key[..], Some(val))),
+                Kind::Delete { key } => Some((d.kp, &key[..], None)),
+                _ => None,
+            })
+            .filter(|&(p, k, _)| keep(p, k)),
+    );
     ds.sort_by(|a, b| cmp_prefixed(a.0, a.1, b.0, b.1));
     ds.dedup_by(|later, first| later.0 == first.0 && later.1 == first.1);
-    ds
 }
 
 /// Calls `emit` on every record of a leaf chain within `range`, in key order: the base
@@ -787,10 +794,10 @@ fn merge_leaf<'g, V>(
             emitted += 1;
         }
     };
-    let mut di = ds.into_iter().peekable();
+    let mut di = ds.iter().peekable();
     for (p, k, v) in base_iter {
         let mut take_base = true;
-        while let Some(&(dp, dk, dv)) = di.peek() {
+        while let Some(&&(dp, dk, dv)) = di.peek() {
             match cmp_prefixed(dp, dk, p, k) {
                 CmpOrdering::Greater => break,
                 ord => {
@@ -809,7 +816,7 @@ fn merge_leaf<'g, V>(
             out(p, k, v);
         }
     }
-    for (dp, dk, dv) in di {
+    for &(dp, dk, dv) in di {
         if let Some(dv) = dv {
             out(dp, dk, dv);
         }
@@ -853,7 +860,8 @@ pub(crate) fn leaf_first_from<'g, V>(
 
     let g = gather(head, guard);
     // As in merge_leaf, only those within the bound.
-    let ds = newest_data_deltas(&g, wanted);
+    let mut ds = DataDeltas::new();
+    newest_data_deltas_into(&g, wanted, &mut ds);
 
     let left = g.left;
     let left_len = g.left_len();
@@ -875,10 +883,12 @@ pub(crate) fn leaf_first_from<'g, V>(
             None
         }
     };
-    let mut di = ds.into_iter().peekable();
+    // Walked by reference: moving the deltas' small vector into an iterator copied its
+    // 512 inline bytes on every insert's successor search.
+    let mut di = ds.iter().peekable();
     for (p, k, v) in base_iter {
         let mut take_base = true;
-        while let Some(&(dp, dk, dv)) = di.peek() {
+        while let Some(&&(dp, dk, dv)) = di.peek() {
             match cmp_prefixed(dp, dk, p, k) {
                 CmpOrdering::Greater => break,
                 ord => {
@@ -901,7 +911,7 @@ pub(crate) fn leaf_first_from<'g, V>(
             }
         }
     }
-    for (dp, dk, dv) in di {
+    for &(dp, dk, dv) in di {
         if let Some(dv) = dv {
             if let Some(found) = out(dp, dk, dv) {
                 return found;
