@@ -342,6 +342,8 @@ pub struct FillResult {
     pub reopen_s: f64,
     pub disk_bytes: u64,
     pub peak_rss_bytes: u64,
+    /// [`FillEngine::log_blocks`] over the timed fill.
+    pub log_blocks: Option<u64>,
 }
 
 /// The child: one fill in a fresh temporary directory, removed afterwards.
@@ -374,6 +376,7 @@ fn run_child(engine: &str, args: &FillArgs) -> Result<Value, String> {
         "reopen_s": r.reopen_s,
         "disk_bytes": r.disk_bytes,
         "peak_rss_bytes": r.peak_rss_bytes,
+        "log_blocks": r.log_blocks,
     }))
 }
 
@@ -455,6 +458,7 @@ fn fill<E: FillEngine>(
     let step = 1024u64.max(cfg.per_txn as u64);
     let (mut done, mut shown, mut txns) = (0u64, 0u64, 0u64);
     let (io_before, wchar_before) = (write_bytes()?, wchar()?);
+    let log_before = db.log_blocks();
     let t0 = Instant::now();
     for batch in records.batches(cfg.per_txn) {
         db.write_batch(&batch)?;
@@ -467,6 +471,7 @@ fn fill<E: FillEngine>(
     }
     let fill_s = t0.elapsed().as_secs_f64();
     let (io_after, wchar_after) = (write_bytes()?, wchar()?);
+    let log_blocks = db.log_blocks().zip(log_before).map(|(a, b)| a - b);
     bar.inc(done - shown);
     let t1 = Instant::now();
     db.close()?;
@@ -483,6 +488,7 @@ fn fill<E: FillEngine>(
         reopen_s,
         disk_bytes,
         peak_rss_bytes: peak_rss()?,
+        log_blocks,
     })
 }
 
@@ -536,6 +542,7 @@ fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
     let rec = col(&|r| num(r, "records") / num(r, "fill_s"));
     let bpc = col(&|r| num(r, "write_bytes") / num(r, "txns"));
     let wpc = col(&|r| num(r, "wchar") / num(r, "txns"));
+    let lpc: Option<Vec<f64>> = runs.iter().map(|r| Some(r["log_blocks"].as_f64()? / num(r, "txns"))).collect();
     json!({
         "bench": "fill",
         "engine": engine,
@@ -552,6 +559,7 @@ fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
         "rec_per_s_runs": rec,
         "bytes_per_commit": median(&bpc),
         "wchar_per_commit": median(&wpc),
+        "log_blocks_per_commit": lpc.map(|l| median(&l)),
         "peak_rss_bytes": median(&col(&|r| num(r, "peak_rss_bytes"))) as u64,
         "close_s": median(&col(&|r| num(r, "close_s"))),
         "reopen_s": median(&col(&|r| num(r, "reopen_s"))),
@@ -576,6 +584,7 @@ fn print_table(rows: &[Value], args: &FillArgs) {
         "rec/s",
         "bytes/commit",
         "wchar/commit",
+        "log blocks/commit",
         "peak RSS MiB",
         "close s",
         "reopen s",
@@ -595,6 +604,7 @@ fn print_table(rows: &[Value], args: &FillArgs) {
                 f(&r["rec_per_s"], 0),
                 f(&r["bytes_per_commit"], 0),
                 f(&r["wchar_per_commit"], 0),
+                r["log_blocks_per_commit"].as_f64().map_or_else(|| "-".into(), |l| format!("{l:.3}")),
                 mib(&r["peak_rss_bytes"]),
                 f(&r["close_s"], 3),
                 f(&r["reopen_s"], 3),

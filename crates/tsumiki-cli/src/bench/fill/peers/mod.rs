@@ -79,6 +79,12 @@ pub trait FillEngine: Sized {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
     /// Closes the database; what was written is on disk when this returns.
     fn close(self) -> Result<(), String>;
+    /// The 4 KiB blocks the engine's commit log has written, where it counts them (tsumiki's
+    /// lanes): what the commits themselves cost, apart from background writes such as
+    /// zero-filled segments and checkpoints, which the device byte counts include.
+    fn log_blocks(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Formats any library error as the benchmark's error string.

@@ -46,4 +46,8 @@ impl FillEngine for Tsumiki {
     fn close(self) -> Result<(), String> {
         self.0.close().map_err(err("tsumiki close"))
     }
+
+    fn log_blocks(&self) -> Option<u64> {
+        self.0.wal_stats().map(|w| w.bytes / 4096)
+    }
 }
