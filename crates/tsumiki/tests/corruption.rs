@@ -441,8 +441,10 @@ fn a_closed_lane_without_its_end_block_is_corrupt() {
         r => panic!("a closed lane whose last segment lacks the end block read as {r:?}"),
     }
     // The checkpoint's (and close's) read of a generation's keys applies the same rule.
-    let keys =
-        |seg: Vec<u8>| recovery::logged_writes(&one_lane(seg), 2, 4 * BLOCK as u64, 1 << 20, false).map(|k| k.len());
+    let keys = |seg: Vec<u8>| {
+        recovery::logged_writes(&one_lane(seg), 2, 4 * BLOCK as u64, 1 << 20, false, &Default::default())
+            .map(|k| k.len())
+    };
     assert_eq!(keys(whole).unwrap(), 3);
     for (what, seg) in [("unmarked", unmarked), ("zeroed", zeroed), ("damaged", damaged)] {
         assert!(matches!(keys(seg), Err(Error::Corrupt(_))), "{what}");

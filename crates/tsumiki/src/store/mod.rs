@@ -257,6 +257,9 @@ pub(crate) fn open(
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
     let wal = Arc::new(Wal::new(log_storage, log, generation));
+    // The lanes' copies of their blocks for the checkpoints take what their read-back
+    // values may (a sixteenth of the cache).
+    wal.set_echo_budget(replay_bytes / 4);
     wal.note_store_live(pages.live_bytes());
     if let Some(e) = &read_only {
         wal.poison(format!(
@@ -431,6 +434,7 @@ impl Durable {
                 opts.segment_size,
                 self.value_budget,
                 opts.first_logged_value_for_tests,
+                &self.wal.take_echoes(*generation),
             )?;
             pages.apply(g, &mut LatestValues { writes, state }, Some(&mut milestone))?;
         } else {

@@ -27,7 +27,7 @@ mod segments;
 pub mod storage;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -335,6 +335,9 @@ struct LaneIo {
     /// Whether the lane's last block in this generation is partly filled (the next new
     /// block says so: [`FLAG_AFTER_PARTIAL`]).
     last_partial: bool,
+    /// Every block the lane wrote in this generation, while the copies stay within
+    /// [`Wal::echo_budget`] (see [`Wal::take_echoes`]).
+    echo: Option<Vec<u8>>,
 }
 
 /// A lane's last block while it is partly filled and was not synced (buffered durability,
@@ -465,6 +468,9 @@ pub struct WalStats {
     /// Blocks written again with more records: commits that promised no sync packed into
     /// a lane's partly filled last block (see `bytes`, which counts each write).
     pub blocks_rewritten: u64,
+    /// Ended lanes whose changes a checkpoint took from the copy of their blocks kept in
+    /// memory as they were written (direct I/O), not from their files.
+    pub lanes_echoed: u64,
 }
 
 /// The log of one open database.
@@ -506,6 +512,15 @@ pub(crate) struct Wal {
     /// [`Recycled`]).
     recycled: Arc<Recycled>,
     preparer: Preparer,
+    /// Bytes the lanes' in-memory copies of their blocks may take in all (0: none kept).
+    /// Kept only where lanes write with direct I/O: a checkpoint reads an ended
+    /// generation back, and those blocks are not in the page cache.
+    echo_budget: AtomicUsize,
+    /// Bytes the copies take now, in the lanes and in `echoes`.
+    echo_bytes: AtomicUsize,
+    /// The ended generation's copies, by lane, for its checkpoint.
+    echoes: Mutex<(u64, recovery::Echoes)>,
+    lanes_echoed: AtomicU64,
 }
 
 fn io_err(what: &str, e: io::Error) -> String {
@@ -541,7 +556,58 @@ impl Wal {
             rewritten: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
+            echo_budget: AtomicUsize::new(0),
+            echo_bytes: AtomicUsize::new(0),
+            echoes: Mutex::new((0, recovery::Echoes::new())),
+            lanes_echoed: AtomicU64::new(0),
         }
+    }
+
+    /// Lets the lanes keep copies of their blocks, up to `bytes` in all, where they write
+    /// with direct I/O (before the first lane).
+    pub(crate) fn set_echo_budget(&self, bytes: usize) {
+        let on = self.direct_writes();
+        self.echo_budget.store(if on { bytes } else { 0 }, Ordering::Relaxed);
+    }
+
+    /// The copies of generation `g`'s lanes kept as they were written (lanes whose copy
+    /// passed the budget are missing: they are read from their files).
+    pub(crate) fn take_echoes(&self, g: u64) -> recovery::Echoes {
+        let mut e = self.echoes.lock();
+        let taken = std::mem::take(&mut e.1);
+        let bytes: usize = taken.values().map(Vec::len).sum();
+        self.echo_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        if e.0 == g {
+            self.lanes_echoed.fetch_add(taken.len() as u64, Ordering::Relaxed);
+            taken
+        } else {
+            recovery::Echoes::new()
+        }
+    }
+
+    /// Adds `blocks`, just written at the lane's end, to its copy, or drops the copy for
+    /// the rest of the generation once the budget would pass.
+    fn echo(&self, io: &mut LaneIo, blocks: &[u8]) {
+        let Some(copy) = io.echo.as_mut() else { return };
+        let budget = self.echo_budget.load(Ordering::Relaxed);
+        if self.echo_bytes.fetch_add(blocks.len(), Ordering::Relaxed) + blocks.len() <= budget {
+            copy.extend_from_slice(blocks);
+        } else {
+            self.echo_bytes.fetch_sub(blocks.len() + copy.len(), Ordering::Relaxed);
+            io.echo = None;
+        }
+    }
+
+    /// Drops the lane's copy (a block it holds is written again).
+    fn drop_echo(&self, io: &mut LaneIo) {
+        if let Some(copy) = io.echo.take() {
+            self.echo_bytes.fetch_sub(copy.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// A new copy for a lane starting a generation.
+    fn fresh_echo(&self) -> Option<Vec<u8>> {
+        (self.echo_budget.load(Ordering::Relaxed) > 0).then(Vec::new)
     }
 
     pub(crate) fn stats(&self) -> WalStats {
@@ -558,6 +624,7 @@ impl Wal {
             segments_zeroed: self.recycled.zeroed.load(Ordering::Relaxed),
             segments_recycled: self.recycled.reused.load(Ordering::Relaxed),
             blocks_rewritten: self.rewritten.load(Ordering::Relaxed),
+            lanes_echoed: self.lanes_echoed.load(Ordering::Relaxed),
         }
     }
 
@@ -635,6 +702,7 @@ impl Wal {
                 next: None,
                 tail: None,
                 last_partial: false,
+                echo: self.fresh_echo(),
             }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
@@ -771,6 +839,7 @@ impl Wal {
         // payload first (see `Tail`).
         let (buf, ends, tail_flags) = match io.tail.take() {
             Some(mut t) => {
+                self.drop_echo(io);
                 io.off -= BLOCK as u64;
                 io.seq -= 1;
                 self.rewritten.fetch_add(1, Ordering::Relaxed);
@@ -927,6 +996,7 @@ impl Wal {
             let n = ((format::segment_len(io.seg, max) - io.off) as usize).min(data.len());
             f.write_at(&data[..n], io.off)
                 .map_err(|e| self.poison(io_err("log write failed; the database is poisoned", e)))?;
+            self.echo(io, &data[..n]);
             io.off += n as u64;
             data = &data[n..];
         }
@@ -1196,7 +1266,13 @@ impl Wal {
     /// durable, as a new lane's does.
     pub(crate) fn switch_generation(&self, g: u64) -> Result<(), Error> {
         let _creating = self.create_lane.lock();
-        let lanes = self.end_lanes(|io| {
+        let mut echoes = recovery::Echoes::new();
+        let ended = self.generation.load(Ordering::Acquire);
+        let lanes = self.end_lanes(|lane, io| {
+            if let Some(copy) = io.echo.take() {
+                echoes.insert(lane.id, copy);
+            }
+            io.echo = self.fresh_echo();
             io.file = None;
             io.gen = g;
             io.seg = 0;
@@ -1206,6 +1282,13 @@ impl Wal {
             io.last_partial = false;
         })?;
         self.generation.store(g, Ordering::Release);
+        {
+            // A copy not taken (a checkpoint that failed before reading it) goes.
+            let mut e = self.echoes.lock();
+            let stale: usize = e.1.values().map(Vec::len).sum();
+            self.echo_bytes.fetch_sub(stale, Ordering::Relaxed);
+            *e = (ended, echoes);
+        }
         for lane in &lanes {
             self.flush_lane(lane, true)?;
             self.sync_lane(lane)?;
@@ -1239,7 +1322,7 @@ impl Wal {
     /// end in its generation ([`FLAG_LANE_END`]: a checkpoint's switch, or a close, after
     /// which the generation's logs are read back as closed lanes), then hands each lane's
     /// file side to `then`. No commit may be between its append and its install.
-    fn end_lanes(&self, mut then: impl FnMut(&mut LaneIo)) -> Result<Vec<Arc<Lane>>, Error> {
+    fn end_lanes(&self, mut then: impl FnMut(&Lane, &mut LaneIo)) -> Result<Vec<Arc<Lane>>, Error> {
         self.join_preparations();
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for lane in &lanes {
@@ -1265,7 +1348,7 @@ impl Wal {
                 self.sync(f)?;
             }
             io.synced();
-            then(&mut io);
+            then(lane, &mut io);
         }
         Ok(lanes)
     }
@@ -1273,7 +1356,7 @@ impl Wal {
     /// Ends every lane (see [`end_lanes`](Self::end_lanes)) at close, so that the close's
     /// read of the logs can tell a lost block from the lane's end.
     pub(crate) fn close_lanes(&self) -> Result<(), Error> {
-        self.end_lanes(|_| {}).map(|_| ())
+        self.end_lanes(|_, _| {}).map(|_| ())
     }
 
     /// Deletes the segments kept for reuse once no checkpoint came for

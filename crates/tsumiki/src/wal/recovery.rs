@@ -654,7 +654,8 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
 /// lanes were ended (by the switch to the next generation, or a close): synced, each up
 /// to a block marked [`FLAG_LANE_END`]. A damaged or missing block before that end is an
 /// error (a key missed here would be lost with the log), not a tail. Segments are read a
-/// chunk at a time into one buffer (no copy of the log in memory). Values are kept while
+/// chunk at a time into one buffer, or, for a lane in `echoes`, taken from the copy of
+/// its blocks kept as they were written. Values are kept while
 /// the kept ones (the distinct keys' last values, after each lane) stay within
 /// `value_budget` bytes; past it a key's value is [`Logged::Unknown`], for the caller to
 /// read elsewhere. (`first_for_tests`: each key's first write is kept, a planted bug.)
@@ -664,6 +665,7 @@ pub fn logged_writes(
     segment_size: u64,
     value_budget: usize,
     first_for_tests: bool,
+    echoes: &Echoes,
 ) -> Result<LoggedWrites, Error> {
     let lanes = segments_of(storage, generation)?;
     let mut writes = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
@@ -673,44 +675,46 @@ pub fn logged_writes(
     for (&lane, segs) in &lanes {
         stream.clear();
         let before = writes.len();
-        let mut seq: u32 = 0;
-        let mut prev_used: Option<u16> = None;
-        let mut ended = false;
-        'lane: for (i, &seg) in segs.iter().enumerate() {
-            let name = format::segment_name(generation, lane, seg);
-            if seg != i as u64 {
-                return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
+        let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
+        match echoes.get(&lane) {
+            // The lane's blocks as written (see `Echoes`): the same checks, no read.
+            Some(copy) => {
+                for piece in copy.chunks(LANE_CHUNK) {
+                    for block in piece.chunks(BLOCK) {
+                        if r.block(block, "the in-memory copy")? {
+                            break;
+                        }
+                    }
+                    take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+                    if r.ended {
+                        break;
+                    }
+                }
             }
-            let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-            let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
-            let mut off = 0u64;
-            while off < len {
-                let n = (chunk.len() as u64).min(len - off) as usize;
-                read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
-                off += n as u64;
-                for block in chunk[..n].chunks(BLOCK) {
-                    match format::open_block(block, generation) {
-                        Some(t)
-                            if t.lane == lane && t.seq == seq && prev_used.is_none_or(|u| format::follows(u, &t)) =>
-                        {
-                            prev_used = Some(t.used);
-                            stream.extend_from_slice(&block[..t.used as usize]);
-                            seq = seq.wrapping_add(1);
-                            if t.flags & FLAG_LANE_END != 0 {
-                                ended = true;
+            None => {
+                'lane: for (i, &seg) in segs.iter().enumerate() {
+                    let name = format::segment_name(generation, lane, seg);
+                    if seg != i as u64 {
+                        return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
+                    }
+                    let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
+                    let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
+                    let mut off = 0u64;
+                    while off < len {
+                        let n = (chunk.len() as u64).min(len - off) as usize;
+                        read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+                        off += n as u64;
+                        for block in chunk[..n].chunks(BLOCK) {
+                            if r.block(block, &name)? {
                                 break 'lane;
                             }
                         }
-                        _ => {
-                            return Err(corrupt(format!(
-                                "{name}: block {seq} of lane {lane} is damaged or missing, before the lane's end"
-                            )))
-                        }
+                        take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
                     }
                 }
-                take_writes(&mut stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
             }
         }
+        let (seq, ended) = (r.seq, r.ended);
         if !ended {
             return Err(corrupt(format!(
                 "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
@@ -724,6 +728,45 @@ pub fn logged_writes(
     }
     check_registry(storage, generation, &held)?;
     Ok(writes)
+}
+
+/// Copies of ended lanes' blocks, by lane, kept in memory as they were written (see
+/// `Wal::take_echoes`): a lane written with direct I/O is not in the page cache, and
+/// reading it back from the device doubled a synced workload's I/O.
+pub type Echoes = std::collections::HashMap<u16, Vec<u8>>;
+
+/// A closed lane's blocks, in order, checked as they come: each must be the lane's next,
+/// and follow a partly filled one only if final; the payloads gather in `stream`.
+struct LaneBlocks<'s> {
+    generation: u64,
+    lane: u16,
+    seq: u32,
+    prev_used: Option<u16>,
+    ended: bool,
+    stream: &'s mut Vec<u8>,
+}
+
+impl LaneBlocks<'_> {
+    /// Takes the next block (read from `from`); returns whether it is the lane's end.
+    fn block(&mut self, block: &[u8], from: &str) -> Result<bool, Error> {
+        match format::open_block(block, self.generation) {
+            Some(t)
+                if t.lane == self.lane
+                    && t.seq == self.seq
+                    && self.prev_used.is_none_or(|u| format::follows(u, &t)) =>
+            {
+                self.prev_used = Some(t.used);
+                self.stream.extend_from_slice(&block[..t.used as usize]);
+                self.seq = self.seq.wrapping_add(1);
+                self.ended = t.flags & FLAG_LANE_END != 0;
+                Ok(self.ended)
+            }
+            _ => Err(corrupt(format!(
+                "{from}: block {} of lane {} is damaged or missing, before the lane's end",
+                self.seq, self.lane
+            ))),
+        }
+    }
 }
 
 /// The last logged value of a key (see [`logged_writes`]).
