@@ -337,7 +337,7 @@ struct LaneIo {
     last_partial: bool,
     /// Every block the lane wrote in this generation, while the copies stay within
     /// [`Wal::echo_budget`] (see [`Wal::take_echoes`]).
-    echo: Option<Vec<u8>>,
+    echo: Option<Vec<Vec<u8>>>,
 }
 
 /// A lane's last block while it is partly filled and was not synced (buffered durability,
@@ -523,6 +523,14 @@ pub(crate) struct Wal {
     lanes_echoed: AtomicU64,
 }
 
+/// The bytes of a lane's copy of its blocks (see [`Wal::take_echoes`]).
+fn echo_len(copy: &[Vec<u8>]) -> usize {
+    copy.iter().map(Vec::len).sum()
+}
+
+/// Bytes of one piece of a lane's copy: whole blocks (a multiple of [`BLOCK`]).
+const ECHO_CHUNK: usize = 64 * BLOCK;
+
 fn io_err(what: &str, e: io::Error) -> String {
     format!("{what}: {e}")
 }
@@ -575,7 +583,7 @@ impl Wal {
     pub(crate) fn take_echoes(&self, g: u64) -> recovery::Echoes {
         let mut e = self.echoes.lock();
         let taken = std::mem::take(&mut e.1);
-        let bytes: usize = taken.values().map(Vec::len).sum();
+        let bytes: usize = taken.values().map(|c| echo_len(c)).sum();
         self.echo_bytes.fetch_sub(bytes, Ordering::Relaxed);
         if e.0 == g {
             self.lanes_echoed.fetch_add(taken.len() as u64, Ordering::Relaxed);
@@ -591,9 +599,20 @@ impl Wal {
         let Some(copy) = io.echo.as_mut() else { return };
         let budget = self.echo_budget.load(Ordering::Relaxed);
         if self.echo_bytes.fetch_add(blocks.len(), Ordering::Relaxed) + blocks.len() <= budget {
-            copy.extend_from_slice(blocks);
+            // Fixed chunks of whole blocks: a vector grown by doubling held up to twice
+            // the generation.
+            for b in blocks.chunks(BLOCK) {
+                match copy.last_mut().filter(|c| c.len() < ECHO_CHUNK) {
+                    Some(c) => c.extend_from_slice(b),
+                    None => {
+                        let mut c = Vec::with_capacity(ECHO_CHUNK);
+                        c.extend_from_slice(b);
+                        copy.push(c);
+                    }
+                }
+            }
         } else {
-            self.echo_bytes.fetch_sub(blocks.len() + copy.len(), Ordering::Relaxed);
+            self.echo_bytes.fetch_sub(blocks.len() + echo_len(copy), Ordering::Relaxed);
             io.echo = None;
         }
     }
@@ -601,12 +620,12 @@ impl Wal {
     /// Drops the lane's copy (a block it holds is written again).
     fn drop_echo(&self, io: &mut LaneIo) {
         if let Some(copy) = io.echo.take() {
-            self.echo_bytes.fetch_sub(copy.len(), Ordering::Relaxed);
+            self.echo_bytes.fetch_sub(echo_len(&copy), Ordering::Relaxed);
         }
     }
 
     /// A new copy for a lane starting a generation.
-    fn fresh_echo(&self) -> Option<Vec<u8>> {
+    fn fresh_echo(&self) -> Option<Vec<Vec<u8>>> {
         (self.echo_budget.load(Ordering::Relaxed) > 0).then(Vec::new)
     }
 
@@ -1285,7 +1304,7 @@ impl Wal {
         {
             // A copy not taken (a checkpoint that failed before reading it) goes.
             let mut e = self.echoes.lock();
-            let stale: usize = e.1.values().map(Vec::len).sum();
+            let stale: usize = e.1.values().map(|c| echo_len(c)).sum();
             self.echo_bytes.fetch_sub(stale, Ordering::Relaxed);
             *e = (ended, echoes);
         }

@@ -679,7 +679,7 @@ pub fn logged_writes(
         match echoes.get(&lane) {
             // The lane's blocks as written (see `Echoes`): the same checks, no read.
             Some(copy) => {
-                for piece in copy.chunks(LANE_CHUNK) {
+                for piece in copy {
                     for block in piece.chunks(BLOCK) {
                         if r.block(block, "the in-memory copy")? {
                             break;
@@ -730,10 +730,11 @@ pub fn logged_writes(
     Ok(writes)
 }
 
-/// Copies of ended lanes' blocks, by lane, kept in memory as they were written (see
+/// Copies of ended lanes' blocks, by lane, kept in memory as they were written (pieces
+/// of whole blocks, in order; see
 /// `Wal::take_echoes`): a lane written with direct I/O is not in the page cache, and
 /// reading it back from the device doubled a synced workload's I/O.
-pub type Echoes = std::collections::HashMap<u16, Vec<u8>>;
+pub type Echoes = std::collections::HashMap<u16, Vec<Vec<u8>>>;
 
 /// A closed lane's blocks, in order, checked as they come: each must be the lane's next,
 /// and follow a partly filled one only if final; the payloads gather in `stream`.
