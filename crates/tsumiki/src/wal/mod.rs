@@ -584,16 +584,21 @@ impl Wal {
     /// The copies of generation `g`'s lanes kept as they were written (lanes whose copy
     /// passed the budget are missing: they are read from their files).
     pub(crate) fn take_echoes(&self, g: u64) -> recovery::Echoes {
-        let mut e = self.echoes.lock();
-        let taken = std::mem::take(&mut e.1);
-        let bytes: usize = taken.values().map(|c| echo_len(c)).sum();
-        self.echo_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        if e.0 == g {
+        let (ended, taken) = self.replace_echoes((0, recovery::Echoes::new()));
+        if ended == g {
             self.lanes_echoed.fetch_add(taken.len() as u64, Ordering::Relaxed);
             taken
         } else {
             recovery::Echoes::new()
         }
+    }
+
+    /// Puts `with` in place of the ended generation's copies and returns those, no longer
+    /// counted against the budget.
+    fn replace_echoes(&self, with: (u64, recovery::Echoes)) -> (u64, recovery::Echoes) {
+        let old = std::mem::replace(&mut *self.echoes.lock(), with);
+        self.echo_bytes.fetch_sub(old.1.values().map(|c| echo_len(c)).sum(), Ordering::Relaxed);
+        old
     }
 
     /// Adds `blocks`, just written at the lane's end, to its copy, or drops the copy for
@@ -1304,13 +1309,8 @@ impl Wal {
             io.last_partial = false;
         })?;
         self.generation.store(g, Ordering::Release);
-        {
-            // A copy not taken (a checkpoint that failed before reading it) goes.
-            let mut e = self.echoes.lock();
-            let stale: usize = e.1.values().map(|c| echo_len(c)).sum();
-            self.echo_bytes.fetch_sub(stale, Ordering::Relaxed);
-            *e = (ended, echoes);
-        }
+        // A copy not taken (a checkpoint that failed before reading it) goes.
+        self.replace_echoes((ended, echoes));
         for lane in &lanes {
             self.flush_lane(lane, true)?;
             self.sync_lane(lane)?;

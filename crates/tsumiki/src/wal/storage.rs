@@ -103,6 +103,29 @@ impl DirStorage {
     }
 }
 
+/// Sets or clears `O_DIRECT` on an open file; returns whether that took (a file system
+/// without direct I/O, such as tmpfs, refuses it). Writes through the file must then be
+/// aligned (see [`StorageFile::set_direct`]).
+#[cfg(target_os = "linux")]
+pub fn set_direct_io(file: &std::fs::File, on: bool) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor `file` owns, with integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return false;
+    }
+    let want = if on { flags | libc::O_DIRECT } else { flags & !libc::O_DIRECT };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, want) == 0 }
+}
+
+/// Direct I/O is not used off Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn set_direct_io(_file: &std::fs::File, _on: bool) -> bool {
+    false
+}
+
 /// The alignment direct I/O asks of buffers, offsets and lengths (at most a page on the
 /// devices Linux supports).
 const DIRECT_ALIGN: usize = 4096;
@@ -118,24 +141,8 @@ impl RealFile {
         RealFile { file, direct: AtomicBool::new(false) }
     }
 
-    /// Sets or clears `O_DIRECT` on the open file.
-    #[cfg(target_os = "linux")]
     fn set_direct_flag(&self, on: bool) -> bool {
-        use std::os::fd::AsRawFd;
-        let fd = self.file.as_raw_fd();
-        // SAFETY: fcntl on a descriptor this file owns, with integer arguments only.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags < 0 {
-            return false;
-        }
-        let want = if on { flags | libc::O_DIRECT } else { flags & !libc::O_DIRECT };
-        // SAFETY: as above.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, want) == 0 }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn set_direct_flag(&self, _on: bool) -> bool {
-        false
+        set_direct_io(&self.file, on)
     }
 
     /// A direct write: `buf` copied to a page-aligned buffer (direct I/O reads the memory

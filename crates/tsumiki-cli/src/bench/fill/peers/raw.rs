@@ -64,16 +64,8 @@ impl<const DIRECT: bool> FillEngine for RawFile<DIRECT> {
             file.sync_all().map_err(err("raw preallocate"))?;
         }
         if DIRECT {
-            use std::os::fd::AsRawFd;
-            let fd = file.as_raw_fd();
-            // SAFETY: fcntl on a descriptor `file` owns, with integer arguments only. A file
-            // system that refuses O_DIRECT leaves the flags as they were.
-            unsafe {
-                let flags = libc::fcntl(fd, libc::F_GETFL);
-                if flags >= 0 {
-                    libc::fcntl(fd, libc::F_SETFL, flags | libc::O_DIRECT);
-                }
-            }
+            // A file system that refuses O_DIRECT writes through the page cache.
+            ::tsumiki::wal::storage::set_direct_io(&file, true);
         }
         let mem = vec![0; unit + BLOCK];
         let start = mem.as_ptr().align_offset(BLOCK);
