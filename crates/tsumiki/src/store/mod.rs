@@ -428,14 +428,16 @@ impl Durable {
             Ok(())
         };
         if self.logs_readable {
+            let echoes = self.wal.take_echoes(*generation);
             let writes = recovery::logged_writes(
                 &*self.storage,
                 *generation,
                 opts.segment_size,
                 self.value_budget,
                 opts.first_logged_value_for_tests,
-                &self.wal.take_echoes(*generation),
+                &echoes,
             )?;
+            self.wal.recycle_echoes(echoes);
             pages.apply(g, &mut LatestValues { writes, state }, Some(&mut milestone))?;
         } else {
             pages.rebuild(g, &mut |f| state.scan(f))?;

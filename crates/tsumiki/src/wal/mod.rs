@@ -521,6 +521,11 @@ pub(crate) struct Wal {
     /// The ended generation's copies, by lane, for its checkpoint.
     echoes: Mutex<(u64, recovery::Echoes)>,
     lanes_echoed: AtomicU64,
+    /// Emptied pieces of earlier copies (at most the budget), for the lanes to fill again:
+    /// a fresh piece faulted in a page per block written, a twentieth of a synced fill's
+    /// commit thread (the allocator returns freed pieces to the system within a
+    /// millisecond).
+    echo_spare: Mutex<Vec<Vec<u8>>>,
 }
 
 /// The bytes of a lane's copy of its blocks (see [`Wal::take_echoes`]).
@@ -568,6 +573,7 @@ impl Wal {
             echo_bytes: AtomicUsize::new(0),
             echoes: Mutex::new((0, recovery::Echoes::new())),
             lanes_echoed: AtomicU64::new(0),
+            echo_spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -613,15 +619,15 @@ impl Wal {
                 match copy.last_mut().filter(|c| c.len() < ECHO_CHUNK) {
                     Some(c) => c.extend_from_slice(b),
                     None => {
-                        let mut c = Vec::with_capacity(ECHO_CHUNK);
+                        let mut c = self.echo_spare.lock().pop().unwrap_or_else(|| Vec::with_capacity(ECHO_CHUNK));
                         c.extend_from_slice(b);
                         copy.push(c);
                     }
                 }
             }
         } else {
-            self.echo_bytes.fetch_sub(blocks.len() + echo_len(copy), Ordering::Relaxed);
-            io.echo = None;
+            self.echo_bytes.fetch_sub(blocks.len(), Ordering::Relaxed);
+            self.drop_echo(io);
         }
     }
 
@@ -629,6 +635,28 @@ impl Wal {
     fn drop_echo(&self, io: &mut LaneIo) {
         if let Some(copy) = io.echo.take() {
             self.echo_bytes.fetch_sub(echo_len(&copy), Ordering::Relaxed);
+            self.recycle_echo(copy);
+        }
+    }
+
+    /// Keeps the pieces of a copy no longer needed for the lanes' next copies, up to the
+    /// budget.
+    fn recycle_echo(&self, copy: Vec<Vec<u8>>) {
+        let keep = self.echo_budget.load(Ordering::Relaxed) / ECHO_CHUNK;
+        let mut spare = self.echo_spare.lock();
+        for mut c in copy {
+            if spare.len() >= keep {
+                break;
+            }
+            c.clear();
+            spare.push(c);
+        }
+    }
+
+    /// Gives back the copies [`Wal::take_echoes`] returned, once read.
+    pub(crate) fn recycle_echoes(&self, echoes: recovery::Echoes) {
+        for (_, copy) in echoes {
+            self.recycle_echo(copy);
         }
     }
 
@@ -1310,7 +1338,8 @@ impl Wal {
         })?;
         self.generation.store(g, Ordering::Release);
         // A copy not taken (a checkpoint that failed before reading it) goes.
-        self.replace_echoes((ended, echoes));
+        let (_, untaken) = self.replace_echoes((ended, echoes));
+        self.recycle_echoes(untaken);
         for lane in &lanes {
             self.flush_lane(lane, true)?;
             self.sync_lane(lane)?;
