@@ -129,9 +129,9 @@ fn an_idle_open_transaction_does_not_stop_reclamation() {
 
 /// Recovery after a crash holds a bounded share of the cache, not the log: 69 MB of log
 /// written since the last checkpoint (none ran: all 400 commits are replayed) is replayed
-/// under an 8 MiB cache with a peak heap under the cache plus 4 MiB (8.2 MB measured), the replayed writes moving to
-/// the pages a batch at a time. (Holding the log and every replayed write in memory, as
-/// recovery did before, peaked at 154 MB here.)
+/// under an 8 MiB cache with a peak heap under the cache plus 4 MiB (8.2 MB measured),
+/// the replayed writes moving to the pages a batch at a time. (Holding the log and every
+/// replayed write in memory, as recovery did before, peaked at 154 MB here.)
 #[test]
 fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
