@@ -197,8 +197,9 @@ fn planted_early_log_removal_is_caught() {
 fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, String> {
     let log = LogOptions {
         segment_size: 16 << 10,
-        // Only the explicit checkpoints below.
-        checkpoint_bytes: u64::MAX,
+        // Only the explicit checkpoints below: none by log volume or by time.
+        checkpoint_bytes: 0,
+        checkpoint_interval: Duration::ZERO,
         // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
         page_segment_size: 8 << 10,
         early_segment_reuse_for_tests: planted == SweepBug::EarlyReuse,
