@@ -1379,4 +1379,22 @@ mod tests {
                 .collect();
         assert_eq!(got, want);
     }
+
+    /// Consecutive page ids (a fill's pages) get delta limits spread over 1/2..3/2 of
+    /// the base's share, so they do not all consolidate in the same checkpoint.
+    #[test]
+    fn delta_limits_spread_over_consecutive_pages() {
+        let base = 8 * PAGE_TARGET as u64;
+        let nominal = base / DELTA_SHARE;
+        let limits: Vec<u64> = (1..=1000).map(|pid| delta_limit(pid, base)).collect();
+        assert!(limits.iter().all(|&l| l >= nominal / 2 && l < nominal * 3 / 2), "{limits:?}");
+        // Each tenth of the range holds some pages (a constant factor fails this).
+        let mut tenths = [0u32; 10];
+        for &l in &limits {
+            tenths[((l - nominal / 2) * 10 / nominal) as usize] += 1;
+        }
+        assert!(tenths.iter().all(|&n| n >= 50), "{tenths:?}");
+        // Small bases keep the floor.
+        assert_eq!(delta_limit(7, 0), PAGE_TARGET as u64 / 8);
+    }
 }
