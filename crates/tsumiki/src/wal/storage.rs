@@ -141,10 +141,6 @@ impl RealFile {
         RealFile { file, direct: AtomicBool::new(false) }
     }
 
-    fn set_direct_flag(&self, on: bool) -> bool {
-        set_direct_io(&self.file, on)
-    }
-
     /// A direct write: `buf` copied to a page-aligned buffer (direct I/O reads the memory
     /// itself). A write the kernel refuses as unaligned, or cuts short mid-block, goes
     /// on through the page cache: the caller syncs after it either way.
@@ -192,7 +188,7 @@ impl RealFile {
 
     fn leave_direct(&self) {
         if self.direct.swap(false, Ordering::Relaxed) {
-            self.set_direct_flag(false);
+            set_direct_io(&self.file, false);
         }
     }
 }
@@ -218,7 +214,7 @@ impl StorageFile for RealFile {
         Ok(self.file.metadata()?.len())
     }
     fn set_direct(&self) -> bool {
-        let on = self.set_direct_flag(true);
+        let on = set_direct_io(&self.file, true);
         self.direct.store(on, Ordering::Relaxed);
         on
     }
