@@ -158,6 +158,8 @@ pub(crate) struct Residency {
     pub(crate) load_count_unchecked: bool,
     /// Test only: `LogOptions::lookup_pause_for_tests`.
     pub(crate) lookup_pause: bool,
+    /// Test only: `LogOptions::scan_gap_unguarded_for_tests`.
+    pub(crate) scan_gap_unguarded: bool,
 }
 
 impl Residency {
@@ -181,6 +183,7 @@ impl Residency {
             evict_unmarked: false,
             load_count_unchecked: false,
             lookup_pause: false,
+            scan_gap_unguarded: false,
         }
     }
 

@@ -173,6 +173,11 @@ pub struct LogOptions {
     /// common enough for tests to meet).
     #[doc(hidden)]
     pub lookup_pause_for_tests: bool,
+    /// Test only: a scan chunk that stops where a key range is not in memory leaves the gap
+    /// before that range to the next chunk, unguarded in between (a planted bug for the
+    /// phantom test under a tiny cache).
+    #[doc(hidden)]
+    pub scan_gap_unguarded_for_tests: bool,
     /// Test only: a lane's partly filled last block is written again without the records
     /// it held (a planted bug for the crash and kill tests: buffered commits are lost).
     #[doc(hidden)]
@@ -216,6 +221,7 @@ impl Default for LogOptions {
             evict_unmarked_for_tests: false,
             load_count_unchecked_for_tests: false,
             lookup_pause_for_tests: false,
+            scan_gap_unguarded_for_tests: false,
             repack_drops_tail_for_tests: false,
             lsn_order: false,
             skip_sync_for_tests: false,
