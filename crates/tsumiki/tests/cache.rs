@@ -228,9 +228,9 @@ fn transfers_stay_consistent_while_ranges_leave_and_load() {
 /// key range leaves after each transaction, so a scan reads range by range, each chunk
 /// stopping where the next range is not in memory. A writer's transaction inserts one new
 /// key or deletes one, and sets a counter to the number of such keys present; a committed
-/// scan that read the counter as `n` must have seen exactly `n` of them. A chunk that left the gap before an
-/// unloaded range unguarded until the next chunk let an insert into it commit between the
-/// two (a phantom: CI met it once as a 2PL wait-die dependency cycle).
+/// scan that read the counter as `n` must have seen exactly `n` of them. A chunk that left
+/// the gap before an unloaded range unguarded until the next chunk let an insert into it
+/// commit between the two (a phantom: CI met it once as a 2PL wait-die dependency cycle).
 fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     const PRESENT: u64 = 64;
     let dir = tempfile::tempdir().unwrap();
@@ -249,15 +249,14 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     .unwrap();
     let (bad, committed, attempts) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let finished = AtomicU64::new(0);
-    let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let (db, bad, committed, attempts) = (&db, &bad, &committed, &attempts);
-        let (finished, done) = (&finished, &done);
+        let finished = &finished;
         s.spawn(move || {
             let mut rng = StdRng::seed_from_u64(7);
             let mut present = vec![false; PRESENT as usize];
             let mut count = 0u64;
-            while !done.load(Ordering::Relaxed) {
+            while finished.load(Ordering::Relaxed) < 2 {
                 // An odd key goes in, or out again: the gaps keep changing.
                 let n = rng.random_range(0..PRESENT) as usize;
                 let now = if present[n] { count - 1 } else { count + 1 };
@@ -279,15 +278,13 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
         for _ in 0..2 {
             s.spawn(move || {
                 // The writer stops once both scanners ended, even by a panic.
-                struct Finished<'a>(&'a AtomicU64, &'a std::sync::atomic::AtomicBool);
+                struct Finished<'a>(&'a AtomicU64);
                 impl Drop for Finished<'_> {
                     fn drop(&mut self) {
-                        if self.0.fetch_add(1, Ordering::AcqRel) == 1 {
-                            self.1.store(true, Ordering::Relaxed);
-                        }
+                        self.0.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                let _finished = Finished(finished, done);
+                let _finished = Finished(finished);
                 let deadline = std::time::Instant::now() + scanning;
                 while std::time::Instant::now() < deadline && !(unguarded && bad.load(Ordering::Relaxed) > 0) {
                     attempts.fetch_add(1, Ordering::Relaxed);

@@ -137,9 +137,9 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let n: u32 = if cfg!(debug_assertions) { 20_000 } else { 400_000 };
     let dir = tempfile::tempdir().unwrap();
-    // No checkpoint while open (by volume or time): `u64::MAX` still let the logs' space cap (a sixteenth of the
-    // data, at least 8 MiB) take them, and whether the last one covered the whole log
-    // depended on timing (the test failed when run alone).
+    // No checkpoint while open (by volume or time): `u64::MAX` still let the logs' space
+    // cap (a sixteenth of the data, at least 8 MiB) take them, and whether the last one
+    // covered the whole log depended on timing (the test failed when run alone).
     let log = tsumiki::LogOptions {
         checkpoint_bytes: 0,
         checkpoint_interval: std::time::Duration::ZERO,

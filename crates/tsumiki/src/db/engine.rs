@@ -639,6 +639,14 @@ impl<P: Protocol> Engine<P> {
         self.index.first_from_with(key, exclusive, |found| self.found_record(key, found, key_out))
     }
 
+    /// The first record at or past `stop` (`None`: the sentinel), its key into `nk`.
+    fn record_at_or_past(&self, stop: Option<&[u8]>, nk: Option<&mut Vec<u8>>, guard: &Guard) -> &P::Record {
+        match stop {
+            Some(e) => self.next_record(e, false, nk, guard).1,
+            None => &self.sentinel,
+        }
+    }
+
     /// [`Engine::next_record`] (not exclusive) from a cursor at `key`'s leaf: no descent.
     #[inline]
     fn next_record_at(
@@ -1742,18 +1750,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // the last record read up to that range were read absent, and an insert there
             // writes (locks) that record. Left to the next chunk, an insert could commit in
             // between (a phantom, seen once in CI under 2PL with a tiny cache).
-            // Found on its own (a load here adds records at or past `stop` only, outside
-            // the chunk): starting the chunk over after each load could go on for long
-            // under a tiny cache, where other transactions evict what this one loads.
+            //
+            // That record is looked up on its own (a load here adds records at or past
+            // `stop` only, outside the chunk): starting the chunk over after each load could
+            // go on for long under a tiny cache, where other transactions evict what this
+            // one loads.
             let unguarded = limit.is_some() && eng.residency.as_ref().is_some_and(|r| r.scan_gap_unguarded);
             let terminal = if last && !unguarded {
                 let mut tk = Vec::new();
                 loop {
                     let since = eng.load_count();
-                    let t = match stop {
-                        Some(e) => eng.next_record(e, false, Some(&mut tk), guard).1,
-                        None => &*eng.sentinel,
-                    };
+                    let t = eng.record_at_or_past(stop, Some(&mut tk), guard);
                     if let Some(e) = stop {
                         match self.loaded(e, (!eng.is_sentinel(t)).then_some(tk.as_slice())) {
                             Ok(true) => {}
@@ -1779,10 +1786,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 continue 'retry;
             }
             if let Some((t, since)) = terminal {
-                let t2 = match stop {
-                    Some(e) => eng.next_record(e, false, None, guard).1 as *const P::Record,
-                    None => &*eng.sentinel as *const P::Record,
-                };
+                let t2 = eng.record_at_or_past(stop, None, guard) as *const P::Record;
                 // And no range came back since the terminal lookup (it could have left
                 // again by now, as for a missing key).
                 if t != t2 || !eng.no_load_since(since) {
