@@ -430,6 +430,18 @@ const CHECKPOINT_GROWTH: u64 = 4;
 /// times as far.
 const LOG_SHARE: u64 = 16;
 
+/// The log since the last checkpoint that makes the next one due: `limit`
+/// (`checkpoint_bytes`), or [`CHECKPOINT_GROWTH`] times what the last one wrote if more; but
+/// no more than a [`LOG_SHARE`] of the store's live bytes nor than `cap` (the checkpoint's
+/// memory), neither of which goes under [`LOG_FLOOR`].
+fn checkpoint_limit(limit: u64, last_written: u64, store_live: u64, cap: u64) -> u64 {
+    let by_cost = limit.max(last_written.saturating_mul(CHECKPOINT_GROWTH));
+    let floor = LOG_FLOOR.min(limit);
+    let by_space = floor.max(store_live / LOG_SHARE);
+    let by_memory = floor.max(cap);
+    by_cost.min(by_space).min(by_memory)
+}
+
 /// The log a generation may always reach, whatever the data's size (or
 /// `checkpoint_bytes`, if less): a small database still checkpoints rarely, and its logs
 /// are a few MiB at most.
@@ -493,6 +505,9 @@ pub(crate) struct Wal {
     /// The page store's live bytes after the last checkpoint (or at open), for
     /// [`LOG_SHARE`].
     store_live: AtomicU64,
+    /// The most log one generation may reach for its checkpoint's memory (see
+    /// [`Wal::set_generation_cap`]).
+    generation_cap: AtomicU64,
     /// When the lanes last switched generations (or the log started), for
     /// [`LogOptions::checkpoint_interval`].
     checkpoint_time: Mutex<std::time::Instant>,
@@ -558,6 +573,7 @@ impl Wal {
             checkpoint_base: AtomicU64::new(0),
             checkpoint_written: AtomicU64::new(0),
             store_live: AtomicU64::new(0),
+            generation_cap: AtomicU64::new(u64::MAX),
             checkpoint_time: Mutex::new(std::time::Instant::now()),
             checkpoints: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
@@ -1297,10 +1313,12 @@ impl Wal {
     /// The log since the last checkpoint that makes the next one due (see
     /// [`CHECKPOINT_GROWTH`] and [`LOG_SHARE`]).
     fn checkpoint_limit(&self) -> u64 {
-        let limit = self.opts.checkpoint_bytes;
-        let by_cost = limit.max(self.checkpoint_written.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_GROWTH));
-        let by_space = LOG_FLOOR.min(limit).max(self.store_live.load(Ordering::Relaxed) / LOG_SHARE);
-        by_cost.min(by_space)
+        checkpoint_limit(
+            self.opts.checkpoint_bytes,
+            self.checkpoint_written.load(Ordering::Relaxed),
+            self.store_live.load(Ordering::Relaxed),
+            self.generation_cap.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether [`LogOptions::checkpoint_interval`] has passed since the last checkpoint and
@@ -1443,6 +1461,13 @@ impl Wal {
     }
 
     /// The page store's live bytes (at open, and after each checkpoint).
+    /// Caps the log of one generation at `bytes` (but never under [`LOG_FLOOR`]): its
+    /// checkpoint lists every write the generation logged, and that list must stay a
+    /// small part of the cache.
+    pub(crate) fn set_generation_cap(&self, bytes: u64) {
+        self.generation_cap.store(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn note_store_live(&self, live: u64) {
         self.store_live.store(live, Ordering::Relaxed);
     }
@@ -1524,5 +1549,27 @@ impl CommitTicket {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations_end_by_cost_space_and_memory() {
+        const MIB: u64 = 1 << 20;
+        let limit = 64 * MIB;
+        // A large store whose last checkpoint wrote much: the store's share binds.
+        assert_eq!(checkpoint_limit(limit, 100 * MIB, 640 * MIB, u64::MAX), 40 * MIB);
+        // The checkpoint's memory binds below that, but never under the floor.
+        assert_eq!(checkpoint_limit(limit, 100 * MIB, 640 * MIB, 16 * MIB), 16 * MIB);
+        assert_eq!(checkpoint_limit(limit, 100 * MIB, 640 * MIB, 4 * MIB), LOG_FLOOR);
+        // A small store: the floor, whatever the cost.
+        assert_eq!(checkpoint_limit(limit, 100 * MIB, 10 * MIB, u64::MAX), LOG_FLOOR);
+        // Cheap checkpoints come as often as `checkpoint_bytes` asks, and a smaller
+        // `checkpoint_bytes` lowers the floor too.
+        assert_eq!(checkpoint_limit(limit, MIB, 640 * MIB, u64::MAX), 40 * MIB);
+        assert_eq!(checkpoint_limit(MIB, 0, 640 * MIB, 0), MIB);
     }
 }
