@@ -195,6 +195,21 @@ impl KeyVec {
             prefix(self.get(i))
         }
     }
+    /// Bytes of room beyond the keys held.
+    #[cfg(test)]
+    pub(crate) fn spare_bytes(&self) -> usize {
+        (self.data.capacity() - self.data.len())
+            + 8 * (self.prefixes.capacity() - self.prefixes.len())
+            + 4 * (self.ends.capacity() - self.ends.len())
+    }
+
+    /// Gives back the room beyond the keys held.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.prefixes.shrink_to_fit();
+        self.fence.shrink_to_fit();
+        self.data.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
     pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
         self.prefixes.reserve(n);
         self.fence.reserve(n.div_ceil(FENCE_STRIDE));
@@ -970,7 +985,9 @@ pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
     let mut keys = KeyVec::default();
     let mut vals = Vec::new();
     let base = chain_base(head, guard).as_base().expect("base");
-    let n = head.size as usize + batch.len();
+    // Room for the inserts only: an eviction's batch deletes, and reserving for its
+    // entries too left evicted leaves several times larger than their keys.
+    let n = head.size as usize + batch.iter().filter(|(_, v)| v.is_some()).count();
     let mean_key = base.keys.data.len().div_ceil(base.len().max(1)).max(8);
     keys.reserve(n, n * mean_key);
     vals.reserve(n);
@@ -1003,6 +1020,12 @@ pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
         }
     }
     keys.finish();
+    // Deletes that emptied most of the leaf (an eviction): it stays in memory until it
+    // merges or fills again, at its size rather than its old one.
+    if vals.len() < n / 2 {
+        keys.shrink_to_fit();
+        vals.shrink_to_fit();
+    }
     Base { range: new_range, keys, vals, children: Vec::new() }
 }
 

@@ -937,6 +937,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 // SAFETY: just installed under `guard`.
                 // Finishing our own split is not helping: it does not spend the help budget.
                 let _ = self.help_split(pid, unsafe { node_ref(s) }, path, guard, help, true);
+                if n.level == 0 && !appending {
+                    // The left half's base still holds the right half's keys, behind the
+                    // split delta, until it is consolidated: a leaf that a load split and
+                    // nobody writes again kept them for as long as it stayed in memory.
+                    self.consolidate(pid, path, guard, help);
+                }
             }
             Err(_) => {
                 // Q was never reachable: take it back at once.
@@ -1555,6 +1561,48 @@ mod tests {
                 assert!(leaves * cfg.leaf_max as u64 * 8 <= n * 10 + cfg.leaf_max as u64 * 8, "{leaves} leaves");
             }
         }
+    }
+
+    /// The room a leaf's base holds beyond its keys: arrays' capacities over their lengths.
+    fn slack(b: &Base<u64>) -> usize {
+        8 * (b.vals.capacity() - b.vals.len()) + b.keys.spare_bytes()
+    }
+
+    /// What loads and evictions leave in memory: a batch that splits a leaf leaves the left
+    /// part as a base of its own keys (not the whole old base behind a split delta), and a
+    /// batch that deletes most of a leaf leaves it sized to what is left.
+    #[test]
+    fn batches_leave_leaves_sized_to_their_keys() {
+        let cfg = BwTreeConfig::default();
+        let tree = Tree::new(cfg.clone());
+        let max = cfg.leaf_max as u64;
+        // Every other key, written in order (several nearly full leaves), then the keys
+        // between those of the first leaf in one batch: it splits, and not as a root nor
+        // at an appending end.
+        for i in 0..3 * max {
+            tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        }
+        let guard = &epoch::pin();
+        let first_high = leaf_of(&tree, &0u64.to_be_bytes(), guard).1.high.clone().expect("several leaves");
+        let first_high = u64::from_be_bytes(first_high[..].try_into().unwrap());
+        let odds: Vec<[u8; 8]> = (0..first_high / 2).map(|i| (i * 2 + 1).to_be_bytes()).collect();
+        let b: Vec<(&[u8], Option<u64>)> = odds.iter().map(|k| (&k[..], Some(0))).collect();
+        tree.apply_batch(&b, &mut vec![false; b.len()]).unwrap();
+        let (h, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+        assert!(range.high.as_deref() < Some(&first_high.to_be_bytes()[..]), "the batch split the leaf");
+        let left = h.as_base().expect("the left part was consolidated after its split");
+        assert_eq!(left.len(), leaf_entries(h, range, guard).len(), "its base holds only its keys");
+        // Delete most of the left leaf's keys in one batch (not so many that it merges).
+        let keep = cfg.merge_threshold as u64 + 4;
+        let high = u64::from_be_bytes(range.high.as_deref().unwrap().try_into().unwrap());
+        assert!(high > 2 * keep, "the left leaf holds more than twice what is kept");
+        let gone: Vec<[u8; 8]> = (keep..high).map(|i| i.to_be_bytes()).collect();
+        let b: Vec<(&[u8], Option<u64>)> = gone.iter().map(|k| (&k[..], None)).collect();
+        tree.apply_batch(&b, &mut vec![false; b.len()]).unwrap();
+        let (h, _) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+        let base = h.as_base().expect("a batch leaves a base");
+        assert_eq!(base.len() as u64, keep);
+        assert!(slack(base) <= 64, "{} bytes of room left in a leaf of {keep} keys", slack(base));
     }
 
     /// Rewriting the same keys over and over must not let chain depths drift upwards, with
