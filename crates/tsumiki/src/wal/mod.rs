@@ -1460,7 +1460,6 @@ impl Wal {
         self.note_store_live(live);
     }
 
-    /// The page store's live bytes (at open, and after each checkpoint).
     /// Caps the log of one generation at `bytes` (but never under [`LOG_FLOOR`]): its
     /// checkpoint lists every write the generation logged, and that list must stay a
     /// small part of the cache.
@@ -1468,6 +1467,7 @@ impl Wal {
         self.generation_cap.store(bytes, Ordering::Relaxed);
     }
 
+    /// The page store's live bytes (at open, and after each checkpoint).
     pub(crate) fn note_store_live(&self, live: u64) {
         self.store_live.store(live, Ordering::Relaxed);
     }
@@ -1567,8 +1567,9 @@ mod tests {
         assert_eq!(checkpoint_limit(limit, 100 * MIB, 640 * MIB, 4 * MIB), LOG_FLOOR);
         // A small store: the floor, whatever the cost.
         assert_eq!(checkpoint_limit(limit, 100 * MIB, 10 * MIB, u64::MAX), LOG_FLOOR);
-        // Cheap checkpoints come as often as `checkpoint_bytes` asks, and a smaller
-        // `checkpoint_bytes` lowers the floor too.
+        // Cheap checkpoints wait for `checkpoint_bytes` when the store's share is larger;
+        // a smaller `checkpoint_bytes` lowers the floor too.
+        assert_eq!(checkpoint_limit(limit, MIB, 2048 * MIB, u64::MAX), limit);
         assert_eq!(checkpoint_limit(limit, MIB, 640 * MIB, u64::MAX), 40 * MIB);
         assert_eq!(checkpoint_limit(MIB, 0, 640 * MIB, 0), MIB);
     }
