@@ -682,6 +682,14 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
                 unsafe { retire_chain(head, &self.map, guard) };
                 self.after_consolidation(pid, nb, &path, guard, 0, false);
+                // SAFETY: installed by our CAS, under `guard`.
+                if unsafe { node_ref(nb) }.size as usize > self.cfg.leaf_max {
+                    // Split: the left half's base still holds the right half's keys, behind
+                    // the split delta, until it is consolidated. A loaded range that is
+                    // only read kept them for as long as it stayed in memory. (A split by
+                    // writes is left as it was: the next writes consolidate it.)
+                    self.consolidate(pid, &path, guard, 0);
+                }
                 Some(n)
             }
             Err(_) => {
@@ -937,12 +945,6 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 // SAFETY: just installed under `guard`.
                 // Finishing our own split is not helping: it does not spend the help budget.
                 let _ = self.help_split(pid, unsafe { node_ref(s) }, path, guard, help, true);
-                if n.level == 0 && !appending {
-                    // The left half's base still holds the right half's keys, behind the
-                    // split delta, until it is consolidated: a leaf that a load split and
-                    // nobody writes again kept them for as long as it stayed in memory.
-                    self.consolidate(pid, path, guard, help);
-                }
             }
             Err(_) => {
                 // Q was never reachable: take it back at once.
