@@ -1310,8 +1310,8 @@ impl Wal {
         self.stall_micros.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// The log since the last checkpoint that makes the next one due (see
-    /// [`CHECKPOINT_GROWTH`] and [`LOG_SHARE`]).
+    /// The log since the last checkpoint that makes the next one due: [`checkpoint_limit`]
+    /// over this log's settings and counters.
     fn checkpoint_limit(&self) -> u64 {
         checkpoint_limit(
             self.opts.checkpoint_bytes,
