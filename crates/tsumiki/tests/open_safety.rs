@@ -47,7 +47,7 @@ fn is_corrupt<T>(r: Result<T, Error>) -> bool {
 fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() {
     for damage in ["empty", "half", "other"] {
         let dir = tempfile::tempdir().unwrap();
-        closed_db(dir.path(), 400);
+        closed_db(dir.path(), 1000);
         let seg = pages_of(dir.path());
         let bytes = std::fs::read(&seg).unwrap();
         assert!(bytes.len() >= 2 * 4096, "the test needs a segment of several blocks");
@@ -58,8 +58,8 @@ fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() 
                 // A valid segment of another database (same size, other content).
                 let other = tempfile::tempdir().unwrap();
                 let db = Db::open(other.path(), Options::default()).unwrap();
-                for i in 0..400 {
-                    db.run(|t| t.put(&key(i + 1000), b"value")).unwrap();
+                for i in 0..1000 {
+                    db.run(|t| t.put(&key(i + 5000), b"value")).unwrap();
                 }
                 db.close().unwrap();
                 std::fs::copy(pages_of(other.path()), &seg).unwrap();

@@ -36,7 +36,10 @@ use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 use crate::wal::storage::{create_fresh, Storage, StorageFile};
 
+mod entries;
 mod table;
+
+use entries::{encode_entries, entries_len, entry_len, for_each_entry, merge_newest_first, Decoded, Layer};
 
 /// The trailer lane id of page-store blocks.
 pub const STORE_LANE: u16 = 0xFFFE;
@@ -379,53 +382,22 @@ impl PageReads {
         }
         // Each layer is sorted: merge them, the newest first (the changes, then the images
         // from the newest), so that the first layer holding a key gives its value.
+        let decoded = imgs
+            .iter()
+            .map(|img| {
+                Decoded::new(img, page.pid, |k| match in_range(k) {
+                    true => Ok(()),
+                    false => Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid))),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut layers: Vec<Layer<'_>> = Vec::with_capacity(imgs.len() + 1);
         layers.push(changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect());
-        for img in &imgs {
-            let mut layer = Vec::new();
-            for_each_entry(img, page.pid, |k, v| {
-                if !in_range(k) {
-                    return Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)));
-                }
-                layer.push((k, v));
-                Ok(())
-            })?;
-            layers.push(layer);
-        }
+        layers.extend(decoded.iter().map(Decoded::layer));
         merge_newest_first(&layers, |k, v| match v {
             Some(v) => f(k, v),
             None => Ok(()),
         })
-    }
-}
-
-/// A page image's (or the changes') entries in key order (`None`: a tombstone).
-type Layer<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
-
-/// Calls `f` with every key of `layers` (each sorted by key, strictly) once, in key order,
-/// with the value of the first layer that holds it.
-fn merge_newest_first<'a>(
-    layers: &[Layer<'a>],
-    mut f: impl FnMut(&'a [u8], Option<&'a [u8]>) -> Result<(), Error>,
-) -> Result<(), Error> {
-    let mut at = vec![0usize; layers.len()];
-    loop {
-        let mut first: Option<(&[u8], Option<&[u8]>)> = None;
-        for (l, &i) in layers.iter().zip(&at) {
-            if let Some(&(k, v)) = l.get(i) {
-                // A strictly smaller key only: on a tie the newer layer, met first, wins.
-                if first.is_none_or(|(fk, _)| k < fk) {
-                    first = Some((k, v));
-                }
-            }
-        }
-        let Some((k, v)) = first else { return Ok(()) };
-        for (l, i) in layers.iter().zip(&mut at) {
-            if l.get(*i).is_some_and(|e| e.0 == k) {
-                *i += 1;
-            }
-        }
-        f(k, v)?;
     }
 }
 
@@ -802,7 +774,11 @@ impl PageStore {
                     let end = (next + CHANGE_BATCH).min(to);
                     let seen = mine.len();
                     changes.values(next..end, &mut mine)?;
-                    delta_len += mine[seen..].iter().map(|(k, v)| entry_len(k, v.as_deref()) as u64).sum::<u64>();
+                    let prev = if seen > 0 { mine[seen - 1].0.as_slice() } else { &[] };
+                    delta_len += mine[seen..]
+                        .iter()
+                        .scan(prev, |prev, (k, v)| Some(entry_len(std::mem::replace(prev, k), k, v.as_deref())))
+                        .sum::<usize>() as u64;
                     next = end;
                 }
                 if next == to && deltas_bytes + delta_len <= limit {
@@ -901,7 +877,7 @@ impl PageStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let total: usize = entries.iter().map(|(k, v)| entry_len(k, Some(v))).sum();
+        let total = entries_len(entries.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
         let pieces = if total > 2 * PAGE_TARGET { total.div_ceil(PAGE_TARGET) } else { 1 };
         let per = total.div_ceil(pieces);
         let mut start = 0;
@@ -910,7 +886,8 @@ impl PageStore {
             let mut size = 0;
             let mut end = start;
             while end < entries.len() && (end == start || size < per) {
-                size += entry_len(&entries[end].0, Some(&entries[end].1));
+                let prev = if end > start { entries[end - 1].0.as_slice() } else { &[] };
+                size += entry_len(prev, &entries[end].0, Some(&entries[end].1));
                 end += 1;
             }
             let (pid, low) =
@@ -1243,14 +1220,15 @@ impl Bases {
     }
 
     fn push(&mut self, store: &mut PageStore, k: Vec<u8>, v: Vec<u8>, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
-        self.size += entry_len(&k, Some(&v));
+        self.size += entry_len(self.piece.last().map_or(&[], |(p, _)| p.as_slice()), &k, Some(&v));
         self.piece.push((k, v));
         if self.size < 3 * PAGE_TARGET {
             return Ok(());
         }
         let (mut cut, mut size) = (0, 0);
         while cut < self.piece.len() {
-            let len = entry_len(&self.piece[cut].0, Some(&self.piece[cut].1));
+            let prev = if cut > 0 { self.piece[cut - 1].0.as_slice() } else { &[] };
+            let len = entry_len(prev, &self.piece[cut].0, Some(&self.piece[cut].1));
             if cut > 0 && size + len > PAGE_TARGET {
                 break;
             }
@@ -1295,90 +1273,9 @@ fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) ->
     }
 }
 
-/// The encoded length of one entry.
-fn entry_len(k: &[u8], v: Option<&[u8]>) -> usize {
-    1 + 4 + k.len() + v.map_or(0, |v| 4 + v.len())
-}
-
-/// Encodes entries: `tag u8` (0 put, 1 delete), `key_len u32`, [`value_len u32`], key,
-/// [value]. Returns the count and the bytes.
-fn encode_entries<'a>(items: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> (u32, Vec<u8>) {
-    let mut out = Vec::new();
-    let mut n = 0u32;
-    for (k, v) in items {
-        n += 1;
-        out.push(v.is_none() as u8);
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        if let Some(v) = v {
-            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        }
-        out.extend_from_slice(k);
-        if let Some(v) = v {
-            out.extend_from_slice(v);
-        }
-    }
-    (n, out)
-}
-
-/// Calls `f` on every entry of a page image, checking lengths and that keys strictly
-/// increase.
-fn for_each_entry<'a>(
-    img: &'a [u8],
-    pid: u64,
-    mut f: impl FnMut(&'a [u8], Option<&'a [u8]>) -> Result<(), Error>,
-) -> Result<(), Error> {
-    let bad = |m: String| corrupt(format!("page {pid}: {m}"));
-    let count = u32::from_le_bytes(img[IMAGE_HEADER - 4..IMAGE_HEADER].try_into().expect("4 bytes"));
-    let mut r = Reader(&img[IMAGE_HEADER..]);
-    let mut last: Option<&[u8]> = None;
-    for _ in 0..count {
-        let tag = r.u8().map_err(bad)?;
-        let klen = r.len(MAX_KEY_LEN, "key").map_err(bad)?;
-        let v = match tag {
-            0 => Some(r.len(MAX_VALUE_LEN, "value").map_err(bad)?),
-            1 => None,
-            t => return Err(bad(format!("entry tag {t}"))),
-        };
-        let k = r.take(klen).map_err(bad)?;
-        let v = match v {
-            Some(n) => Some(r.take(n).map_err(bad)?),
-            None => None,
-        };
-        if last.is_some_and(|l| l >= k) {
-            return Err(bad("keys out of order".into()));
-        }
-        last = Some(k);
-        f(k, v)?;
-    }
-    if !r.0.is_empty() {
-        return Err(bad("trailing bytes".into()));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merge_keeps_the_newest_layer_per_key() {
-        let newest: Layer<'_> = vec![(b"b", None), (b"d", Some(b"d2"))];
-        let middle: Layer<'_> = vec![(b"a", Some(b"a1")), (b"d", Some(b"d1")), (b"e", None)];
-        let oldest: Layer<'_> =
-            vec![(b"a", Some(b"a0")), (b"b", Some(b"b0")), (b"c", Some(b"c0")), (b"e", Some(b"e0"))];
-        let mut got = Vec::new();
-        merge_newest_first(&[newest, Vec::new(), middle, oldest], |k, v| {
-            got.push((k.to_vec(), v.map(<[u8]>::to_vec)));
-            Ok(())
-        })
-        .unwrap();
-        let want: Vec<(Vec<u8>, Option<Vec<u8>>)> =
-            [(&b"a"[..], Some(&b"a1"[..])), (b"b", None), (b"c", Some(b"c0")), (b"d", Some(b"d2")), (b"e", None)]
-                .iter()
-                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
-                .collect();
-        assert_eq!(got, want);
-    }
 
     /// Consecutive page ids (a fill's pages) get delta limits spread over 1/2..3/2 of
     /// the base's share, so they do not all consolidate in the same checkpoint.

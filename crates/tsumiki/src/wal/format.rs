@@ -217,15 +217,17 @@ pub struct Master {
     pub segment_size: u64,
 }
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI5";
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI6";
 /// The magics of earlier formats, refused with their own message: before the page store,
-/// before log blocks were salted with their generation (recycled segments), and before a
-/// lane's last block could be rewritten (packed blocks).
-const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 4] = [
+/// before log blocks were salted with their generation (recycled segments), before a
+/// lane's last block could be rewritten (packed blocks), and before page entries shared
+/// their keys' prefixes.
+const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 5] = [
     (b"TSUMIKI1", "before the page store"),
     (b"TSUMIKI2", "before the page store"),
     (b"TSUMIKI3", "before recycled log segments"),
     (b"TSUMIKI4", "before packed log blocks"),
+    (b"TSUMIKI5", "before prefix-compressed page entries"),
 ];
 /// Encoded size of [`Master`].
 pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
