@@ -363,3 +363,22 @@ fn reloaded_pages_leave_without_splitting() {
     assert!(cache.ranges <= pages + 1, "{} ranges for {pages} pages", cache.ranges);
     db.close().unwrap();
 }
+
+/// The records leave a checkpoint's three buffers (a sixteenth of the cache each) room in
+/// the cache: the buffers came on top of it before, and the resident set passed the
+/// bound of cache, translation table and 10%.
+#[test]
+fn records_leave_room_for_the_checkpoint_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = 1 << 20;
+    let db = Db::open(dir.path(), opts(Cc::TicToc, cache, false)).unwrap();
+    for chunk in (0..20_000u64).collect::<Vec<_>>().chunks(500) {
+        db.run(|t| chunk.iter().try_for_each(|&i| t.put(&key(i), &value(i, 0, 100)))).unwrap();
+    }
+    db.checkpoint().unwrap();
+    assert_eq!(dump(&db).len(), 20_000);
+    let c = db.cache_stats().unwrap();
+    assert_eq!(c.budget, cache / 16 * 13);
+    assert!(c.evictions > 0 && c.resident_bytes <= c.budget as i64, "{c:?}");
+    db.close().unwrap();
+}

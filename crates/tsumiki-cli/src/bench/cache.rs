@@ -311,12 +311,20 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             bar.finish_and_clear();
             let verify_peak = sampler.take_peak();
             let after_verify = db.cache_stats().unwrap();
+            let verify_table = db.store_stats().map_or(0, |s| s.table_memory);
             db.close().map_err(e)?;
             let (_, hwm) = rss();
             let model_bytes = n;
             let c = commits.load(Ordering::Relaxed);
             let a = aborts.load(Ordering::Relaxed);
             let pages = store.as_ref().map_or(0, |s| s.pages);
+            // Issue 13's bound on the resident set: (cache + translation table) + 10%. The
+            // table: the store's pages, the ranges' map and the index's mapping table, the
+            // largest seen at the ends of the phases.
+            let maps = [&after_fill, &after_mix, &after_verify].iter().map(|c| c.map_bytes).max().unwrap_or(0);
+            let table = maps + store.as_ref().map_or(0, |s| s.table_memory).max(verify_table);
+            let bound = (args.cache as u64 + table) * 11 / 10;
+            let db_share = hwm.saturating_sub(rss_before).saturating_sub(model_bytes);
             if args.json {
                 println!(
                     "{}",
@@ -330,6 +338,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                         "rss_before_open": rss_before, "rss_after_open": rss_open, "rss_peak_fill": fill_peak,
                         "rss_peak_mix": mix_peak, "rss_peak_verify": verify_peak, "rss_hwm": hwm,
                         "model_bytes": model_bytes, "store_pages": pages,
+                        "table_bytes": table, "rss_bound": bound, "rss_db_share": db_share,
                         "checkpoints": wal.checkpoints, "log_segments_zeroed": wal.segments_zeroed,
                         "log_segments_reused": wal.segments_recycled,
                         "resident_after_fill": after_fill.resident_bytes, "resident_after_mix": after_mix.resident_bytes,
@@ -388,6 +397,15 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                     mib(hwm),
                     mib(model_bytes),
                     pages
+                );
+                println!(
+                    "bound (cache + table) + 10%: ({} + {}) MiB + 10% = {} MiB; the database's share of the \
+                     high-water (less before open and the model): {} MiB ({:.2}x the bound)",
+                    mib(args.cache as u64),
+                    mib(table),
+                    mib(bound),
+                    mib(db_share),
+                    db_share as f64 / bound as f64
                 );
                 println!(
                     "until the end of the mix: {} checkpoints; log segments {} zero-filled, {} reused",

@@ -417,7 +417,8 @@ impl<P: Protocol> Engine<P> {
         };
         self.index = index.map_err(Error::Index)?;
         if durable.lazy {
-            let mut r = Residency::new(durable.page_lows(), self.cache_bytes, unchecked_gaps);
+            let budget = store::records_budget(self.cache_bytes, replay_bytes);
+            let mut r = Residency::new(durable.page_lows(), budget, unchecked_gaps);
             (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
             (r.load_count_unchecked, r.lookup_pause) = (load_count_unchecked, lookup_pause);
             r.scan_gap_unguarded = scan_gap_unguarded;
@@ -442,8 +443,11 @@ impl<P: Protocol> Engine<P> {
     /// The record cache's counters.
     pub(crate) fn cache_stats(&self) -> Option<super::CacheStats> {
         let r = self.residency.as_ref()?;
-        let (ranges, ranges_loaded) = r.counts(&epoch::pin());
+        let guard = &epoch::pin();
+        let (ranges, ranges_loaded) = r.counts(guard);
+        let map_bytes = r.map_bytes(guard) + self.index.stats().mapping_table_bytes;
         Some(super::CacheStats {
+            map_bytes,
             budget: r.budget,
             resident_bytes: r.resident(),
             ranges,

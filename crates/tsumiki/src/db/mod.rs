@@ -125,7 +125,8 @@ pub struct Options {
     /// fdatasync at every commit by default.
     pub log: LogOptions,
     /// Databases opened with a path: the memory the records may hold (keys, values and
-    /// their share of the index, estimated), [`DEFAULT_CACHE_BYTES`] by default. Past it,
+    /// their share of the index, estimated) together with a checkpoint's buffers (3/16 of
+    /// it, which the records leave free), [`DEFAULT_CACHE_BYTES`] by default. Past it,
     /// key ranges that no transaction wrote since the last checkpoint leave memory (CLOCK)
     /// and are read back from the pages when used again; past it with nothing clean, a
     /// checkpoint is taken. A running transaction may hold more until it ends.
@@ -135,7 +136,7 @@ pub struct Options {
 /// The record cache of a database with pages ([`Db::cache_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
-    /// [`Options::cache_bytes`].
+    /// The records' share of [`Options::cache_bytes`]: what a checkpoint's buffers leave.
     pub budget: usize,
     /// Memory counted for the records in the index (keys, values and their overhead).
     pub resident_bytes: i64,
@@ -149,6 +150,10 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Records that left memory since open.
     pub records_evicted: u64,
+    /// Bytes of what stays in memory whatever the cache holds: the index's mapping table
+    /// and the map of key ranges (the page store's table is
+    /// [`StoreStats::table_memory`](crate::StoreStats::table_memory)).
+    pub map_bytes: u64,
 }
 
 /// The default [`Options::cache_bytes`]: 512 MiB.

@@ -410,6 +410,14 @@ impl Residency {
         self.current(guard).ranges.len()
     }
 
+    /// Bytes the range map takes: each range (its `Arc`, low key and prefix).
+    pub(crate) fn map_bytes(&self, guard: &Guard) -> u64 {
+        let map = self.current(guard);
+        let each = std::mem::size_of::<Range>() + 2 * std::mem::size_of::<usize>() // Arc counts
+            + std::mem::size_of::<Arc<Range>>() + std::mem::size_of::<u64>();
+        map.ranges.iter().map(|r| (each + r.low.len()) as u64).sum()
+    }
+
     /// The number of ranges and how many are loaded.
     pub(crate) fn counts(&self, guard: &Guard) -> (usize, usize) {
         let map = self.current(guard);

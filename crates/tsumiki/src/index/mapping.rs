@@ -84,6 +84,13 @@ impl<V> MappingTable<V> {
         guard.defer(move || free.push(pid));
     }
 
+    /// Bytes of the directory and the segments allocated.
+    pub(crate) fn bytes(&self) -> u64 {
+        let segments = self.dir.iter().filter(|e| !e.load(Ordering::Relaxed).is_null()).count();
+        let slot = std::mem::size_of::<Atomic<Node<V>>>();
+        (DIR_LEN * std::mem::size_of::<AtomicPtr<Segment<V>>>() + segments * SEG_LEN * slot) as u64
+    }
+
     /// Number of pids ever handed out (the high-water mark of the table).
     pub(crate) fn allocated(&self) -> u64 {
         self.next_pid.load(Ordering::Relaxed).min(MAX_PIDS)

@@ -131,6 +131,8 @@ pub struct BwTreeStats {
     pub height: usize,
     /// Page ids ever allocated in the mapping table.
     pub pages_allocated: u64,
+    /// Bytes the mapping table takes: its directory and the segments of slots allocated.
+    pub mapping_table_bytes: u64,
 }
 
 /// A lock-free ordered map from byte-string keys (up to [`MAX_KEY_LEN`] bytes) to values.

@@ -1405,6 +1405,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             restarts: g(&c.restarts),
             height,
             pages_allocated: self.map.allocated(),
+            mapping_table_bytes: self.map.bytes(),
         }
     }
 }

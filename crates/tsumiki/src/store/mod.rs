@@ -94,6 +94,24 @@ fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOp
     }
 }
 
+/// What each of a checkpoint's three buffers may hold, for a database whose replay may
+/// gather `replay_bytes`: the lanes' copies of their blocks, the list of the ended
+/// generation's writes (the generation's log is capped at this), and the values read back
+/// with them. The record cache leaves room for all three (see
+/// [`records_budget`]).
+pub(crate) fn checkpoint_buffer(replay_bytes: usize) -> usize {
+    replay_bytes / 4
+}
+
+/// The share of a cache of `cache_bytes` (whose replay may gather `replay_bytes`) that
+/// the records in memory may take: the rest is the checkpoint's buffers, so that the
+/// records and the buffers together stay within the cache. At 10M records under 64 MiB,
+/// the buffers (12 MiB) came on top of it, and the resident set passed the bound of
+/// cache, translation table and 10% by 15%.
+pub(crate) fn records_budget(cache_bytes: usize, replay_bytes: usize) -> usize {
+    cache_bytes.saturating_sub(3 * checkpoint_buffer(replay_bytes))
+}
+
 fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
     t.map(|r| (r.seg, r.off, r.len, r.crc))
 }
@@ -259,12 +277,12 @@ pub(crate) fn open(
     let wal = Arc::new(Wal::new(log_storage, log, generation));
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
-    wal.set_echo_budget(replay_bytes / 4);
+    wal.set_echo_budget(checkpoint_buffer(replay_bytes));
     // A checkpoint lists the ended generation's writes, about as many bytes as their log
     // (a write's entry, its key and the values kept): that list takes at most what the
     // read-back values may. At 10M records under a 64 MiB cache, generations of 40 MiB
     // of log (a sixteenth of the store) listed 26 MiB at once.
-    wal.set_generation_cap((replay_bytes / 4) as u64);
+    wal.set_generation_cap(checkpoint_buffer(replay_bytes) as u64);
     wal.note_store_live(pages.live_bytes());
     if let Some(e) = &read_only {
         wal.poison(format!(
@@ -277,7 +295,7 @@ pub(crate) fn open(
         reads: pages.reads(),
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
-        value_budget: replay_bytes / 4,
+        value_budget: checkpoint_buffer(replay_bytes),
         lazy,
         covered: std::sync::atomic::AtomicU64::new(generation),
         _lock: lock,

@@ -196,6 +196,9 @@ pub struct StoreStats {
     pub deltas_written: u64,
     /// Pages relocated by cleaning since open.
     pub relocated_pages: u64,
+    /// Bytes the translation table takes in memory (each page's entry, low key and
+    /// chain of image addresses).
+    pub table_memory: u64,
     /// Segments cleaned since open.
     pub segments_cleaned: u64,
     /// Records loaded from pages into memory since open (lazily, as keys are first used).
@@ -578,6 +581,12 @@ impl PageStore {
         s.free_segments = self.free.len() as u64;
         s.segments = (self.segs.len() + self.free.len()) as u64;
         s.live_bytes = self.live_bytes();
+        let each = std::mem::size_of::<Page>() + 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Arc<Page>>();
+        s.table_memory = self
+            .pages
+            .iter()
+            .map(|p| (each + p.low.capacity() + p.chain.capacity() * std::mem::size_of::<ImageRef>()) as u64)
+            .sum();
         s.file_bytes = 0;
         for n in self.segs.keys().chain(&self.free) {
             if let Ok(f) = self.storage.open(&segment_file(*n), false) {
