@@ -1,5 +1,5 @@
 //! The record the optimistic protocols share: one 64-bit word whose top bit is a lock (the
-//! rest is TicToc's timestamps or Silo's TID) and a [`ValueCell`]. Reading it consistently,
+//! rest is TicToc's timestamps or Silo's TID) and a `ValueCell`. Reading it consistently,
 //! locking it, and the latches of inserts and unlinks are the same for both.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1127,7 +1127,7 @@ fn check_value(value: &[u8]) -> Result<(), Error> {
 
 /// Where a transaction's buffers go back when it ends.
 pub(crate) enum Home<'a, P: Protocol> {
-    /// A [`super::Worker`]'s: its buffers and slot are reused.
+    /// A [`super::TypedWorker`]'s: its buffers and slot are reused.
     Worker(&'a mut Option<Box<TxnBufs<P>>>),
     /// [`super::TypedDb::begin`]: the slot returns to the pool.
     Pool(Arc<Slot<P>>),

@@ -1,4 +1,4 @@
-//! The public database API: [`Db`], [`Options`], [`Txn`], [`Worker`].
+//! The public database API: [`Db`], [`Options`], [`Txn`], [`TypedWorker`].
 //!
 //! [`Db`] picks its concurrency-control protocol at run time from [`Options`], then every
 //! call goes to an engine monomorphized for that protocol ([`TypedDb`]), which benchmarks

@@ -19,7 +19,7 @@ static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 /// of the new generation (it salts every block's checksum), so they read as never written.
 #[derive(Default)]
 pub(crate) struct Recycled {
-    /// `(file name, length)`. Held across each rename, so that [`Wal::retire`] never
+    /// `(file name, length)`. Held across each rename, so that [`super::Wal::retire`] never
     /// deletes a file that is being renamed.
     pub(crate) free: Mutex<Vec<(String, u64)>>,
     /// Segments created by a zero-fill, and reused instead.
