@@ -388,9 +388,12 @@ impl PageReads {
         let decoded = imgs
             .iter()
             .map(|img| {
-                Decoded::new(img, page.pid, |k| match in_range(k) {
-                    true => Ok(()),
-                    false => Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid))),
+                Decoded::new(img, page.pid, |k| {
+                    if in_range(k) {
+                        Ok(())
+                    } else {
+                        Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)))
+                    }
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
