@@ -337,8 +337,9 @@ fn planted_unguarded_scan_gap_is_caught() {
 }
 
 /// Pages read back after a reopen leave memory whole: a range of up to twice the split
-/// size is not cut (each cut publishes a new copy of the range map: a verify pass over
-/// 10M records took 80 s instead of 6 when every eviction of a loaded page split it).
+/// size is not cut (each cut publishes a new range map: a verify pass over 10M records
+/// took 80 s instead of 6 when every eviction of a loaded page split it and a split
+/// copied the whole map).
 #[test]
 fn reloaded_pages_leave_without_splitting() {
     let dir = tempfile::tempdir().unwrap();
