@@ -142,6 +142,11 @@ fn find_low<'a>(prefixes: &[u64], key: &[u8], low: impl Fn(usize) -> &'a [u8]) -
     a.saturating_sub(1)
 }
 
+/// `ranges` cut into chunks half full: room to split in before a chunk is cut again.
+fn half_full(ranges: &[Arc<Range>]) -> impl Iterator<Item = Arc<Chunk>> + '_ {
+    ranges.chunks(CHUNK / 2).map(|c| Chunk::new(c.to_vec()))
+}
+
 /// The ranges, in key order (the first low key is empty), in chunks of at most [`CHUNK`].
 struct RangeMap {
     chunks: Vec<Arc<Chunk>>,
@@ -155,7 +160,7 @@ struct RangeMap {
 impl RangeMap {
     /// A map of `ranges`, in chunks half full (room to split in before a chunk is cut).
     fn new(ranges: Vec<Arc<Range>>) -> Self {
-        Self::of_chunks(ranges.chunks(CHUNK / 2).map(|c| Chunk::new(c.to_vec())).collect())
+        Self::of_chunks(half_full(&ranges).collect())
     }
 
     fn of_chunks(chunks: Vec<Arc<Chunk>>) -> Self {
@@ -226,7 +231,7 @@ impl RangeMap {
         if ranges.len() <= CHUNK {
             chunks.push(Chunk::new(ranges));
         } else {
-            chunks.extend(ranges.chunks(CHUNK / 2).map(|r| Chunk::new(r.to_vec())));
+            chunks.extend(half_full(&ranges));
         }
         chunks.extend_from_slice(&self.chunks[c + 1..]);
         Self::of_chunks(chunks)
