@@ -139,8 +139,23 @@ struct InsertPoint<'g, V> {
     expected: Shared<'g, Node<V>>,
 }
 
+/// The root word: the root's pid in the low 32 bits (pids are below 2^28) and a generation
+/// in the high 32, bumped by every root change. A root CAS against a word read earlier then
+/// fails even when the root went away and came back to the same pid: a helper finishing a
+/// root split late would otherwise grow a root over a right half long since merged back
+/// and retired.
+fn root_pid(word: u64) -> Pid {
+    word & 0xffff_ffff
+}
+
+/// The root word after `word` that names `pid`.
+fn next_root(word: u64, pid: Pid) -> u64 {
+    ((word >> 32).wrapping_add(1) << 32) | pid
+}
+
 pub(crate) struct Tree<V> {
     pub(crate) map: MappingTable<V>,
+    /// See [`root_pid`].
     pub(crate) root: AtomicU64,
     pub(crate) cfg: BwTreeConfig,
     pub(crate) counters: Counters,
@@ -154,6 +169,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let base = Base { range, keys: KeyVec::default(), vals: Vec::new(), children: Vec::new() };
         map.slot(pid).store(Owned::new(Node::base(0, base)), Ordering::Release);
         Tree { map, root: AtomicU64::new(pid), cfg, counters: Counters::default() }
+    }
+
+    /// The root's pid now.
+    #[inline]
+    fn root_pid(&self) -> Pid {
+        root_pid(self.root.load(Ordering::Acquire))
     }
 
     #[inline]
@@ -194,7 +215,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             }
             restarts += 1;
             path.clear();
-            let mut pid = self.root.load(Ordering::Acquire);
+            let mut pid = self.root_pid();
             let root_head = self.load(pid, guard);
             // SAFETY: loaded under `guard`; null means the root pid was just retired.
             let Some(rh) = (unsafe { root_head.as_ref() }) else { continue 'restart };
@@ -840,6 +861,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let nb = if d.level == 0 {
             consolidate_leaf(b, &range, guard, Arc::clone(&range))
         } else {
+            // As in `consolidate`: an index-delete still PENDING here would be dropped by the
+            // copy while its merge goes on to commit, leaving the parent routing to a node
+            // that is then retired.
+            self.resolve_index_deletes(b, guard);
             inner_base(&inner_entries(b, &range, guard), range)
         };
         let len = nb.len();
@@ -875,9 +900,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 
     fn wants_smo(&self, pid: Pid, level: u16, len: usize) -> bool {
         let max = if level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
-        len > max
-            || len < self.cfg.merge_threshold
-            || (level > 0 && len == 1 && self.root.load(Ordering::Acquire) == pid)
+        len > max || len < self.cfg.merge_threshold || (level > 0 && len == 1 && self.root_pid() == pid)
     }
 
     /// `appending`: see `try_split`.
@@ -894,7 +917,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let n = unsafe { node_ref(nb) };
         let b = n.as_base().expect("base");
         let max = if n.level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
-        let is_root = self.root.load(Ordering::Acquire) == pid;
+        let is_root = self.root_pid() == pid;
         if b.len() > max {
             self.try_split(pid, nb, path, guard, help, appending);
         } else if is_root {
@@ -975,9 +998,6 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             return Err(Restart);
         }
         let Some(parent) = path.last() else {
-            if self.root.load(Ordering::Acquire) != pid {
-                return Err(Restart);
-            }
             return self.grow_root(pid, split, guard);
         };
         for _ in 0..1000 {
@@ -1013,15 +1033,33 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         Err(Restart)
     }
 
+    /// Puts a new root above `pid` and the right half of its pending `split`.
     fn grow_root(&self, pid: Pid, split: &Node<V>, guard: &Guard) -> Result<(), Restart> {
-        let Kind::Split { sep, right: q, .. } = &split.kind else { return Ok(()) };
+        let Kind::Split { sep, right: q, posted, .. } = &split.kind else { return Ok(()) };
+        let word = self.root.load(Ordering::Acquire);
+        if root_pid(word) != pid {
+            return Err(Restart);
+        }
+        // Only a split still pending on the root's current chain, with Q not merging away,
+        // may grow the tree. Each check read after `word` holds until the CAS: undoing it
+        // takes a parent above `pid`, so a root change, which fails the CAS.
+        sched::point();
+        if posted.load(Ordering::Acquire) || !self.chain_holds(pid, split, guard) {
+            return Err(Restart);
+        }
+        // SAFETY: loaded under `guard`; `q` is not reused while we are pinned.
+        match unsafe { self.load(*q, guard).as_ref() } {
+            Some(qn) if !matches!(qn.kind, Kind::Remove { .. }) => {}
+            _ => return Err(Restart),
+        }
         let Some(nr) = self.map.alloc() else { return Err(Restart) };
         let range = Arc::new(Range::new(Box::from(&b""[..]), None, NO_PID));
         let entries = [(&b""[..], pid), (&sep[..], *q)];
         let base: Base<V> = inner_base(&entries, range);
         self.map.slot(nr).store(Owned::new(Node::base(split.level + 1, base)), Ordering::Release);
         sched::point();
-        if self.root.compare_exchange(pid, nr, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self.root.compare_exchange(word, next_root(word, nr), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            posted.store(true, Ordering::Release);
             bump(&self.counters.root_splits);
         } else {
             let n = self.map.slot(nr).swap(Shared::null(), Ordering::AcqRel, guard);
@@ -1030,6 +1068,22 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             self.map.free_unpublished(nr);
         }
         Err(Restart)
+    }
+
+    /// Whether `node` is in the chain now at `pid`.
+    fn chain_holds(&self, pid: Pid, node: &Node<V>, guard: &Guard) -> bool {
+        let mut cur = self.load(pid, guard);
+        // SAFETY: loaded under `guard`; a delta's next is non-null under the same guard.
+        while let Some(n) = unsafe { cur.as_ref() } {
+            if std::ptr::eq(n, node) {
+                return true;
+            }
+            if n.is_base() {
+                return false;
+            }
+            cur = n.next(guard);
+        }
+        false
     }
 
     // ----- merge and root collapse -------------------------------------------------------
@@ -1104,8 +1158,12 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let b = unsafe { node_ref(base_sh) }.as_base().expect("Remove sits on a base");
         if *collapse {
             let child = b.children[0];
+            let word = self.root.load(Ordering::Acquire);
+            if root_pid(word) != pid {
+                return;
+            }
             sched::point();
-            if self.root.compare_exchange(pid, child, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if self.root.compare_exchange(word, next_root(word, child), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 state.decide(MERGED);
                 bump(&self.counters.root_collapses);
                 let old = self.map.slot(pid).swap(Shared::null(), Ordering::AcqRel, guard);
@@ -1331,7 +1389,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     pub(crate) fn dump(&self) -> String {
         let guard = &epoch::pin();
         let mut out = String::new();
-        let mut first = self.root.load(Ordering::Acquire);
+        let mut first = self.root_pid();
         loop {
             let mut pid = first;
             let mut next_first = None;
@@ -1389,7 +1447,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let guard = epoch::pin();
-        let root = self.load(self.root.load(Ordering::Acquire), &guard);
+        let root = self.load(self.root_pid(), &guard);
         // SAFETY: loaded under `guard`.
         let height = unsafe { root.as_ref() }.map_or(0, |r| r.level as usize + 1);
         BwTreeStats {
@@ -1631,5 +1689,95 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A helper that read a root split, was delayed while the split completed, its right
+    /// half merged back and the root collapsed to the same pid, must not grow a root over
+    /// that long-retired right half (the root word's generation and the checks in
+    /// `grow_root`). Found as a rare livelock in `stress::racing_smos_are_helped`.
+    #[test]
+    fn a_stale_root_split_grows_nothing() {
+        let cfg = BwTreeConfig {
+            leaf_max: 4,
+            inner_max: 4,
+            merge_threshold: 2,
+            delta_threshold: 2,
+            ..BwTreeConfig::default()
+        };
+        let tree = Tree::new(cfg);
+        let guard = epoch::pin();
+        let root = tree.root_pid();
+        let key = |i: u64| i.to_be_bytes();
+        // Fill the root leaf until it splits, and keep its split delta as a stalled helper would.
+        let mut i = 0;
+        let split = loop {
+            tree.write(&key(i), WriteOp::Upsert(i)).unwrap();
+            i += 1;
+            // SAFETY: loaded under `guard`.
+            let h = unsafe { node_ref(tree.load(root, &guard)) };
+            if matches!(h.kind, Kind::Split { .. }) {
+                break h;
+            }
+            assert!(i < 100, "the root leaf never split");
+        };
+        assert_ne!(tree.root_pid(), root, "the split grew a root");
+        // Delete until the right half merges back and the root collapses to `root` again.
+        for j in (1..i).rev() {
+            tree.write(&key(j), WriteOp::Delete).unwrap();
+            if tree.root_pid() == root {
+                break;
+            }
+        }
+        assert_eq!(tree.root_pid(), root, "the tree never collapsed back to its first root");
+        assert!(tree.grow_root(root, split, &guard).is_err());
+        assert_eq!(tree.root_pid(), root, "a stale split grew a new root");
+        assert_eq!(tree.get(&key(0)).unwrap(), Some(0));
+    }
+
+    /// An index-delete still PENDING when a number-0 delta consolidates the chain below it
+    /// is decided, not dropped: dropped, its merge would still commit and leave the parent
+    /// routing to the merged node once that is retired.
+    #[test]
+    fn consolidation_below_keeps_a_pending_index_delete() {
+        let cfg = BwTreeConfig {
+            leaf_max: 4,
+            inner_max: 64,
+            merge_threshold: 2,
+            delta_threshold: 2,
+            numbered_deltas: true,
+            split_delta_at_head: false,
+        };
+        let tree = Tree::new(cfg);
+        for i in 0..40u64 {
+            tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        }
+        let guard = epoch::pin();
+        let root = tree.root_pid();
+        // Consolidate the root so the deltas below start numbering from its base.
+        tree.consolidate(root, &Path::new(), &guard, 0);
+        let head = tree.load(root, &guard);
+        // SAFETY: loaded under `guard`.
+        let h = unsafe { node_ref(head) };
+        assert!(h.level == 1 && h.is_base(), "a two-level tree with a consolidated root");
+        let entries = inner_entries(h, tree.inspect(h, &guard).range, &guard);
+        assert!(entries.len() >= 4, "{entries:?}");
+        let (sep, child): (Box<[u8]>, Pid) = (entries[2].0.into(), entries[2].1);
+        let state = MergeState::new();
+        let ip = tree.insert_point(root, head, &guard).unwrap();
+        let del = Node::delta(1, Kind::IndexDelete { sep: sep.clone(), state: Arc::clone(&state) });
+        let Ok(del) = tree.install(&ip, Owned::new(del), -1, &guard) else { panic!("install") };
+        // A second delta takes number 0: its installer consolidates the chain below it.
+        let ip = tree.insert_point(root, del, &guard).unwrap();
+        let extra = Node::delta(1, Kind::IndexInsert { sep: entries[1].0[..].into(), child: entries[1].1 });
+        let Ok(d) = tree.install(&ip, Owned::new(extra), 0, &guard) else { panic!("install") };
+        // SAFETY: just installed, under `guard`.
+        let dn = unsafe { node_ref(d) };
+        assert_eq!(dn.num, 0);
+        tree.consolidate_below(root, dn, &Path::new(), &guard, 0);
+        // The merge's installer decides MERGED after its CAS, as in `help_remove`.
+        assert_eq!(state.decide(MERGED), MERGED);
+        // SAFETY: loaded under `guard`.
+        let now = unsafe { node_ref(tree.load(root, &guard)) };
+        assert_ne!(inner_route(now, &sep, &guard), child, "the parent still routes to the merged node");
     }
 }
