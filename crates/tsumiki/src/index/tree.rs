@@ -1731,6 +1731,12 @@ mod tests {
         assert_eq!(tree.root_pid(), root, "the tree never collapsed back to its first root");
         assert!(tree.grow_root(root, split, &guard).is_err());
         assert_eq!(tree.root_pid(), root, "a stale split grew a new root");
+        // The grow's winner may not have marked the split posted yet when the rest happens:
+        // the split gone from the chain and its right half retired must refuse it too.
+        let Kind::Split { posted, .. } = &split.kind else { unreachable!() };
+        posted.store(false, Ordering::Release);
+        assert!(tree.grow_root(root, split, &guard).is_err());
+        assert_eq!(tree.root_pid(), root, "an unposted stale split grew a new root");
         assert_eq!(tree.get(&key(0)).unwrap(), Some(0));
     }
 
