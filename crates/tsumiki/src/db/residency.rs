@@ -210,6 +210,17 @@ impl RangeMap {
     /// The ranges from index `i` on, in order.
     fn iter_from(&self, i: usize) -> impl Iterator<Item = &Arc<Range>> {
         let (c, j) = self.locate(i);
+        self.iter_at(c, j)
+    }
+
+    /// The ranges from the one holding `key` on, in order (one search, as a lookup wants).
+    fn iter_from_key(&self, key: &[u8]) -> impl Iterator<Item = &Arc<Range>> {
+        let (c, j) = self.locate_key(key);
+        self.iter_at(c, j)
+    }
+
+    /// The ranges from range `j` of chunk `c` on.
+    fn iter_at(&self, c: usize, j: usize) -> impl Iterator<Item = &Arc<Range>> {
         self.chunks[c].ranges[j..].iter().chain(self.chunks[c + 1..].iter().flat_map(|ch| ch.ranges.iter()))
     }
 
@@ -314,25 +325,18 @@ impl Residency {
     /// loaded. Marks `from`'s range referenced (CLOCK).
     pub(crate) fn first_missing<'g>(&self, from: &[u8], to: Option<&[u8]>, guard: &'g Guard) -> Option<&'g Arc<Range>> {
         let to = if self.unchecked_gaps { Some(from) } else { to };
-        let map = self.current(guard);
-        let first = map.find(from);
-        map.get(first).touch();
-        map.iter_from(first)
-            .enumerate()
-            .take_while(|(j, r)| *j == 0 || to.is_none_or(|t| &*r.low <= t))
-            .map(|(_, r)| r)
-            .find(|r| !r.is_loaded())
+        let mut ranges = self.current(guard).iter_from_key(from);
+        let first = ranges.next().expect("the map covers every key");
+        first.touch();
+        std::iter::once(first).chain(ranges.take_while(|r| to.is_none_or(|t| &*r.low <= t))).find(|r| !r.is_loaded())
     }
 
     /// Whether every range overlapping `from..end` (`end` exclusive; `None`: to the end)
     /// is loaded (no load, no reference).
     pub(crate) fn covers(&self, from: &[u8], end: Option<&[u8]>, guard: &Guard) -> bool {
-        let map = self.current(guard);
-        let first = map.find(from);
-        map.iter_from(first)
-            .enumerate()
-            .take_while(|(j, r)| *j == 0 || end.is_none_or(|e| &*r.low < e))
-            .all(|(_, r)| r.is_loaded())
+        let mut ranges = self.current(guard).iter_from_key(from);
+        let first = ranges.next().expect("the map covers every key");
+        first.is_loaded() && ranges.take_while(|r| end.is_none_or(|e| &*r.low < e)).all(|r| r.is_loaded())
     }
 
     /// The bounds of `range` in the current map (`None` if it is no longer there: it was
