@@ -857,6 +857,9 @@ impl<P: Protocol> Engine<P> {
             if seen <= 2 * split_at {
                 cuts.clear();
             }
+            // The pieces are new ranges the hand meets later: each gets its two visits
+            // (CI met a pass that ran out of steps over the budget after many splits).
+            steps += 2 * cuts.len();
             let (range, high) = match cuts.first() {
                 Some(at) => (r.split(range, &cuts, split_at as f64 / seen as f64, guard), Some(at.clone())),
                 None => (range.clone(), high),
