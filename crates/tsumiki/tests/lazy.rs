@@ -21,8 +21,10 @@ fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// Checkpoints here prepare their pages on helper threads (the default has none): the
+/// closes and recoveries rewrite most pages, enough for the helpers to run.
 fn opts(cc: Cc) -> Options {
-    Options { cc, ..Options::default() }
+    Options { cc, log: LogOptions { checkpoint_helpers: 2, ..LogOptions::default() }, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {

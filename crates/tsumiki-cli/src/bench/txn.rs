@@ -109,6 +109,10 @@ pub struct TxnArgs {
     /// 0: none while the run lasts), to see what checkpoints cost.
     #[arg(long, default_value_t = LogOptions::default().checkpoint_bytes)]
     pub checkpoint_bytes: u64,
+    /// Threads that prepare a checkpoint's pages beside its own
+    /// (`LogOptions::checkpoint_helpers`; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_helpers: usize,
     /// Synced logs through the OS page cache rather than with direct I/O
     /// (`LogOptions::direct_io`).
     #[arg(long)]
@@ -156,6 +160,7 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                     device,
                     durability,
                     checkpoint_bytes: args.checkpoint_bytes,
+                    checkpoint_helpers: args.checkpoint_helpers,
                     direct_io: !args.no_direct_io,
                     ..LogOptions::default()
                 }));

@@ -63,7 +63,7 @@ pub(crate) type Loader<'a> = pages::Sink<'a>;
 
 /// The engine's committed state, as a checkpoint or close reads it (safe while
 /// transactions run: every value is the latest committed one when read).
-pub(crate) trait CommittedState {
+pub(crate) trait CommittedState: Sync {
     /// The latest committed values of ascending `keys` (`None`: absent), handing each key
     /// and value to `f` in order (keys in one leaf share its descent). A value may be
     /// newer than the call, never older.
@@ -144,15 +144,20 @@ pub(crate) fn open(
     // from memory, which needs them all there.
     let logs_readable = log.mode != LogMode::None && log.device == Device::File;
     let mut lazy = logs_readable;
+    let open_pages = |table: Option<ImageRef>| -> Result<PageStore, Error> {
+        let mut p = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+        p.set_helpers(log.checkpoint_helpers);
+        Ok(p)
+    };
     let (generation, table, pages) = match recovery::read_master(&*storage)? {
         None => {
             recovery::write_master(&*storage, &master(1, None, false, &log))?;
-            (1, None, PageStore::open(storage.clone(), seg_bytes, None, early_reuse)?)
+            (1, None, open_pages(None)?)
         }
         Some(m) => {
             recovery::check_generations(&*storage, m.generation)?;
             let table = table_ref(m.table);
-            let mut pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+            let mut pages = open_pages(table)?;
             // A later checkpoint wrote after the table this master record names: only a
             // checkpoint (or a recovery) that did not finish may have, and it leaves this
             // generation's logs. Otherwise the master record was put back.
@@ -221,7 +226,7 @@ pub(crate) fn open(
                 let limit = if lazy { replay_bytes } else { usize::MAX };
                 let attempt = (|| -> Result<Option<ImageRef>, Error> {
                     let (st, changes) = replay_changes(&*storage, &gens, &m, limit, |c| {
-                        pages.apply(g, &mut c.as_slice(), None)?;
+                        pages.apply(g, &c.as_slice(), None)?;
                         pages.write_pending()
                     })?;
                     stats = st;
@@ -231,7 +236,7 @@ pub(crate) fn open(
                     if no_logs {
                         return Ok(None);
                     }
-                    pages.apply(g, &mut changes.as_slice(), None)?;
+                    pages.apply(g, &changes.as_slice(), None)?;
                     let t = pages.write_table()?;
                     recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
                     Ok(Some(t))
@@ -257,7 +262,7 @@ pub(crate) fn open(
                         if lazy {
                             // The replayed writes are in no durable page: load everything
                             // now, from the table as it was, with them all applied.
-                            pages = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
+                            pages = open_pages(table)?;
                             let (st, changes) = replay_changes(&*storage, &gens, &m, usize::MAX, |_| Ok(()))?;
                             stats = st;
                             stats.keys = pages.load_all(&changes, load)?;
@@ -321,7 +326,7 @@ impl Changes for LatestValues<'_> {
     fn key(&self, i: usize) -> &[u8] {
         self.writes.key(i)
     }
-    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
+    fn values(&self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
         let writes = &self.writes;
         let unknown = |i: &usize| writes.value(*i) == Logged::Unknown;
         let mut read = Vec::new();
@@ -461,7 +466,7 @@ impl Durable {
                 &echoes,
             )?;
             self.wal.recycle_echoes(echoes);
-            pages.apply(g, &mut LatestValues { writes, state }, Some(&mut milestone))?;
+            pages.apply(g, &LatestValues { writes, state }, Some(&mut milestone))?;
         } else {
             pages.rebuild(g, &mut |f| state.scan(f))?;
         }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
 use crate::error::{Error, MAX_VALUE_LEN};
@@ -250,6 +250,8 @@ pub struct PageStore {
     early_reuse: bool,
     /// The read side, shared with loads that run while a checkpoint builds the next table.
     reads: Arc<PageReads>,
+    /// Threads that prepare a pass's pages (see [`PageStore::apply_pass`]).
+    helpers: usize,
 }
 
 /// The read side of the store: the pages of the durable table and the segment files open
@@ -436,13 +438,13 @@ pub type Change = (Vec<u8>, Option<Vec<u8>>);
 
 /// Changed keys in strictly increasing order, whose new values are read a few at a time
 /// (a checkpoint reads them from memory one page at a time).
-pub trait Changes {
+pub trait Changes: Sync {
     /// Keys listed.
     fn len(&self) -> usize;
     /// Key `i`.
     fn key(&self, i: usize) -> &[u8];
     /// Appends keys `range` with their values (`None`: deleted) to `out`.
-    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error>;
+    fn values(&self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error>;
 }
 
 impl Changes for &[Change] {
@@ -452,7 +454,7 @@ impl Changes for &[Change] {
     fn key(&self, i: usize) -> &[u8] {
         &self[i].0
     }
-    fn values(&mut self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
+    fn values(&self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error> {
         out.extend_from_slice(&self[range]);
         Ok(())
     }
@@ -494,6 +496,7 @@ impl PageStore {
             last_pass: 0,
             relocated_bytes: 0,
             early_reuse,
+            helpers: 0,
             reads: Arc::new(PageReads {
                 storage: storage.clone(),
                 readers: Mutex::new(HashMap::new()),
@@ -564,6 +567,12 @@ impl PageStore {
 
     fn open_segment(&self, n: u32) -> Result<Box<dyn StorageFile>, Error> {
         open_segment(&*self.storage, n)
+    }
+
+    /// Sets the threads that prepare a pass's pages (see
+    /// [`LogOptions::checkpoint_helpers`](crate::wal::LogOptions::checkpoint_helpers)).
+    pub fn set_helpers(&mut self, helpers: usize) {
+        self.helpers = helpers;
     }
 
     /// Bytes of blocks written since open.
@@ -691,7 +700,7 @@ impl PageStore {
     pub fn apply(
         &mut self,
         gen: u64,
-        changes: &mut dyn Changes,
+        changes: &dyn Changes,
         mut milestone: Option<Milestone<'_>>,
     ) -> Result<(), Error> {
         self.gen = gen;
@@ -712,7 +721,7 @@ impl PageStore {
             // The pass reads back images the first one wrote.
             self.write_pending()?;
             let none: &[Change] = &[];
-            self.apply_pass(&mut { none }, &victims, &mut milestone)?;
+            self.apply_pass(&none, &victims, &mut milestone)?;
         }
         Ok(())
     }
@@ -731,9 +740,16 @@ impl PageStore {
 
     /// One pass over the pages: `changes` applied, and every page with an image in
     /// `victims` rewritten as a consolidated base.
+    ///
+    /// What a touched page needs before its images are appended (its changes' values, and
+    /// its entries read back when it is consolidated) is prepared ahead, in order, by
+    /// helper threads (see [`ReadAhead`]) when the store has some and the pass touches
+    /// many pages: a uniform update touches most pages each checkpoint, and on one thread
+    /// the checkpoint capped the commit rate on 16 cores. The appends stay on this
+    /// thread, in page order (addresses, page ids, segments).
     fn apply_pass(
         &mut self,
-        changes: &mut dyn Changes,
+        changes: &dyn Changes,
         victims: &BTreeSet<u32>,
         milestone: &mut Option<Milestone<'_>>,
     ) -> Result<(), Error> {
@@ -741,10 +757,43 @@ impl PageStore {
         // (unchanged pages are shared), and a milestone's table is the pages done followed
         // by the rest of it.
         let before = self.pages.clone();
-        let mut out: Vec<Arc<Page>> = Vec::with_capacity(before.len());
-        let mut mine: Vec<Change> = Vec::new();
+        let mut touched: Vec<Touched> = Vec::new();
         let mut at = 0;
+        for (i, page) in before.iter().enumerate() {
+            let end = range_end(&before, i, changes, at);
+            let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
+            if end > at || relocate {
+                touched.push(Touched { page: i, changes: at..end, relocate });
+            }
+            at = end;
+        }
+        let helpers = if touched.len() >= PARALLEL_MIN_PAGES { self.helpers } else { 0 };
+        let reads = self.reads.clone();
+        let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched };
+        let ahead = ReadAhead::new(touched.len().div_ceil(PREPARE_CHUNK), helpers);
+        std::thread::scope(|s| {
+            for _ in 0..helpers {
+                s.spawn(|| ahead.help(&ctx));
+            }
+            // Helpers blocked for room wake and leave however this ends.
+            let _stop = ahead.stop_on_drop();
+            self.apply_touched(&ctx, &ahead, milestone)
+        })
+    }
+
+    /// The sequential half of [`apply_pass`](Self::apply_pass): every page in order, the
+    /// touched ones rewritten with what `ahead` prepared (or prepared here without helpers).
+    fn apply_touched(
+        &mut self,
+        ctx: &Prepare<'_>,
+        ahead: &ReadAhead,
+        milestone: &mut Option<Milestone<'_>>,
+    ) -> Result<(), Error> {
+        let before = ctx.before;
+        let mut out: Vec<Arc<Page>> = Vec::with_capacity(before.len());
         let every = self.milestone_bytes();
+        let mut next_touched = ctx.touched.iter().enumerate().peekable();
+        let mut chunk: std::vec::IntoIter<Option<Prepared>> = Vec::new().into_iter();
         for i in 0..before.len() {
             if let Some(m) = milestone.as_mut() {
                 if self.appended() >= self.table_written_at + every {
@@ -756,91 +805,20 @@ impl PageStore {
                     m(self)?;
                 }
             }
-            let end = range_end(&before, i, changes, at);
-            let (from, to) = (at, end);
-            at = end;
             let page = before[i].clone();
-            let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
-            if from == to && !relocate {
+            let Some((n, t)) = next_touched.next_if(|(_, t)| t.page == i) else {
                 out.push(page);
                 continue;
-            }
-            if relocate {
-                self.stats.relocated_pages += 1;
-            }
-            // What cleaning alone writes (the page has no change) is not what the next
-            // checkpoint's changes are expected to take.
-            let relocation_from = (from == to).then(|| self.appended());
-            // Changes are read a batch at a time: the last page of an ascending fill gets
-            // every new key of the interval, and holding them all would cost as much memory
-            // as the interval wrote.
-            let deltas_bytes: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
-            let base_bytes = page.chain.last().map_or(0, |r| r.len as u64);
-            let limit = delta_limit(page.pid, base_bytes);
-            let may_delta = !page.chain.is_empty() && !relocate && page.chain.len() < MAX_CHAIN;
-            mine.clear();
-            let mut next = from;
-            if may_delta {
-                let mut delta_len = 0u64;
-                while next < to && deltas_bytes + delta_len <= limit {
-                    let end = (next + CHANGE_BATCH).min(to);
-                    let seen = mine.len();
-                    changes.values(next..end, &mut mine)?;
-                    let prev = if seen > 0 { mine[seen - 1].0.as_slice() } else { &[] };
-                    delta_len += mine[seen..]
-                        .iter()
-                        .scan(prev, |prev, (k, v)| Some(entry_len(std::mem::replace(prev, k), k, v.as_deref())))
-                        .sum::<usize>() as u64;
-                    next = end;
+            };
+            let prepared = if ahead.helpers == 0 {
+                ctx.prepare(t)?
+            } else {
+                if n % PREPARE_CHUNK == 0 {
+                    chunk = ahead.take(n / PREPARE_CHUNK)?.into_iter();
                 }
-                if next == to && deltas_bytes + delta_len <= limit {
-                    let (count, body) = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
-                    let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], count, &body)?;
-                    self.stats.deltas_written += 1;
-                    let mut p = Arc::unwrap_or_clone(page);
-                    p.chain.insert(0, r);
-                    out.push(Arc::new(p));
-                    continue;
-                }
-            }
-            // Consolidate: the page's entries (one page: bounded) merged with the changes
-            // read so far and the rest, a batch at a time, written as bases of about
-            // `PAGE_TARGET` as they fill.
-            let mut old: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            self.reads.page_entries(&before, i, &[], |k, v| {
-                old.push((k.to_vec(), v.to_vec()));
-                Ok(())
-            })?;
-            for r in &page.chain {
-                self.dead(*r);
-            }
-            let mut bases = Bases::new(Arc::unwrap_or_clone(page));
-            let mut old = old.into_iter().peekable();
-            loop {
-                for (k, v) in mine.drain(..) {
-                    while let Some((ok, ov)) = old.next_if(|(ok, _)| ok.as_slice() <= k.as_slice()) {
-                        if ok != k {
-                            bases.push(self, ok, ov, &mut out)?;
-                        }
-                    }
-                    if let Some(v) = v {
-                        bases.push(self, k, v, &mut out)?;
-                    }
-                }
-                if next == to {
-                    break;
-                }
-                let end = (next + CHANGE_BATCH).min(to);
-                changes.values(next..end, &mut mine)?;
-                next = end;
-            }
-            for (k, v) in old {
-                bases.push(self, k, v, &mut out)?;
-            }
-            bases.finish(self, &mut out)?;
-            if let Some(at) = relocation_from {
-                self.relocated_bytes += self.appended() - at;
-            }
+                chunk.next().expect("a prepared chunk holds each of its pages")
+            };
+            self.apply_page(ctx, page, t, prepared, &mut out)?;
         }
         if out.is_empty() {
             out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
@@ -851,6 +829,102 @@ impl PageStore {
             Arc::make_mut(&mut out[0]).low.clear();
         }
         self.pages = Arc::new(out);
+        Ok(())
+    }
+
+    /// Rewrites one touched page: a delta of its changes, or a consolidated base (several
+    /// when it grew), with `prepared` (or, for a page with too many changes to prepare at
+    /// once, its changes read a batch at a time).
+    fn apply_page(
+        &mut self,
+        ctx: &Prepare<'_>,
+        page: Arc<Page>,
+        t: &Touched,
+        prepared: Option<Prepared>,
+        out: &mut Vec<Arc<Page>>,
+    ) -> Result<(), Error> {
+        let to = t.changes.end;
+        if t.relocate {
+            self.stats.relocated_pages += 1;
+        }
+        // What cleaning alone writes (the page has no change) is not what the next
+        // checkpoint's changes are expected to take.
+        let relocation_from = t.changes.is_empty().then(|| self.appended());
+        let (mut mine, mut next, old, delta) = match prepared {
+            Some(p) => {
+                let delta = p.old.is_none();
+                (p.mine, to, p.old, delta)
+            }
+            None => {
+                // Changes are read a batch at a time: the last page of an ascending fill
+                // gets every new key of the interval, and holding them all would cost as
+                // much memory as the interval wrote.
+                let mut mine = Vec::new();
+                let mut next = t.changes.start;
+                let room = delta_room(&page, t.relocate);
+                if let Some(room) = room {
+                    let mut delta_len = 0u64;
+                    while next < to && delta_len <= room {
+                        let end = (next + CHANGE_BATCH).min(to);
+                        let seen = mine.len();
+                        ctx.changes.values(next..end, &mut mine)?;
+                        let prev = if seen > 0 { mine[seen - 1].0.as_slice() } else { &[] };
+                        delta_len += changes_len(prev, &mine[seen..]);
+                        next = end;
+                    }
+                    let delta = next == to && delta_len <= room;
+                    (mine, next, None, delta)
+                } else {
+                    (mine, next, None, false)
+                }
+            }
+        };
+        if delta {
+            let (count, body) = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
+            let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], count, &body)?;
+            self.stats.deltas_written += 1;
+            let mut p = Arc::unwrap_or_clone(page);
+            p.chain.insert(0, r);
+            out.push(Arc::new(p));
+            return Ok(());
+        }
+        // Consolidate: the page's entries (one page: bounded) merged with the changes
+        // read so far and the rest, a batch at a time, written as bases of about
+        // `PAGE_TARGET` as they fill.
+        let old = match old {
+            Some(old) => old,
+            None => ctx.entries(t.page)?,
+        };
+        for r in &page.chain {
+            self.dead(*r);
+        }
+        let mut bases = Bases::new(Arc::unwrap_or_clone(page));
+        let mut old = old.into_iter().peekable();
+        loop {
+            for (k, v) in mine.drain(..) {
+                while let Some((ok, ov)) = old.next_if(|(ok, _)| ok.as_slice() <= k.as_slice()) {
+                    if ok != k {
+                        bases.push(self, ok, ov, out)?;
+                    }
+                }
+                if let Some(v) = v {
+                    bases.push(self, k, v, out)?;
+                }
+            }
+            if next == to {
+                break;
+            }
+            let end = (next + CHANGE_BATCH).min(to);
+            ctx.changes.values(next..end, &mut mine)?;
+            next = end;
+        }
+        for (k, v) in old {
+            bases.push(self, k, v, out)?;
+        }
+        bases.finish(self, out)?;
+        if let Some(at) = relocation_from {
+            self.relocated_bytes += self.appended() - at;
+        }
         Ok(())
     }
 
@@ -1266,6 +1340,174 @@ impl Bases {
 }
 
 /// The end (exclusive) in `changes` of the changes of page `i` of `pages`, from `at`.
+/// Touched pages per chunk that a helper prepares at once (see [`ReadAhead`]).
+const PREPARE_CHUNK: usize = 16;
+/// Chunks prepared ahead of the pass per helper at most: what waits is bounded (each
+/// page holds at most [`PREPARE_MAX_CHANGES`] changes and one page's entries).
+const PREPARE_AHEAD: usize = 4;
+/// A page with more changes than this is applied by the pass itself, its changes read a
+/// batch at a time (the last page of an ascending fill gets every new key).
+const PREPARE_MAX_CHANGES: usize = 4 * CHANGE_BATCH;
+/// A pass touching fewer pages prepares them itself: a few pages are not worth threads.
+const PARALLEL_MIN_PAGES: usize = 4 * PREPARE_CHUNK;
+/// A page a pass rewrites: its index in the table, its changes, and whether cleaning
+/// relocates it.
+struct Touched {
+    page: usize,
+    changes: std::ops::Range<usize>,
+    relocate: bool,
+}
+
+/// A touched page's inputs, read ahead: its changes with their values, and its current
+/// entries if it is to be consolidated (`None`: it gets a delta).
+struct Prepared {
+    mine: Vec<Change>,
+    old: Option<Vec<Entry>>,
+}
+
+/// A live key and its value.
+type Entry = (Vec<u8>, Vec<u8>);
+
+/// What preparing reads: the table as the pass found it, the changes, and the pages the
+/// pass touches. Shared by the helpers (nothing in it changes during the pass: a milestone
+/// frees only segments that no page after the pass's position names).
+struct Prepare<'a> {
+    reads: &'a PageReads,
+    before: &'a [Arc<Page>],
+    changes: &'a dyn Changes,
+    touched: &'a [Touched],
+}
+
+impl Prepare<'_> {
+    /// `t`'s inputs; `None` for a page with more than [`PREPARE_MAX_CHANGES`] changes.
+    fn prepare(&self, t: &Touched) -> Result<Option<Prepared>, Error> {
+        if t.changes.len() > PREPARE_MAX_CHANGES {
+            return Ok(None);
+        }
+        let mut mine = Vec::with_capacity(t.changes.len());
+        self.changes.values(t.changes.clone(), &mut mine)?;
+        let page = &self.before[t.page];
+        let fits = delta_room(page, t.relocate).is_some_and(|room| changes_len(&[], &mine) <= room);
+        let old = if fits { None } else { Some(self.entries(t.page)?) };
+        Ok(Some(Prepared { mine, old }))
+    }
+
+    /// The live entries of page `i` of the table as the pass found it.
+    fn entries(&self, i: usize) -> Result<Vec<Entry>, Error> {
+        let mut old = Vec::new();
+        self.reads.page_entries(self.before, i, &[], |k, v| {
+            old.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })?;
+        Ok(old)
+    }
+}
+
+/// The helpers' side of a pass: chunks of [`PREPARE_CHUNK`] touched pages claimed in
+/// order, prepared at most [`PREPARE_AHEAD`] chunks per helper ahead of the pass, and
+/// taken by the pass in order.
+struct ReadAhead {
+    chunks: usize,
+    helpers: usize,
+    claimed: std::sync::atomic::AtomicUsize,
+    state: Mutex<AheadState>,
+    ready: Condvar,
+    room: Condvar,
+}
+
+#[derive(Default)]
+struct AheadState {
+    done: BTreeMap<usize, Result<Vec<Option<Prepared>>, Error>>,
+    taken: usize,
+    stop: bool,
+}
+
+impl ReadAhead {
+    fn new(chunks: usize, helpers: usize) -> ReadAhead {
+        ReadAhead {
+            chunks,
+            helpers,
+            claimed: std::sync::atomic::AtomicUsize::new(0),
+            state: Mutex::new(AheadState::default()),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+        }
+    }
+
+    /// A helper's loop: claim the next chunk, wait for room, prepare it, hand it over.
+    fn help(&self, ctx: &Prepare<'_>) {
+        loop {
+            let c = self.claimed.fetch_add(1, Ordering::Relaxed);
+            if c >= self.chunks {
+                return;
+            }
+            {
+                let mut st = self.state.lock();
+                // The chunk the pass waits for is always within reach: it was claimed
+                // before every later one, and `taken` is at most it.
+                while !st.stop && c >= st.taken + PREPARE_AHEAD * self.helpers {
+                    self.room.wait(&mut st);
+                }
+                if st.stop {
+                    return;
+                }
+            }
+            let pages = &ctx.touched[c * PREPARE_CHUNK..((c + 1) * PREPARE_CHUNK).min(ctx.touched.len())];
+            // A panic here would leave the pass waiting for this chunk forever.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pages.iter().map(|t| ctx.prepare(t)).collect::<Result<Vec<_>, _>>()
+            }))
+            .unwrap_or_else(|_| Err(Error::Corrupt("a checkpoint helper thread panicked".into())));
+            self.state.lock().done.insert(c, r);
+            self.ready.notify_all();
+        }
+    }
+
+    /// Chunk `c`, once prepared (chunks are taken in order).
+    fn take(&self, c: usize) -> Result<Vec<Option<Prepared>>, Error> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(r) = st.done.remove(&c) {
+                st.taken = c + 1;
+                self.room.notify_all();
+                return r;
+            }
+            self.ready.wait(&mut st);
+        }
+    }
+
+    /// Stops the helpers when dropped (the pass ended, maybe early on an error).
+    fn stop_on_drop(&self) -> impl Drop + '_ {
+        struct Stop<'a>(&'a ReadAhead);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.state.lock().stop = true;
+                self.0.room.notify_all();
+            }
+        }
+        Stop(self)
+    }
+}
+
+/// The bytes `page` may still take in deltas (`None`: it must be consolidated: no base,
+/// relocated, a full chain, or deltas past its limit).
+fn delta_room(page: &Page, relocate: bool) -> Option<u64> {
+    if page.chain.is_empty() || relocate || page.chain.len() >= MAX_CHAIN {
+        return None;
+    }
+    let deltas: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
+    let base = page.chain.last().map_or(0, |r| r.len as u64);
+    delta_limit(page.pid, base).checked_sub(deltas)
+}
+
+/// The encoded length of `changes` after the key `prev`.
+fn changes_len(prev: &[u8], changes: &[Change]) -> u64 {
+    changes
+        .iter()
+        .scan(prev, |prev, (k, v)| Some(entry_len(std::mem::replace(prev, k), k, v.as_deref())))
+        .sum::<usize>() as u64
+}
+
 fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) -> usize {
     match pages.get(i + 1) {
         Some(next) => {
@@ -1288,6 +1530,79 @@ fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wal::storage::DirStorage;
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("key{i:08}").into_bytes()
+    }
+
+    /// The store's whole state.
+    fn contents(store: &PageStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut got = BTreeMap::new();
+        store
+            .load_all(&[], &mut |k, v| {
+                got.insert(k.to_vec(), v.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        got
+    }
+
+    /// Passes touching hundreds of pages (prepared by helper threads, in chunks, ahead of
+    /// the appends) and a page with more changes than a helper prepares (read a batch at
+    /// a time by the pass) leave the pages equal to a model, through deltas,
+    /// consolidations, splits and emptied pages, and after reopening from the table.
+    #[test]
+    fn passes_prepared_by_helpers_agree_with_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
+        let mut store = PageStore::open(storage.clone(), 1 << 20, None, false).unwrap();
+        store.set_helpers(3);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..40_000).map(|i| (key(i * 2), vec![b'a'; 40])).collect();
+        store
+            .rebuild(1, &mut |f| {
+                for (k, v) in &model {
+                    f(k, v)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let mut table = store.write_table().unwrap();
+        store.commit();
+        assert!(store.pages.len() > 2 * PARALLEL_MIN_PAGES, "{} pages", store.pages.len());
+        let mut rng = crate::wal::storage::SimRng::new(7);
+        for gen in 2..12u64 {
+            let mut changes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            for _ in 0..10_000 {
+                let k = key(rng.below(80_000));
+                let v = match rng.below(4) {
+                    0 => None,
+                    n => Some(vec![b'a' + gen as u8; 10 * n as usize]),
+                };
+                changes.insert(k, v);
+            }
+            if gen == 5 {
+                // Past what a helper prepares, all in the last page.
+                for i in 0..3 * PREPARE_MAX_CHANGES as u64 {
+                    changes.insert(format!("zz{i:06}").into_bytes(), Some(vec![b'z'; 30]));
+                }
+            }
+            for (k, v) in &changes {
+                match v {
+                    Some(v) => model.insert(k.clone(), v.clone()),
+                    None => model.remove(k),
+                };
+            }
+            let changes: Vec<Change> = changes.into_iter().collect();
+            store.apply(gen, &changes.as_slice(), None).unwrap();
+            table = store.write_table().unwrap();
+            store.commit();
+            assert_eq!(contents(&store), model, "after generation {gen}");
+        }
+        drop(store);
+        let store = PageStore::open(storage, 1 << 20, Some(table), false).unwrap();
+        assert_eq!(contents(&store), model, "reopened");
+    }
 
     /// Consecutive page ids (a fill's pages) get delta limits spread over 1/2..3/2 of
     /// the base's share, so they do not all consolidate in the same checkpoint.

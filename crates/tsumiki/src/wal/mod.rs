@@ -121,6 +121,13 @@ pub struct LogOptions {
     /// thread take one (60 s by default; zero: never by time), so a database written
     /// slowly also keeps its logs and its recovery short. An idle database takes none.
     pub checkpoint_interval: Duration,
+    /// Threads that prepare a checkpoint's pages (read their changes' values and the
+    /// entries of those it consolidates) ahead of the checkpoint's own thread, which
+    /// appends them in order (0, the default: that thread prepares them itself). Meant
+    /// for many cores, where one checkpoint thread caps the commit rate; not yet measured
+    /// there (see docs/design.md, known limits), and on two cores a helper takes its core
+    /// from the committers.
+    pub checkpoint_helpers: usize,
     /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
     /// least 8 KiB): the unit cleaning frees and reuses.
     pub page_segment_size: u64,
@@ -209,6 +216,7 @@ impl Default for LogOptions {
             segment_size: 1 << 20,
             checkpoint_bytes: 64 << 20,
             checkpoint_interval: Duration::from_secs(60),
+            checkpoint_helpers: 0,
             page_segment_size: 4 << 20,
             early_segment_reuse_for_tests: false,
             early_log_removal_for_tests: false,
