@@ -319,6 +319,12 @@ impl<P: Protocol> CommittedState for Engine<P> {
         });
     }
 
+    fn enter_helper(&self) {
+        if let Some(d) = self.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            crate::cc::set_lock_waiter(Some(d.wal.clone()));
+        }
+    }
+
     /// Every record's latest committed value, in key order, a chunk at a time (never a
     /// second copy of the database).
     fn scan(&self, f: &mut store::Loader<'_>) -> Result<(), Error> {

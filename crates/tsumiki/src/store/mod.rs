@@ -70,6 +70,11 @@ pub(crate) trait CommittedState: Sync {
     fn get_sorted<'k>(&self, keys: &mut dyn Iterator<Item = &'k [u8]>, f: &mut dyn FnMut(&'k [u8], Option<Vec<u8>>));
     /// Every live key's latest committed value, in key order.
     fn scan(&self, f: &mut Loader<'_>) -> Result<(), Error>;
+    /// Prepares the calling thread (a checkpoint's helper) for
+    /// [`get_sorted`](Self::get_sorted) as the checkpoint's own thread is prepared: under
+    /// NLR group commit, reading a record whose lock a pending group holds must flush
+    /// that group, or the read spins until some commit fills it.
+    fn enter_helper(&self);
 }
 
 struct Current {
@@ -343,6 +348,9 @@ impl Changes for LatestValues<'_> {
             out.push((writes.key(i).to_vec(), v));
         }
         Ok(())
+    }
+    fn on_helper_thread(&self) {
+        self.state.enter_helper();
     }
 }
 

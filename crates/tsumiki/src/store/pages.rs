@@ -445,6 +445,9 @@ pub trait Changes: Sync {
     fn key(&self, i: usize) -> &[u8];
     /// Appends keys `range` with their values (`None`: deleted) to `out`.
     fn values(&self, range: std::ops::Range<usize>, out: &mut Vec<Change>) -> Result<(), Error>;
+    /// Called on each helper thread of a checkpoint before it reads values: sets up
+    /// what a read needs on that thread.
+    fn on_helper_thread(&self) {}
 }
 
 impl Changes for &[Change] {
@@ -772,11 +775,12 @@ impl PageStore {
         let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched };
         let ahead = ReadAhead::new(touched.len().div_ceil(PREPARE_CHUNK), helpers);
         std::thread::scope(|s| {
+            // Helpers blocked for room wake and leave however this ends (a failed spawn
+            // included: the scope would otherwise wait for them).
+            let _stop = ahead.stop_on_drop();
             for _ in 0..helpers {
                 s.spawn(|| ahead.help(&ctx));
             }
-            // Helpers blocked for room wake and leave however this ends.
-            let _stop = ahead.stop_on_drop();
             self.apply_touched(&ctx, &ahead, milestone)
         })
     }
@@ -1436,6 +1440,7 @@ impl ReadAhead {
 
     /// A helper's loop: claim the next chunk, wait for room, prepare it, hand it over.
     fn help(&self, ctx: &Prepare<'_>) {
+        ctx.changes.on_helper_thread();
         loop {
             let c = self.claimed.fetch_add(1, Ordering::Relaxed);
             if c >= self.chunks {
