@@ -209,6 +209,7 @@ fn refused_configurations_create_nothing() {
     let bad = [
         Options { log: LogOptions { segment_size: 1000, ..LogOptions::default() }, ..Options::default() },
         Options { log: LogOptions { group: 0, ..LogOptions::default() }, ..Options::default() },
+        Options { log: LogOptions { checkpoint_helpers: 65, ..LogOptions::default() }, ..Options::default() },
         Options { cc: Cc::Silo, log: LogOptions { group: 8, ..LogOptions::default() }, ..Options::default() },
     ];
     for o in bad {

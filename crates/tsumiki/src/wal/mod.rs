@@ -238,6 +238,9 @@ impl Default for LogOptions {
     }
 }
 
+/// The most checkpoint helper threads a database may ask for (each pass starts them).
+pub const MAX_CHECKPOINT_HELPERS: usize = 64;
+
 impl LogOptions {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), Error> {
@@ -251,6 +254,12 @@ impl LogOptions {
         }
         if self.group == 0 {
             return Err(Error::Config("group must be at least 1".into()));
+        }
+        if self.checkpoint_helpers > MAX_CHECKPOINT_HELPERS {
+            return Err(Error::Config(format!(
+                "checkpoint_helpers {} is more than {MAX_CHECKPOINT_HELPERS}",
+                self.checkpoint_helpers
+            )));
         }
         Ok(())
     }
