@@ -778,19 +778,23 @@ impl PageStore {
             // Helpers blocked for room wake and leave however this ends (a failed spawn
             // included: the scope would otherwise wait for them).
             let _stop = ahead.stop_on_drop();
-            for _ in 0..helpers {
-                s.spawn(|| ahead.help(&ctx));
-            }
-            self.apply_touched(&ctx, &ahead, milestone)
+            // A thread the system refuses is one helper fewer (none: the pass prepares
+            // its pages itself).
+            let started = (0..helpers)
+                .filter(|_| std::thread::Builder::new().spawn_scoped(s, || ahead.help(&ctx)).is_ok())
+                .count();
+            self.apply_touched(&ctx, &ahead, started > 0, milestone)
         })
     }
 
     /// The sequential half of [`apply_pass`](Self::apply_pass): every page in order, the
-    /// touched ones rewritten with what `ahead` prepared (or prepared here without helpers).
+    /// touched ones rewritten with what `ahead`'s helpers prepared (`helped`), or prepared
+    /// here.
     fn apply_touched(
         &mut self,
         ctx: &Prepare<'_>,
         ahead: &ReadAhead,
+        helped: bool,
         milestone: &mut Option<Milestone<'_>>,
     ) -> Result<(), Error> {
         let before = ctx.before;
@@ -814,7 +818,7 @@ impl PageStore {
                 out.push(page);
                 continue;
             };
-            let prepared = if ahead.helpers == 0 {
+            let prepared = if !helped {
                 ctx.prepare(t)?
             } else {
                 if n % PREPARE_CHUNK == 0 {
