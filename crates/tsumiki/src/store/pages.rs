@@ -692,7 +692,8 @@ impl PageStore {
     /// bases for the pages they touch, and relocation of the pages of the segments
     /// cleaning picks. Then [`write_table`](Self::write_table) (several calls may come
     /// before it: each one's pages are the next one's). The changes' values are read
-    /// [`CHANGE_BATCH`] at a time, so a checkpoint never holds all it writes.
+    /// a page at a time (a page with over [`PREPARE_MAX_CHANGES`] changes [`CHANGE_BATCH`]
+    /// at a time), so a checkpoint never holds all it writes.
     ///
     /// With `milestone`, each time the images written since the last table pass
     /// [`milestone_bytes`](Self::milestone_bytes), the table of the pages so far (the
