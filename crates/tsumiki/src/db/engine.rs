@@ -320,9 +320,7 @@ impl<P: Protocol> CommittedState for Engine<P> {
     }
 
     fn enter_helper(&self) {
-        if let Some(d) = self.durable.as_ref().filter(|d| d.wal.holds_locks()) {
-            crate::cc::set_lock_waiter(Some(d.wal.clone()));
-        }
+        self.install_lock_waiter();
     }
 
     /// Every record's latest committed value, in key order, a chunk at a time (never a
@@ -485,6 +483,16 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
+    /// Under NLR group commit, makes this thread's wait for a record's lock flush the
+    /// pending group that holds it (otherwise the wait spins until some commit fills the
+    /// group). Transactions, the checkpoint's thread and its helpers call it.
+    #[inline]
+    fn install_lock_waiter(&self) {
+        if let Some(d) = self.durable.as_ref().filter(|d| d.wal.holds_locks()) {
+            crate::cc::set_lock_waiter(Some(d.wal.clone()));
+        }
+    }
+
     /// Whether a checkpoint is due by log volume or cache pressure.
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
@@ -492,10 +500,7 @@ impl<P: Protocol> Engine<P> {
 
     /// Takes a checkpoint now, from outside any transaction.
     pub(crate) fn checkpoint_now(&self) -> Result<(), Error> {
-        if let Some(d) = self.durable.as_ref().filter(|d| d.wal.holds_locks()) {
-            // Reading a record whose lock a commit group holds flushes that group.
-            crate::cc::set_lock_waiter(Some(d.wal.clone()));
-        }
+        self.install_lock_waiter();
         let _one = self.checkpointing.lock();
         let slot = self.checkpoint_slot.get_or_init(|| self.new_slot()).clone();
         // Entered like a transaction: no record the checkpoint reads is freed meanwhile.
@@ -1196,9 +1201,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Pins the epoch for one operation. Under NLR group commit it also names this
     /// database to the thread's lock-wait hook (its waits flush this database's lanes).
     fn pin(&mut self) -> Guard {
-        if let Some(d) = self.eng.durable.as_ref().filter(|d| d.wal.holds_locks()) {
-            crate::cc::set_lock_waiter(Some(d.wal.clone()));
-        }
+        self.eng.install_lock_waiter();
         let guard = epoch::pin();
         self.ops += 1;
         if self.ops >= OPS_PER_COLLECT {

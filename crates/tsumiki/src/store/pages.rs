@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -1348,7 +1348,6 @@ impl Bases {
     }
 }
 
-/// The end (exclusive) in `changes` of the changes of page `i` of `pages`, from `at`.
 /// Touched pages per chunk that a helper prepares at once (see [`ReadAhead`]).
 const PREPARE_CHUNK: usize = 16;
 /// Chunks prepared ahead of the pass per helper at most: what waits is bounded (each
@@ -1418,7 +1417,7 @@ impl Prepare<'_> {
 struct ReadAhead {
     chunks: usize,
     helpers: usize,
-    claimed: std::sync::atomic::AtomicUsize,
+    claimed: AtomicUsize,
     state: Mutex<AheadState>,
     ready: Condvar,
     room: Condvar,
@@ -1436,7 +1435,7 @@ impl ReadAhead {
         ReadAhead {
             chunks,
             helpers,
-            claimed: std::sync::atomic::AtomicUsize::new(0),
+            claimed: AtomicUsize::new(0),
             state: Mutex::new(AheadState::default()),
             ready: Condvar::new(),
             room: Condvar::new(),
@@ -1518,6 +1517,7 @@ fn changes_len(prev: &[u8], changes: &[Change]) -> u64 {
         .sum::<usize>() as u64
 }
 
+/// The end (exclusive) in `changes` of the changes of page `i` of `pages`, from `at`.
 fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) -> usize {
     match pages.get(i + 1) {
         Some(next) => {
