@@ -1,0 +1,1 @@
+//! C library (in progress).
