@@ -5,7 +5,7 @@ use std::process::Command;
 #[test]
 fn stats_shows_the_page_segments_of_a_closed_database() {
     let dir = tempfile::tempdir().unwrap();
-    let db = tsumiki::Db::open(dir.path(), tsumiki::Options::default()).unwrap();
+    let db = tsumiki::Db::create(dir.path(), tsumiki::Options::default()).unwrap();
     db.run(|t| {
         for i in 0..2000u32 {
             t.put(&i.to_be_bytes(), &[7u8; 40])?;
@@ -34,7 +34,7 @@ fn stats_shows_the_page_segments_of_a_closed_database() {
 #[test]
 fn stats_shows_the_lane_registry_of_a_crashed_database() {
     let dir = tempfile::tempdir().unwrap();
-    let db = tsumiki::Db::open(dir.path(), tsumiki::Options::default()).unwrap();
+    let db = tsumiki::Db::create(dir.path(), tsumiki::Options::default()).unwrap();
     db.run(|t| t.put(b"k", b"v")).unwrap();
     db.abandon_for_tests();
     let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats", "--json"]).arg(dir.path()).output().unwrap();

@@ -30,7 +30,7 @@ fn main() {
         Some(d) => panic!("durability: buffered or sync, not {d}"),
     };
     let log = LogOptions { durability, ..LogOptions::default() };
-    let db = Db::open(&dir, Options { log, ..Options::default() }).expect("open");
+    let db = Db::create(&dir, Options { log, ..Options::default() }).expect("open");
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
         db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; VALUE]))).expect("fill");
     }

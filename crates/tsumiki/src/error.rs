@@ -115,6 +115,13 @@ pub enum Error {
     /// The database is open elsewhere (another process, or another handle).
     #[error("{0}")]
     Locked(String),
+    /// [`Db::open`](crate::Db::open) found no database at the path (use
+    /// [`Db::create`](crate::Db::create) to make one).
+    #[error("{0}")]
+    NotFound(String),
+    /// A write through a database opened with [`Options::read_only`](crate::Options::read_only).
+    #[error("the database was opened read-only")]
+    ReadOnly,
 }
 
 impl Error {
@@ -145,12 +152,14 @@ impl PartialEq for Error {
             (Conflict(a), Conflict(b)) => a == b,
             (KeyTooLong { len: a, max: m }, KeyTooLong { len: b, max: n })
             | (ValueTooLong { len: a, max: m }, ValueTooLong { len: b, max: n }) => a == b && m == n,
-            (TxnFinished, TxnFinished) => true,
+            (TxnFinished, TxnFinished) | (ReadOnly, ReadOnly) => true,
             (Index(a), Index(b)) => a == b,
             (Io { context: a, source: s }, Io { context: b, source: t }) => a == b && s.kind() == t.kind(),
-            (Config(a), Config(b)) | (Poisoned(a), Poisoned(b)) | (Corrupt(a), Corrupt(b)) | (Locked(a), Locked(b)) => {
-                a == b
-            }
+            (Config(a), Config(b))
+            | (Poisoned(a), Poisoned(b))
+            | (Corrupt(a), Corrupt(b))
+            | (Locked(a), Locked(b))
+            | (NotFound(a), NotFound(b)) => a == b,
             _ => false,
         }
     }

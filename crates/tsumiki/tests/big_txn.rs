@@ -84,7 +84,7 @@ fn a_durable_big_transaction_commits_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let n = if cfg!(debug_assertions) { 5_000 } else { 100_000 };
     let ks = keys(n, "random");
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     let t = Instant::now();
     let mut txn = db.begin();
     for k in &ks {
@@ -93,7 +93,7 @@ fn a_durable_big_transaction_commits_and_recovers() {
     txn.commit().unwrap();
     println!("durable tictoc random {n} keys in one transaction: {:.3} s", t.elapsed().as_secs_f64());
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     let mut txn = db.begin();
     assert_eq!(txn.scan(b"", None).count(), n as usize, "recovered every key of the big commit");
     txn.commit().unwrap();

@@ -43,7 +43,7 @@ fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
 fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let budget = 64 << 10;
-    let db = Db::open(dir.path(), opts(cc, budget, evict_dirty)).unwrap();
+    let db = Db::create(dir.path(), opts(cc, budget, evict_dirty)).unwrap();
     let mut model = BTreeMap::new();
     for chunk in (0..4000u64).collect::<Vec<_>>().chunks(100) {
         db.run(|t| {
@@ -119,14 +119,14 @@ fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
     let st = db.cache_stats().unwrap();
     assert!(st.resident_bytes <= budget as i64, "{cc:?}: {st:?}");
     db.close().unwrap();
-    let db = Db::open(dir.path(), opts(cc, budget, false)).unwrap();
+    let db = Db::create(dir.path(), opts(cc, budget, false)).unwrap();
     if dump(&db) != model {
         return Err(format!("{cc:?}: the state after a clean close"));
     }
     db.run(|t| t.put(&key(1), b"after the close")).unwrap();
     model.insert(key(1), b"after the close".to_vec());
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), opts(cc, budget, false)).unwrap();
+    let db = Db::create(dir.path(), opts(cc, budget, false)).unwrap();
     if dump(&db) != model {
         return Err(format!("{cc:?}: the state after a crash"));
     }
@@ -164,7 +164,7 @@ fn account(b: u64) -> Vec<u8> {
 /// audit must see the total.
 fn bank(cc: Cc) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), opts(cc, 64 << 10, false)).unwrap();
+    let db = Db::create(dir.path(), opts(cc, 64 << 10, false)).unwrap();
     for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(200) {
         db.run(|t| {
             for &a in chunk {
@@ -239,7 +239,7 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     o.log.scan_gap_unguarded_for_tests = unguarded;
     // The planted run writes faster.
     let think = if unguarded { 200 } else { 2000 };
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     db.run(|t| {
         for n in 0..PRESENT {
             t.put(&key(2 * n), b"present")?;
@@ -346,14 +346,14 @@ fn reloaded_pages_leave_without_splitting() {
     let dir = tempfile::tempdir().unwrap();
     let n = 20_000u64;
     {
-        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let db = Db::create(dir.path(), Options::default()).unwrap();
         for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
             db.run(|t| chunk.iter().try_for_each(|&i| t.put(&key(i), &value(i, 0, 48)))).unwrap();
         }
         db.close().unwrap();
     }
     // 512 KiB: ranges split at 128 records; the pages hold more, and at most twice that.
-    let db = Db::open(dir.path(), opts(Cc::TicToc, 512 << 10, false)).unwrap();
+    let db = Db::create(dir.path(), opts(Cc::TicToc, 512 << 10, false)).unwrap();
     let pages = db.store_stats().unwrap().pages as usize;
     let per_page = n as usize / pages;
     assert!((129..=256).contains(&per_page), "{per_page} records a page: the test needs 129..=256");
@@ -373,7 +373,7 @@ fn reloaded_pages_leave_without_splitting() {
 fn records_leave_room_for_the_checkpoint_buffers() {
     let dir = tempfile::tempdir().unwrap();
     let cache = 1 << 20;
-    let db = Db::open(dir.path(), opts(Cc::TicToc, cache, false)).unwrap();
+    let db = Db::create(dir.path(), opts(Cc::TicToc, cache, false)).unwrap();
     for chunk in (0..20_000u64).collect::<Vec<_>>().chunks(500) {
         db.run(|t| chunk.iter().try_for_each(|&i| t.put(&key(i), &value(i, 0, 100)))).unwrap();
     }

@@ -47,7 +47,7 @@ fn logs_stop_growing_and_recovery_replays_only_the_tail() {
     for release in [Release::Nlr, Release::Elr] {
         let dir = tempfile::tempdir().unwrap();
         let o = block_per_commit(Cc::TicToc, release, 256 << 10);
-        let db = Db::open(dir.path(), o.clone()).unwrap();
+        let db = Db::create(dir.path(), o.clone()).unwrap();
         let mut model = BTreeMap::new();
         let mut peak = 0;
         for i in 0..30_000u32 {
@@ -71,7 +71,7 @@ fn logs_stop_growing_and_recovery_replays_only_the_tail() {
         assert!(stats.segments_recycled >= 2 * stats.checkpoints, "{release:?}: {stats:?}");
         assert!(stats.segments_zeroed <= 2 * stats.checkpoints + 8, "{release:?}: {stats:?}");
         db.abandon_for_tests();
-        let db = Db::open(dir.path(), o).unwrap();
+        let db = Db::create(dir.path(), o).unwrap();
         let r = db.recovery_stats().unwrap();
         assert!(r.replayed);
         assert!(r.records_read <= 1500, "{release:?}: replayed {} records, not only the tail", r.records_read);
@@ -93,7 +93,7 @@ fn commits_beside_checkpoints_are_all_kept() {
             let dir = tempfile::tempdir().unwrap();
             let mut o = opts(cc, release, 64 << 10);
             o.log.mode = mode;
-            let db = Db::open(dir.path(), o.clone()).unwrap();
+            let db = Db::create(dir.path(), o.clone()).unwrap();
             const THREADS: u64 = 3;
             let acked: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
             std::thread::scope(|s| {
@@ -124,7 +124,7 @@ fn commits_beside_checkpoints_are_all_kept() {
             let cks = db.wal_stats().unwrap().checkpoints;
             assert!(cks >= 5, "{} {release:?}: {cks} checkpoints", cc.name());
             db.abandon_for_tests();
-            let db = Db::open(dir.path(), o).unwrap();
+            let db = Db::create(dir.path(), o).unwrap();
             let mut txn = db.begin();
             for t in 0..THREADS {
                 let v = txn.get(&[b'c', t as u8]).unwrap().expect("counter present");
@@ -142,7 +142,7 @@ fn commits_beside_checkpoints_are_all_kept() {
 fn a_transaction_open_across_a_checkpoint_commits() {
     let dir = tempfile::tempdir().unwrap();
     let o = opts(Cc::TicToc, Release::Nlr, 0);
-    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let db = Db::create(dir.path(), o.clone()).unwrap();
     db.run(|t| t.put(b"a", b"1")).unwrap();
     let mut txn = db.begin();
     assert_eq!(txn.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
@@ -151,7 +151,7 @@ fn a_transaction_open_across_a_checkpoint_commits() {
     txn.commit().unwrap();
     assert_eq!(db.wal_stats().unwrap().checkpoints, 1);
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     let mut txn = db.begin();
     assert_eq!(txn.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
     txn.commit().unwrap();
@@ -203,7 +203,7 @@ fn logs_on_disk_stay_a_fraction_of_the_data() {
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 20);
     o.log.segment_size = 256 << 10;
     o.log.page_segment_size = 128 << 10;
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     fill_keys(&db, KEYS);
     let log_bytes = || wal_bytes(dir.path());
     let mut x: u64 = 0x9E37_79B9;
@@ -247,7 +247,7 @@ fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
     o.log.page_segment_size = 128 << 10;
     o.log.checkpoint_delay_for_tests = std::time::Duration::from_millis(400);
     o.log.no_throttle_for_tests = no_throttle;
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     fill_keys(&db, KEYS);
     let log_bytes = || wal_bytes(dir.path());
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -302,7 +302,7 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(Cc::TicToc, Release::Nlr, 256 << 10);
     o.log.page_segment_size = 128 << 10;
-    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let db = Db::create(dir.path(), o.clone()).unwrap();
     let mut model = BTreeMap::new();
     // Every key first, then random overwrites.
     for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
@@ -367,11 +367,11 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     assert!(peaks.iter().all(|&p| p <= 2 * live), "the page store passed 2x the data: {peaks:?}");
     // After a crash, and after a clean close, the state is the model's.
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), o.clone()).unwrap();
+    let db = Db::create(dir.path(), o.clone()).unwrap();
     let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
     assert!(got == model, "the state recovered after a crash differs from the model");
     db.close().unwrap();
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     let again: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
     assert!(again == model, "the state after a clean close differs from the model");
 }
@@ -385,7 +385,7 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
         let dir = tempfile::tempdir().unwrap();
         let mut o = opts(Cc::TicToc, Release::Nlr, 0);
         o.log.checkpoint_interval = std::time::Duration::from_millis(interval_ms);
-        let db = Db::open(dir.path(), o.clone()).unwrap();
+        let db = Db::create(dir.path(), o.clone()).unwrap();
         for i in 0..commits {
             db.run(|t| t.put(&i.to_be_bytes(), b"v")).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -398,7 +398,7 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
         std::thread::sleep(std::time::Duration::from_millis(3 * interval_ms.max(50)));
         let idle = db.wal_stats().unwrap().checkpoints - after_writes;
         db.abandon_for_tests();
-        let db = Db::open(dir.path(), o).unwrap();
+        let db = Db::create(dir.path(), o).unwrap();
         let replayed = db.recovery_stats().unwrap().records_applied;
         assert_eq!(db.begin().scan(b"", None).count(), commits as usize);
         (after_writes, idle, replayed)
@@ -427,7 +427,7 @@ fn an_idle_database_keeps_no_recycled_segments() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 64 << 10);
     o.log.checkpoint_interval = std::time::Duration::from_millis(200);
-    let db = Db::open(dir.path(), o).unwrap();
+    let db = Db::create(dir.path(), o).unwrap();
     for i in 0..2000u32 {
         db.run(|t| t.put(&(i % 100).to_be_bytes(), &[7u8; 100])).unwrap();
     }
@@ -453,7 +453,7 @@ fn buffered_commits_share_blocks() {
     for release in [Release::Nlr, Release::Elr] {
         let dir = tempfile::tempdir().unwrap();
         let o = opts(Cc::TicToc, release, 1 << 20);
-        let db = Db::open(dir.path(), o.clone()).unwrap();
+        let db = Db::create(dir.path(), o.clone()).unwrap();
         for i in 0..2000u32 {
             db.run(|t| t.put(&i.to_be_bytes(), &[7u8; 64])).unwrap();
         }
@@ -461,7 +461,7 @@ fn buffered_commits_share_blocks() {
         assert!(stats.blocks_rewritten >= 1900, "{release:?}: {stats:?}");
         assert_eq!(stats.checkpoints, 0, "{release:?}: {stats:?}");
         db.abandon_for_tests();
-        let db = Db::open(dir.path(), o).unwrap();
+        let db = Db::create(dir.path(), o).unwrap();
         assert_eq!(db.begin().scan(b"", None).count(), 2000, "{release:?}");
         db.close().unwrap();
     }
@@ -476,7 +476,7 @@ fn checkpoints_take_direct_lanes_from_memory() {
         let dir = tempfile::tempdir().unwrap();
         let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 256 << 10);
         o.log.direct_io = direct_io;
-        let db = Db::open(dir.path(), o.clone()).unwrap();
+        let db = Db::create(dir.path(), o.clone()).unwrap();
         let mut model = BTreeMap::new();
         for i in 0..3000u32 {
             let (k, v) = ((i % 500).to_be_bytes(), i.to_be_bytes());
@@ -492,7 +492,7 @@ fn checkpoints_take_direct_lanes_from_memory() {
             assert_eq!(stats.lanes_echoed, 0, "buffered writes: {stats:?}");
         }
         db.abandon_for_tests();
-        let db = Db::open(dir.path(), o).unwrap();
+        let db = Db::create(dir.path(), o).unwrap();
         let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
         assert_eq!(got, model, "direct I/O {direct_io}");
         db.close().unwrap();

@@ -462,7 +462,7 @@ fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
     let crashed = || {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options { log: LogOptions { mode: LogMode::PWal, ..LogOptions::default() }, ..Options::default() };
-        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        let db = Db::create(dir.path(), opts.clone()).unwrap();
         // Keys present first: the two updates below touch no shared gap (no conflict).
         db.run(|t| {
             t.put(&[0], b"0")?;
@@ -493,7 +493,7 @@ fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
         assert!(!lane1.is_empty(), "the test needs a second lane");
         (dir, opts, lane1)
     };
-    let reopen = |dir: &tempfile::TempDir, opts: &Options| Db::open(dir.path(), opts.clone());
+    let reopen = |dir: &tempfile::TempDir, opts: &Options| Db::create(dir.path(), opts.clone());
     let (dir, opts, _) = crashed();
     let updated = |db: &Db| db.begin().scan(b"", None).filter(|r| r.as_ref().unwrap().1 == b"v").count();
     let db = reopen(&dir, &opts).unwrap();

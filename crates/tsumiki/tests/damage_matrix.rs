@@ -68,19 +68,19 @@ fn build(root: &Path) -> (PathBuf, PathBuf, PathBuf, Vec<State>) {
     let work = root.join("work");
     let mut model = State::new();
     let mut states = vec![State::new()];
-    let db = Db::open(&work, opts()).unwrap();
+    let db = Db::create(&work, opts()).unwrap();
     commit_range(&db, &mut model, &mut states, 0, 300);
     db.close().unwrap();
     let older = root.join("older");
     copy_dir(&work, &older);
-    let db = Db::open(&work, opts()).unwrap();
+    let db = Db::create(&work, opts()).unwrap();
     commit_range(&db, &mut model, &mut states, 300, 500);
     db.checkpoint().unwrap();
     commit_range(&db, &mut model, &mut states, 500, 800);
     db.abandon_for_tests();
     let crashed = root.join("crashed");
     copy_dir(&work, &crashed);
-    let db = Db::open(&work, opts()).unwrap();
+    let db = Db::create(&work, opts()).unwrap();
     db.close().unwrap();
     let closed = root.join("closed");
     copy_dir(&work, &closed);
@@ -226,7 +226,7 @@ struct Counts {
 /// state, `Err` a clear error (from open, or from a page read when its keys are first
 /// used). Panics on a state that never existed.
 fn outcome(dir: &Path, states: &[State], what: &str) -> Result<bool, Error> {
-    let db = Db::open(dir, opts())?;
+    let db = Db::create(dir, opts())?;
     let got: State = db.begin().scan(b"", None).collect::<Result<_, Error>>()?;
     drop(db);
     let last = states.last().unwrap();

@@ -8,11 +8,11 @@ use tsumiki::{Db, Error, Options};
 fn files_are_private_locked_and_reopenable() {
     let dir = std::env::temp_dir().join(format!("tsumiki-files-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let db = Db::open(&dir, Options::default()).unwrap();
+    let db = Db::create(&dir, Options::default()).unwrap();
     for i in 0..100u32 {
         db.run(|t| t.put(&i.to_be_bytes(), b"v")).unwrap();
     }
-    assert!(matches!(Db::open(&dir, Options::default()), Err(Error::Locked(_))));
+    assert!(matches!(Db::create(&dir, Options::default()), Err(Error::Locked(_))));
     for e in std::fs::read_dir(&dir).unwrap() {
         let e = e.unwrap();
         let mode = e.metadata().unwrap().permissions().mode() & 0o777;
@@ -22,7 +22,7 @@ fn files_are_private_locked_and_reopenable() {
     let stats = db.wal_stats().unwrap();
     assert!(stats.syncs >= 100, "a sync per commit by default: {stats:?}");
     db.close().unwrap();
-    let db = Db::open(&dir, Options::default()).unwrap();
+    let db = Db::create(&dir, Options::default()).unwrap();
     assert!(!db.recovery_stats().unwrap().replayed);
     assert_eq!(db.begin().scan(b"", None).count(), 100);
     drop(db);
@@ -45,9 +45,9 @@ fn reopen_chains_keep_data_with_and_without_commits() {
         v.sort();
         v
     };
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.close().unwrap(); // an empty database, nothing committed
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     assert_eq!(db.begin().scan(b"", None).count(), 0);
     for i in 0..1000u32 {
         db.run(|t| t.put(&i.to_be_bytes(), &i.to_le_bytes())).unwrap();
@@ -56,7 +56,7 @@ fn reopen_chains_keep_data_with_and_without_commits() {
     let after_writes = snaps();
     assert_eq!(after_writes.len(), 1, "one page segment");
     for round in 0..3 {
-        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let db = Db::create(dir.path(), Options::default()).unwrap();
         let mut t = db.begin();
         assert_eq!(t.scan(b"", None).count(), 1000, "round {round}");
         assert_eq!(t.get(&999u32.to_be_bytes()).unwrap(), Some(999u32.to_le_bytes().to_vec()));
@@ -64,15 +64,15 @@ fn reopen_chains_keep_data_with_and_without_commits() {
         db.close().unwrap();
         assert!(snaps() == after_writes, "a read-only session wrote to the page store");
     }
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.delete(&0u32.to_be_bytes())).unwrap();
     db.close().unwrap();
     assert!(snaps() != after_writes, "a session with a commit writes its pages");
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     assert_eq!(db.begin().scan(b"", None).count(), 999);
     // A crash after a read-only session: recovery still finds everything.
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     assert_eq!(db.begin().scan(b"", None).count(), 999);
 }
 
@@ -93,7 +93,7 @@ fn replay_rate() {
         ..LogOptions::default()
     };
     let opts = Options { log, ..Options::default() };
-    let db = Db::open(&dir, opts.clone()).unwrap();
+    let db = Db::create(&dir, opts.clone()).unwrap();
     let mut tickets = Vec::new();
     for i in 0..n {
         let mut t = db.begin();
@@ -106,7 +106,7 @@ fn replay_rate() {
     tickets.drain(..).for_each(|t| t.wait().unwrap());
     db.abandon_for_tests();
     let t0 = std::time::Instant::now();
-    let db = Db::open(&dir, opts).unwrap();
+    let db = Db::create(&dir, opts).unwrap();
     let open = t0.elapsed();
     let s = db.recovery_stats().unwrap();
     println!(
@@ -129,7 +129,7 @@ fn replay_rate() {
 #[test]
 fn inspect_reports_what_the_trailers_say() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 0..50u32 {
         db.run(|t| t.put(&i.to_be_bytes(), b"value")).unwrap();
     }
@@ -140,9 +140,9 @@ fn inspect_reports_what_the_trailers_say() {
     let logs: Vec<_> = r.files.iter().filter(|f| f.log.is_some()).collect();
     assert_eq!(logs.iter().map(|f| f.records).sum::<u64>(), 50, "{r:?}");
     assert!(logs.iter().all(|f| f.bad_blocks == 0 && (f.valid_blocks == 0 || f.flushes > 0)), "{r:?}");
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.close().unwrap();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     let live = db.store_stats().unwrap().live_bytes;
     db.close().unwrap();
     let r = tsumiki::inspect(dir.path()).unwrap();

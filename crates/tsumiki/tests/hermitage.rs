@@ -189,7 +189,7 @@ fn with_sessions(
         Store::TinyCache => {
             opts.cache_bytes = 1;
             opts.log.durability = tsumiki::Durability::Buffered;
-            Db::open(dir.path(), opts).unwrap()
+            Db::create(dir.path(), opts).unwrap()
         }
     };
     db.run(|t| {

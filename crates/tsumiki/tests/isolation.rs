@@ -182,7 +182,7 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
             opts.log.durability = tsumiki::Durability::Buffered;
             opts.log.checkpoint_bytes = 8 << 10;
             opts.log.evict_unmarked_for_tests = unmarked;
-            Db::open(dir.path(), opts).unwrap()
+            Db::create(dir.path(), opts).unwrap()
         }
         Store::PausedMisses { unchecked } => {
             opts.cache_bytes = 1;
@@ -190,7 +190,7 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
             opts.log.checkpoint_bytes = 8 << 10;
             opts.log.lookup_pause_for_tests = true;
             opts.log.load_count_unchecked_for_tests = unchecked;
-            Db::open(dir.path(), opts).unwrap()
+            Db::create(dir.path(), opts).unwrap()
         }
     };
     db.run(|t| {

@@ -84,7 +84,7 @@ fn kill_child_entry() {
     let variant: u64 = std::env::var("TSUMIKI_KILL_VARIANT").unwrap().parse().unwrap();
     let base: u64 = std::env::var("TSUMIKI_KILL_BASE").unwrap().parse().unwrap();
     let child = Child::parse(&std::env::var("TSUMIKI_KILL_MODE").unwrap());
-    let db = Db::open(&dir, options(variant, child)).expect("child open");
+    let db = Db::create(&dir, options(variant, child)).expect("child open");
     let out = Mutex::new(std::io::stdout());
     {
         use std::io::Write;
@@ -194,7 +194,7 @@ fn run_kills_as(iters: u64, mode: impl Fn(u64) -> Child) -> Result<(), String> {
         }
         acked_all.extend(acked);
         let o = options(variant, Child::Sync);
-        let db = Db::open(&dir, o.clone()).map_err(|e| format!("iteration {iter}: reopen: {e}"))?;
+        let db = Db::create(&dir, o.clone()).map_err(|e| format!("iteration {iter}: reopen: {e}"))?;
         let r = chains::check_chains(&db, &acked_all, SLOTS);
         drop(db);
         if let Err(e) = r {

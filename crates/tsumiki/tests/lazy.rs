@@ -33,7 +33,7 @@ fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// A database of `n` keys spread over many pages, closed; returns the model.
 fn build(dir: &std::path::Path, cc: Cc, n: u64, len: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let db = Db::open(dir, opts(cc)).unwrap();
+    let db = Db::create(dir, opts(cc)).unwrap();
     let mut model = BTreeMap::new();
     for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
         db.run(|t| {
@@ -58,7 +58,7 @@ fn lazily_opened_databases_agree_with_a_model() {
     for cc in Cc::ALL {
         let dir = tempfile::tempdir().unwrap();
         let mut model = build(dir.path(), cc, 3000, 300);
-        let db = Db::open(dir.path(), opts(cc)).unwrap();
+        let db = Db::create(dir.path(), opts(cc)).unwrap();
         assert_eq!(db.recovery_stats().unwrap().keys, 0, "{cc:?}: open loaded records");
         let st = db.store_stats().unwrap();
         assert_eq!(st.records_loaded, 0);
@@ -105,13 +105,13 @@ fn lazily_opened_databases_agree_with_a_model() {
         }
         assert!(dump(&db) == model, "{cc:?}: the whole state after the random operations");
         db.close().unwrap();
-        let db = Db::open(dir.path(), opts(cc)).unwrap();
+        let db = Db::create(dir.path(), opts(cc)).unwrap();
         assert!(dump(&db) == model, "{cc:?}: the state after a clean close");
         // A crash: recovery replays the log into the pages and opens lazily again.
         db.run(|t| t.put(&key(1), b"after the close")).unwrap();
         model.insert(key(1), b"after the close".to_vec());
         db.abandon_for_tests();
-        let db = Db::open(dir.path(), opts(cc)).unwrap();
+        let db = Db::create(dir.path(), opts(cc)).unwrap();
         assert!(db.recovery_stats().unwrap().replayed);
         assert_eq!(db.store_stats().unwrap().records_loaded, 0, "{cc:?}: recovery loaded records");
         assert!(dump(&db) == model, "{cc:?}: the state after a crash");
@@ -134,7 +134,7 @@ fn account(b: u64) -> Vec<u8> {
 /// transactions use their neighbours; every committed audit sees the total.
 fn lazy_bank(cc: Cc, threads: usize) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), opts(cc)).unwrap();
+    let db = Db::create(dir.path(), opts(cc)).unwrap();
     db.run(|t| {
         for a in 0..ACCOUNTS {
             t.put(&key(a), &account(START))?;
@@ -143,7 +143,7 @@ fn lazy_bank(cc: Cc, threads: usize) -> Result<(), String> {
     })
     .unwrap();
     db.close().unwrap();
-    let db = Db::open(dir.path(), opts(cc)).unwrap();
+    let db = Db::create(dir.path(), opts(cc)).unwrap();
     let bad = AtomicU64::new(0);
     let barrier = Barrier::new(threads);
     std::thread::scope(|s| {
@@ -210,7 +210,7 @@ fn transfers_stay_consistent_while_ranges_load() {
 fn gap_through_a_loaded_range(cc: Cc, planted: bool) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let big = vec![b'x'; 7000];
-    let db = Db::open(dir.path(), opts(cc)).unwrap();
+    let db = Db::create(dir.path(), opts(cc)).unwrap();
     db.run(|t| {
         for k in [b"a", b"m", b"t"] {
             t.put(k, &big)?;
@@ -220,7 +220,7 @@ fn gap_through_a_loaded_range(cc: Cc, planted: bool) -> bool {
     .unwrap();
     db.close().unwrap();
     let log = LogOptions { lazy_gaps_unchecked_for_tests: planted, ..LogOptions::default() };
-    let db = Db::open(dir.path(), Options { cc, log, ..Options::default() }).unwrap();
+    let db = Db::create(dir.path(), Options { cc, log, ..Options::default() }).unwrap();
     assert_eq!(db.store_stats().unwrap().pages, 3, "the test needs one page per key");
     let mut t1 = db.begin();
     assert_eq!(t1.get(b"b").unwrap(), None);
@@ -251,7 +251,7 @@ fn a_load_never_waits_on_a_checkpoint_that_waits_on_it() {
     for cc in [Cc::TwoPl(tsumiki::LockWait::NoWait), Cc::TwoPl(tsumiki::LockWait::WaitDie)] {
         let dir = tempfile::tempdir().unwrap();
         let model = build(dir.path(), cc, 3000, 300);
-        let db = Db::open(dir.path(), opts(cc)).unwrap();
+        let db = Db::create(dir.path(), opts(cc)).unwrap();
         // `k` is in this generation's log, so the checkpoint reads its committed value.
         db.run(|t| t.put(&key(0), b"logged")).unwrap();
         let mut t = db.begin();

@@ -146,7 +146,7 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
         ..tsumiki::LogOptions::default()
     };
     let value = vec![7u8; 150];
-    let db = Db::open(dir.path(), Options { log: log.clone(), ..Options::default() }).unwrap();
+    let db = Db::create(dir.path(), Options { log: log.clone(), ..Options::default() }).unwrap();
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         db.run(|t| {
             for &k in chunk {
@@ -166,7 +166,7 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     counting::collect_garbage(64);
     let base = counting::reset_peak();
     let cache = 8 << 20;
-    let db = Db::open(dir.path(), Options { log, cache_bytes: cache, ..Options::default() }).unwrap();
+    let db = Db::create(dir.path(), Options { log, cache_bytes: cache, ..Options::default() }).unwrap();
     let peak = PEAK.load(Ordering::SeqCst) - base;
     // Every commit is replayed: none was folded into the pages before the crash.
     let replayed = db.recovery_stats().unwrap().records_applied;

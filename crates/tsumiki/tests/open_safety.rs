@@ -25,7 +25,7 @@ fn pages_of(dir: &Path) -> PathBuf {
 
 /// A closed database holding keys 0..n.
 fn closed_db(dir: &Path, n: u32) {
-    let db = Db::open(dir, Options::default()).unwrap();
+    let db = Db::create(dir, Options::default()).unwrap();
     for i in 0..n {
         db.run(|t| t.put(&key(i), b"value")).unwrap();
     }
@@ -33,7 +33,7 @@ fn closed_db(dir: &Path, n: u32) {
 }
 
 fn count(dir: &Path) -> usize {
-    let db = Db::open(dir, Options::default()).unwrap();
+    let db = Db::create(dir, Options::default()).unwrap();
     let n = db.begin().scan(b"", None).count();
     db.close().unwrap();
     n
@@ -57,7 +57,7 @@ fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() 
             _ => {
                 // A valid segment of another database (same size, other content).
                 let other = tempfile::tempdir().unwrap();
-                let db = Db::open(other.path(), Options::default()).unwrap();
+                let db = Db::create(other.path(), Options::default()).unwrap();
                 for i in 0..1000 {
                     db.run(|t| t.put(&key(i + 5000), b"value")).unwrap();
                 }
@@ -65,7 +65,7 @@ fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() 
                 std::fs::copy(pages_of(other.path()), &seg).unwrap();
             }
         }
-        let r = Db::open(dir.path(), Options::default());
+        let r = Db::create(dir.path(), Options::default());
         assert!(is_corrupt(r), "{damage}: opened a state that never existed");
     }
 }
@@ -74,15 +74,15 @@ fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() 
 fn after_a_crash_a_lost_page_segment_is_an_error_not_the_logs_keys_alone() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 50);
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 50..60 {
         db.run(|t| t.put(&key(i), b"later")).unwrap();
     }
     db.abandon_for_tests();
     std::fs::write(pages_of(dir.path()), b"").unwrap();
-    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert!(is_corrupt(Db::create(dir.path(), Options::default())));
     std::fs::remove_file(pages_of(dir.path())).unwrap();
-    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert!(is_corrupt(Db::create(dir.path(), Options::default())));
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn an_older_master_put_back_is_refused_and_deletes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 20);
     let old_master = std::fs::read(dir.path().join("MASTER")).unwrap();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 20..40 {
         db.run(|t| t.put(&key(i), b"more")).unwrap();
     }
@@ -98,7 +98,7 @@ fn an_older_master_put_back_is_refused_and_deletes_nothing() {
     let real_master = std::fs::read(dir.path().join("MASTER")).unwrap();
     let before = names(dir.path());
     std::fs::write(dir.path().join("MASTER"), &old_master).unwrap();
-    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert!(is_corrupt(Db::create(dir.path(), Options::default())));
     assert_eq!(names(dir.path()), before, "a refused open deleted files");
     std::fs::write(dir.path().join("MASTER"), &real_master).unwrap();
     assert_eq!(count(dir.path()), 40);
@@ -110,15 +110,15 @@ fn an_older_master_put_back_after_a_crash_is_refused() {
     closed_db(dir.path(), 20);
     let old_master = std::fs::read(dir.path().join("MASTER")).unwrap();
     // A crash, then recovery: a new generation with a new table; then more logged work.
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(&key(100), b"x")).unwrap();
     db.abandon_for_tests();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(&key(101), b"y")).unwrap();
     db.abandon_for_tests();
     let before = names(dir.path());
     std::fs::write(dir.path().join("MASTER"), &old_master).unwrap();
-    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert!(is_corrupt(Db::create(dir.path(), Options::default())));
     assert_eq!(names(dir.path()), before, "a refused open deleted files");
 }
 
@@ -129,7 +129,7 @@ fn an_older_master_put_back_after_a_crash_is_refused() {
 fn a_crafted_master_is_refused_and_the_logs_stay() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(&key(500), b"logged")).unwrap();
     db.abandon_for_tests();
     let before = names(dir.path());
@@ -145,7 +145,7 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
         }
         let m = tsumiki::wal::recovery::master_file(&crafted);
         std::fs::write(dir.path().join("MASTER"), &m).unwrap();
-        assert!(is_corrupt(Db::open(dir.path(), Options::default())), "has_table {has_table}");
+        assert!(is_corrupt(Db::create(dir.path(), Options::default())), "has_table {has_table}");
         assert_eq!(names(dir.path()), before, "a refused open deleted files");
     }
     std::fs::write(dir.path().join("MASTER"), &real).unwrap();
@@ -163,7 +163,7 @@ fn planted_symlinks_are_never_followed() {
     let seg = pages_of(dir.path());
     std::fs::remove_file(&seg).unwrap();
     std::os::unix::fs::symlink(&victim, &seg).unwrap();
-    assert!(Db::open(dir.path(), Options::default()).is_err());
+    assert!(Db::create(dir.path(), Options::default()).is_err());
     // Links at every name the database will create next (its temporary files, the next
     // page segments and the next generation's log segments): it works, and writes none
     // of them.
@@ -178,7 +178,7 @@ fn planted_symlinks_are_never_followed() {
             std::os::unix::fs::symlink(&victim, dir.path().join(n)).unwrap();
         }
     }
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 10..5000 {
         db.run(|t| t.put(&key(i), &[7u8; 100])).unwrap();
     }
@@ -191,13 +191,13 @@ fn planted_symlinks_are_never_followed() {
 #[test]
 fn the_lock_is_not_a_file_that_can_be_deleted() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(b"k", b"v")).unwrap();
     for n in names(dir.path()) {
         assert_ne!(n, "LOCK", "the lock is on the directory, not a file");
     }
     let _ = std::fs::remove_file(dir.path().join("LOCK"));
-    assert!(matches!(Db::open(dir.path(), Options::default()), Err(Error::Locked(_))));
+    assert!(matches!(Db::create(dir.path(), Options::default()), Err(Error::Locked(_))));
     db.close().unwrap();
     assert_eq!(count(dir.path()), 1);
 }
@@ -213,7 +213,7 @@ fn refused_configurations_create_nothing() {
         Options { cc: Cc::Silo, log: LogOptions { group: 8, ..LogOptions::default() }, ..Options::default() },
     ];
     for o in bad {
-        assert!(matches!(Db::open(&dir, o), Err(Error::Config(_))));
+        assert!(matches!(Db::create(&dir, o), Err(Error::Config(_))));
         assert!(!dir.exists(), "a refused configuration created the directory");
     }
     // The same refusal through the resolved commit mode the CLI uses.
@@ -223,7 +223,7 @@ fn refused_configurations_create_nothing() {
     assert!(o.validate().unwrap().holds_locks, "2PL runs Algorithm 3");
     // An empty path is an error, not a database in the working directory.
     let cwd_lock = Path::new("LOCK").exists();
-    assert!(matches!(Db::open("", Options::default()), Err(Error::Config(_))));
+    assert!(matches!(Db::create("", Options::default()), Err(Error::Config(_))));
     assert_eq!(Path::new("LOCK").exists(), cwd_lock);
 }
 
@@ -239,7 +239,7 @@ fn a_one_key_database_is_small_with_one_or_eight_workers() {
     for (threads, release) in [(1, Release::Nlr), (8, Release::Nlr), (8, Release::Elr)] {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options { log: LogOptions { release, ..LogOptions::default() }, ..Options::default() };
-        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        let db = Db::create(dir.path(), opts.clone()).unwrap();
         // Transactions open at once hold distinct worker slots, so each commits on a lane of
         // its own (P-WAL).
         let barrier = std::sync::Barrier::new(threads);
@@ -280,7 +280,7 @@ fn a_one_key_database_is_small_with_one_or_eight_workers() {
 fn a_clean_master_with_commits_logged_after_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
-    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
     db.run(|t| t.put(&key(500), b"logged after the clean exit")).unwrap();
     db.abandon_for_tests();
     let path = dir.path().join("MASTER");
@@ -302,7 +302,7 @@ fn a_clean_master_with_commits_logged_after_it_is_refused() {
     std::fs::write(&path, &lost).unwrap();
     assert!(tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap().last_exit, "the survivor is the clean one");
     let before = names(dir.path());
-    assert!(is_corrupt(Db::open(dir.path(), Options::default())));
+    assert!(is_corrupt(Db::create(dir.path(), Options::default())));
     assert_eq!(names(dir.path()), before, "a refused open deleted files");
     std::fs::write(&path, &real).unwrap();
     assert_eq!(count(dir.path()), 11);

@@ -39,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(cc: Cc, txns: &[Vec<Op>]) {
     let dir = tempfile::tempdir().unwrap();
     let opts = || Options { cc, ..Options::default() };
-    let db = Db::open(dir.path(), opts()).unwrap();
+    let db = Db::create(dir.path(), opts()).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for (i, ops) in txns.iter().enumerate() {
         let mut txn = db.begin();
@@ -66,7 +66,7 @@ fn run(cc: Cc, txns: &[Vec<Op>]) {
     };
     check(&db, "before reopen");
     db.close().unwrap();
-    let db = Db::open(dir.path(), opts()).unwrap();
+    let db = Db::create(dir.path(), opts()).unwrap();
     check(&db, "after reopen");
 }
 

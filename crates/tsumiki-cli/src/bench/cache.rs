@@ -170,7 +170,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
         });
         let result = (|| -> Result<(), String> {
             let (rss_before, _) = rss();
-            let db = Db::open(&path, opts.clone()).map_err(e)?;
+            let db = Db::create(&path, opts.clone()).map_err(e)?;
             let (rss_open, _) = rss();
             sampler.take_peak();
 
@@ -289,7 +289,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             db.close().map_err(e)?;
             let close_secs = t.elapsed().as_secs_f64();
             let t = Instant::now();
-            let db = Db::open(&path, opts.clone()).map_err(e)?;
+            let db = Db::create(&path, opts.clone()).map_err(e)?;
             let reopen_secs = t.elapsed().as_secs_f64();
             let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(n) };
             bar.set_style(style.clone());

@@ -240,6 +240,8 @@ pub struct Engine<P: Protocol> {
     residency: Option<Residency>,
     /// `Options::cache_bytes`, for [`open_durable`](Self::open_durable).
     pub(crate) cache_bytes: usize,
+    /// `Options::read_only`: every write is refused.
+    pub(crate) read_only: bool,
     /// The newest stamp of the records evicted so far: reloaded records start there
     /// ([`Protocol::new_loaded`]).
     reload_stamp: AtomicU64,
@@ -376,6 +378,7 @@ impl<P: Protocol> Engine<P> {
             checkpointing: Mutex::new(()),
             residency: None,
             cache_bytes: usize::MAX,
+            read_only: false,
             reload_stamp: AtomicU64::new(0),
             cache_pressure: AtomicBool::new(false),
         })
@@ -1228,6 +1231,16 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         }
     }
 
+    /// [`check_active`](Self::check_active) for a write: also refused on a read-only
+    /// database.
+    fn check_writable(&self) -> Result<(), Error> {
+        self.check_active()?;
+        if self.eng.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
     /// Ends the transaction after a conflict met during an operation.
     fn fail<T>(&mut self, c: Conflict) -> Result<T, Error> {
         self.rollback();
@@ -1610,7 +1623,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// Stores `value` under `key` (a blind write: nothing is read).
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.check_active()?;
+        self.check_writable()?;
         check_key(key)?;
         check_value(value)?;
         let guard = &self.pin();
@@ -1662,7 +1675,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Conditional write: `value` is `Some` for insert/update, `None` for delete; the write
     /// happens only if the key's presence is `want_present`. Returns whether it happened.
     fn write_if(&mut self, key: &[u8], value: Option<&[u8]>, want_present: bool) -> Result<bool, Error> {
-        self.check_active()?;
+        self.check_writable()?;
         check_key(key)?;
         if let Some(v) = value {
             check_value(v)?;

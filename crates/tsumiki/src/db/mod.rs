@@ -131,6 +131,10 @@ pub struct Options {
     /// and are read back from the pages when used again; past it with nothing clean, a
     /// checkpoint is taken. A running transaction may hold more until it ends.
     pub cache_bytes: usize,
+    /// Refuse every write ([`Error::ReadOnly`]); [`Db::open`] then also requires the
+    /// database to exist. Opening still takes the database's lock and recovers what a
+    /// crash left (which writes to its files), so the directory must be writable.
+    pub read_only: bool,
 }
 
 /// The record cache of a database with pages ([`Db::cache_stats`]).
@@ -168,6 +172,7 @@ impl Default for Options {
             skip_validation_for_tests: false,
             log: LogOptions::default(),
             cache_bytes: DEFAULT_CACHE_BYTES,
+            read_only: false,
         }
     }
 }
@@ -247,8 +252,21 @@ impl<P: Protocol> TypedDb<P> {
         log: LogOptions,
         cache_bytes: usize,
     ) -> Result<Self, Error> {
+        Self::open_durable_as(proto, index, storage, log, cache_bytes, false)
+    }
+
+    /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
+    fn open_durable_as(
+        proto: P,
+        index: BwTreeConfig,
+        storage: Arc<dyn Storage>,
+        log: LogOptions,
+        cache_bytes: usize,
+        read_only: bool,
+    ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
         eng.cache_bytes = cache_bytes;
+        eng.read_only = read_only;
         eng.open_durable(storage, log)?;
         let eng = Arc::new(eng);
         let checkpointer = Some(Checkpointer::start(&eng));
@@ -398,28 +416,59 @@ impl Db {
         Self::build(&opts, None)
     }
 
-    /// Opens (or creates) the database in directory `path`, recovering every commit that
-    /// was acknowledged before a crash. Only one handle may have it open at a time.
+    /// Opens the database in directory `path`, creating it (and the directory) if there
+    /// is none, and recovers every commit that was acknowledged before a crash. Only one
+    /// handle may have it open at a time.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
-    /// let dir = std::env::temp_dir().join(format!("tsumiki-doc-open-{}", std::process::id()));
-    /// let db = Db::open(&dir, Options::default()).unwrap();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("db");
+    /// let db = Db::create(&path, Options::default()).unwrap();
     /// db.run(|txn| txn.put(b"k", b"v")).unwrap();
-    /// assert!(Db::open(&dir, Options::default()).is_err()); // already open
+    /// assert!(Db::create(&path, Options::default()).is_err()); // already open
     /// db.close().unwrap();
-    /// let db = Db::open(&dir, Options::default()).unwrap();
+    /// let db = Db::create(&path, Options::default()).unwrap(); // opens the existing one
     /// assert_eq!(db.begin().get(b"k").unwrap(), Some(b"v".to_vec()));
-    /// # drop(db);
-    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn create(path: impl AsRef<std::path::Path>, opts: Options) -> Result<Db, Error> {
+        Self::open_dir(path.as_ref(), opts, true)
+    }
+
+    /// Opens the existing database in directory `path`, recovering every commit that was
+    /// acknowledged before a crash; [`Error::NotFound`] if there is none (a mistyped path
+    /// is an error, not a new empty database). Only one handle may have it open at a time.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Error, Options};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("db");
+    /// assert!(matches!(Db::open(&path, Options::default()), Err(Error::NotFound(_))));
+    /// assert!(!path.exists()); // nothing was created
+    /// Db::create(&path, Options::default()).unwrap().close().unwrap();
+    /// let db = Db::open(&path, Options { read_only: true, ..Options::default() }).unwrap();
+    /// assert_eq!(db.begin().put(b"k", b"v"), Err(Error::ReadOnly));
     /// ```
     pub fn open(path: impl AsRef<std::path::Path>, opts: Options) -> Result<Db, Error> {
+        Self::open_dir(path.as_ref(), opts, false)
+    }
+
+    fn open_dir(path: &std::path::Path, opts: Options, create: bool) -> Result<Db, Error> {
         opts.validate()?;
-        if path.as_ref().as_os_str().is_empty() {
+        if path.as_os_str().is_empty() {
             return Err(Error::Config("the database path is empty".into()));
         }
-        let dir = DirStorage::new(path.as_ref())
-            .map_err(|e| Error::io(format!("opening directory {}", path.as_ref().display()), e))?;
+        if !create || opts.read_only {
+            match std::fs::metadata(path.join(crate::wal::recovery::MASTER)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let why = if path.is_dir() { "holds no tsumiki database" } else { "does not exist" };
+                    return Err(Error::NotFound(format!("{} {why} (Db::create makes one)", path.display())));
+                }
+                Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+            }
+        }
+        let dir = DirStorage::new(path).map_err(|e| Error::io(format!("opening directory {}", path.display()), e))?;
         Self::build(&opts, Some(Arc::new(dir)))
     }
 
@@ -433,7 +482,14 @@ impl Db {
         fn mk<P: Protocol>(p: P, opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<TypedDb<P>, Error> {
             match storage {
                 None => TypedDb::new(p, opts.index.clone()),
-                Some(s) => TypedDb::open_durable(p, opts.index.clone(), s, opts.log.clone(), opts.cache_bytes),
+                Some(s) => TypedDb::open_durable_as(
+                    p,
+                    opts.index.clone(),
+                    s,
+                    opts.log.clone(),
+                    opts.cache_bytes,
+                    opts.read_only,
+                ),
             }
         }
         let inner = match opts.cc {

@@ -20,7 +20,7 @@ impl FillEngine for Tsumiki {
                 ..Options::default()
             }
         };
-        Db::open(dir, opts).map(Tsumiki).map_err(err("tsumiki open"))
+        Db::create(dir, opts).map(Tsumiki).map_err(err("tsumiki open"))
     }
 
     fn write_batch(&mut self, batch: &Batch<'_>) -> Result<(), String> {
