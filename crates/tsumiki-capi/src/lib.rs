@@ -1,1 +1,934 @@
-//! C library (in progress).
+//! tsumiki's C library (`libtsumiki`): the POSIX ndbm interface over a tsumiki database,
+//! with transactions as an extension. The contract is the header,
+//! `include/tsumiki/ndbm.h`; this file implements it.
+//!
+//! - A `DBM *` is a [`Dbm`]: an [`Arc<Db>`] shared with the process's other handles of the
+//!   same directory (the engine locks a directory against a second open, so a process-wide
+//!   [`REGISTRY`] hands out the one open database), the handle's transaction if one is
+//!   open, its iteration cursor, the buffers the returned `datum`s point into, and the
+//!   outcome of its last call.
+//! - Outside a transaction every call runs in [`Db::run`] (its own durable transaction,
+//!   conflicts retried); inside one, a conflict rolls the transaction back and the handle
+//!   reports it until the caller ends the transaction ([`TxnState::RolledBack`]).
+//! - No panic crosses into C: every exported function runs its body in
+//!   [`std::panic::catch_unwind`] and turns a panic into `TSUMIKI_DBM_INTERNAL`.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tsumiki::{Cc, Db, Error, Options, Txn};
+
+/// `DBM_INSERT`: store only if the key is absent.
+pub const DBM_INSERT: c_int = 0;
+/// `DBM_REPLACE`: store, replacing any value.
+pub const DBM_REPLACE: c_int = 1;
+
+// The codes of `tsumiki_dbm_errcode`, as the header defines them.
+/// Success.
+pub const TSUMIKI_DBM_OK: c_int = 0;
+/// A missing key, or no database at `dbm_open`'s path.
+pub const TSUMIKI_DBM_NOT_FOUND: c_int = 1;
+/// `DBM_INSERT` met an existing key, or `O_EXCL` an existing path.
+pub const TSUMIKI_DBM_EXISTS: c_int = 2;
+/// A write through a handle opened `O_RDONLY`.
+pub const TSUMIKI_DBM_READ_ONLY: c_int = 3;
+/// The transaction conflicted with another one and was rolled back.
+pub const TSUMIKI_DBM_CONFLICT: c_int = 4;
+/// A key or value longer than the engine's limit.
+pub const TSUMIKI_DBM_TOO_LONG: c_int = 5;
+/// An operating-system I/O error.
+pub const TSUMIKI_DBM_IO: c_int = 6;
+/// A damaged database file, or not a tsumiki one.
+pub const TSUMIKI_DBM_CORRUPT: c_int = 7;
+/// The database is open in another process.
+pub const TSUMIKI_DBM_LOCKED: c_int = 8;
+/// An earlier log failure: the database must be closed and reopened.
+pub const TSUMIKI_DBM_POISONED: c_int = 9;
+/// A NULL pointer, bad flags or mode, `dbm_nextkey` before `dbm_firstkey`.
+pub const TSUMIKI_DBM_BAD_ARGUMENT: c_int = 10;
+/// Commit or abort without a transaction.
+pub const TSUMIKI_DBM_NO_TXN: c_int = 11;
+/// Begin inside a transaction.
+pub const TSUMIKI_DBM_IN_TXN: c_int = 12;
+/// A caught panic: a bug in tsumiki.
+pub const TSUMIKI_DBM_INTERNAL: c_int = 13;
+
+/// The C `datum`: `dsize` bytes at `dptr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Datum {
+    /// The bytes (NULL in a returned datum: nothing found).
+    pub dptr: *mut c_void,
+    /// Their number.
+    pub dsize: usize,
+}
+
+impl Datum {
+    const NULL: Datum = Datum { dptr: std::ptr::null_mut(), dsize: 0 };
+
+    /// A datum of `buf`'s bytes, never NULL even when empty (NULL means "not found").
+    fn of(buf: &mut Vec<u8>) -> Datum {
+        buf.reserve(1);
+        Datum { dptr: buf.as_mut_ptr().cast(), dsize: buf.len() }
+    }
+
+    /// The bytes a caller passed in. `what` names the argument in the error.
+    ///
+    /// # Safety
+    /// Unless `dsize` is 0, `dptr` must point to `dsize` readable bytes that stay
+    /// unchanged while the returned slice is used (the ndbm contract).
+    unsafe fn bytes<'a>(self, what: &str) -> Result<&'a [u8], Failure> {
+        if self.dsize == 0 {
+            return Ok(&[]);
+        }
+        if self.dptr.is_null() {
+            return Err(Failure::bad_argument(format!("{what}.dptr is NULL but {what}.dsize is {}", self.dsize)));
+        }
+        if self.dsize > isize::MAX as usize {
+            return Err(Failure::bad_argument(format!("{what}.dsize {} is not a size", self.dsize)));
+        }
+        // SAFETY: non-NULL, a length a slice can have, and the caller promises `dsize`
+        // readable bytes at `dptr` (see this function's contract).
+        Ok(unsafe { std::slice::from_raw_parts(self.dptr.cast::<u8>(), self.dsize) })
+    }
+}
+
+/// Why a call failed, or its not-quite-success outcome (a missing key, an existing one).
+#[derive(Debug)]
+struct Failure {
+    code: c_int,
+    msg: String,
+    /// The operating system's error behind it, if any (0: none).
+    os_errno: c_int,
+}
+
+impl Failure {
+    fn new(code: c_int, msg: impl Into<String>) -> Self {
+        Failure { code, msg: msg.into(), os_errno: 0 }
+    }
+
+    fn bad_argument(msg: impl Into<String>) -> Self {
+        Failure::new(TSUMIKI_DBM_BAD_ARGUMENT, msg)
+    }
+
+    /// Missing and existing keys are outcomes the return value already says: they leave
+    /// `dbm_error` alone and errno unset (as gdbm's ndbm does).
+    fn is_outcome(&self) -> bool {
+        matches!(self.code, TSUMIKI_DBM_NOT_FOUND | TSUMIKI_DBM_EXISTS)
+    }
+
+    /// The errno of this failure (0: leave errno alone).
+    fn errno(&self) -> c_int {
+        if self.os_errno != 0 {
+            return self.os_errno;
+        }
+        match self.code {
+            TSUMIKI_DBM_OK => 0,
+            TSUMIKI_DBM_NOT_FOUND => libc::ENOENT,
+            TSUMIKI_DBM_EXISTS => libc::EEXIST,
+            TSUMIKI_DBM_READ_ONLY => libc::EPERM,
+            TSUMIKI_DBM_CONFLICT | TSUMIKI_DBM_LOCKED => libc::EAGAIN,
+            TSUMIKI_DBM_TOO_LONG | TSUMIKI_DBM_BAD_ARGUMENT | TSUMIKI_DBM_NO_TXN | TSUMIKI_DBM_IN_TXN => libc::EINVAL,
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::NotFound(_) => TSUMIKI_DBM_NOT_FOUND,
+            Error::ReadOnly => TSUMIKI_DBM_READ_ONLY,
+            // A handle's transaction ends only by commit or abort, which also end the
+            // handle's hold on it: a finished one was rolled back by a conflict.
+            Error::Conflict(_) | Error::TxnFinished => TSUMIKI_DBM_CONFLICT,
+            Error::KeyTooLong { .. } | Error::ValueTooLong { .. } => TSUMIKI_DBM_TOO_LONG,
+            Error::Io { .. } => TSUMIKI_DBM_IO,
+            Error::Corrupt(_) => TSUMIKI_DBM_CORRUPT,
+            Error::Locked(_) => TSUMIKI_DBM_LOCKED,
+            Error::Poisoned(_) => TSUMIKI_DBM_POISONED,
+            Error::Index(_) | Error::Config(_) => TSUMIKI_DBM_BAD_ARGUMENT,
+        };
+        let os_errno = match &e {
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(0),
+            _ => 0,
+        };
+        Failure { code, msg: e.to_string(), os_errno }
+    }
+}
+
+/// Sets errno for `f`.
+fn set_errno(f: &Failure) {
+    let e = f.errno();
+    if e != 0 {
+        errno::set_errno(errno::Errno(e));
+    }
+}
+
+/// Where a handle's transaction stands.
+enum TxnState {
+    /// None open: each call is its own transaction.
+    None,
+    /// Opened by `tsumiki_dbm_begin`.
+    ///
+    /// The `'static` is a lie the handle keeps true: the transaction borrows the [`Db`]
+    /// inside the handle's [`Arc`], which lives (at a fixed address, on the heap) as long
+    /// as the handle, and the handle ends the transaction before it lets the `Arc` go
+    /// (see [`Dbm`]'s field order and [`Dbm::close`]).
+    Open(Txn<'static>),
+    /// Rolled back by a conflict; every call fails with `TSUMIKI_DBM_CONFLICT` until
+    /// commit or abort ends it, so that later calls do not run as transactions of
+    /// their own while the caller thinks them part of this one.
+    RolledBack,
+}
+
+/// An open handle: C's `DBM`.
+pub struct Dbm {
+    // Field order matters: fields drop in declaration order, and the transaction
+    // borrows `*db`, so it must drop first.
+    txn: TxnState,
+    db: Arc<Db>,
+    /// The registry's key for `db`.
+    path: PathBuf,
+    read_only: bool,
+    /// The key dbm_firstkey/dbm_nextkey last returned (the returned datum points into it);
+    /// `None` before dbm_firstkey.
+    cursor: Option<Vec<u8>>,
+    /// The value dbm_fetch last returned.
+    value: Vec<u8>,
+    /// `dbm_error`'s sticky condition.
+    error: bool,
+    /// The outcome of the last call.
+    code: c_int,
+    msg: CString,
+}
+
+/// The databases this process has open, by canonical path, shared by their handles. A
+/// handle takes its clone of the `Arc` under the lock and drops it under the lock, so
+/// when only the registry's own clone is left no handle can be using the database and
+/// it may be closed.
+static REGISTRY: Mutex<BTreeMap<PathBuf, Arc<Db>>> = Mutex::new(BTreeMap::new());
+
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<PathBuf, Arc<Db>>> {
+    // A panic while holding it (caught at the boundary) leaves the map itself consistent:
+    // every change to it is a single insert or remove.
+    REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+thread_local! {
+    /// The code and message of the last failed dbm_open in this thread
+    /// (`tsumiki_dbm_errcode(NULL)`).
+    static OPEN_ERROR: RefCell<(c_int, CString)> = RefCell::new((TSUMIKI_DBM_OK, CString::default()));
+}
+
+/// `msg` as a C string (a NUL inside, impossible in tsumiki's messages, becomes '?').
+fn c_message(msg: &str) -> CString {
+    CString::new(msg.replace('\0', "?")).unwrap_or_default()
+}
+
+/// The directory mode for `dbm_open`'s `mode`: an x bit wherever there is an r bit, so
+/// that the owner of a 0644 database can enter its directory (the umask applies after).
+fn dir_mode(mode: libc::mode_t) -> u32 {
+    #[allow(clippy::useless_conversion)] // mode_t is u32 on Linux, u16 elsewhere
+    let m = u32::from(mode) & 0o777;
+    m | ((m & 0o444) >> 2)
+}
+
+/// The options of a database this process opens first: the defaults, with the protocol
+/// named by the environment variable `TSUMIKI_CC` if it is set.
+fn options() -> Result<Options, Failure> {
+    let Some(name) = std::env::var_os("TSUMIKI_CC") else {
+        return Ok(Options::default());
+    };
+    match name.to_str().and_then(Cc::parse) {
+        Some(cc) => Ok(Options::with_cc(cc)),
+        None => Err(Failure::bad_argument(format!(
+            "TSUMIKI_CC={}: not a protocol (tictoc, silo, 2pl, 2pl-waitdie, mvcc-si)",
+            name.to_string_lossy()
+        ))),
+    }
+}
+
+fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm>, Failure> {
+    if file.is_null() {
+        return Err(Failure::bad_argument("dbm_open: file is NULL"));
+    }
+    // SAFETY: non-NULL, and the caller passes a NUL-terminated string (dbm_open's contract).
+    let file = unsafe { CStr::from_ptr(file) };
+    let path = Path::new(std::ffi::OsStr::from_bytes(file.to_bytes()));
+    if path.as_os_str().is_empty() {
+        return Err(Failure::new(TSUMIKI_DBM_NOT_FOUND, "dbm_open: the file name is empty"));
+    }
+    let read_only = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => true,
+        libc::O_WRONLY | libc::O_RDWR => false,
+        other => return Err(Failure::bad_argument(format!("dbm_open: bad access mode {other:#o} in flags"))),
+    };
+    let (create, exclusive, truncate) =
+        (flags & libc::O_CREAT != 0, flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
+    if truncate && read_only {
+        return Err(Failure::bad_argument("dbm_open: O_TRUNC needs O_RDWR or O_WRONLY"));
+    }
+    let io = |what: &str, e: std::io::Error| {
+        let kind = e.kind();
+        let mut f = Failure::from(Error::Io { context: format!("{what} {}", path.display()), source: Arc::new(e) });
+        match kind {
+            // A missing parent directory, or the path vanished meanwhile.
+            std::io::ErrorKind::NotFound => f.code = TSUMIKI_DBM_NOT_FOUND,
+            // O_EXCL, and another process made it meanwhile.
+            std::io::ErrorKind::AlreadyExists => f.code = TSUMIKI_DBM_EXISTS,
+            _ => {}
+        }
+        f
+    };
+    // Held through the open, so that two threads opening one path share one database.
+    let mut reg = registry();
+    let exists = match std::fs::symlink_metadata(path) {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(io("looking at", e)),
+    };
+    if create && exclusive && exists {
+        return Err(Failure::new(TSUMIKI_DBM_EXISTS, format!("{} exists (O_CREAT|O_EXCL)", path.display())));
+    }
+    if !exists {
+        if !create {
+            return Err(Failure::new(
+                TSUMIKI_DBM_NOT_FOUND,
+                format!("no database at {} (O_CREAT creates one)", path.display()),
+            ));
+        }
+        let mut b = std::fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, dir_mode(mode));
+        if let Err(e) = b.create(path) {
+            // Another process may have made it since: then open what is there.
+            if e.kind() != std::io::ErrorKind::AlreadyExists || exclusive {
+                return Err(io("creating directory", e));
+            }
+        }
+    }
+    let canonical = std::fs::canonicalize(path).map_err(|e| io("resolving", e))?;
+    let db = match reg.get(&canonical) {
+        Some(db) => Arc::clone(db),
+        None => {
+            let opts = options()?;
+            let db = if create { Db::create(&canonical, opts) } else { Db::open(&canonical, opts) };
+            let db = Arc::new(db.map_err(|e| {
+                let mut f = Failure::from(e);
+                if f.code == TSUMIKI_DBM_NOT_FOUND {
+                    // The engine's message names its Rust remedy; this is C's.
+                    f.msg = format!("{} holds no tsumiki database (O_CREAT creates one)", path.display());
+                }
+                f
+            })?);
+            reg.insert(canonical.clone(), Arc::clone(&db));
+            db
+        }
+    };
+    drop(reg);
+    let mut h = Box::new(Dbm {
+        txn: TxnState::None,
+        db,
+        path: canonical,
+        read_only,
+        cursor: None,
+        value: Vec::new(),
+        error: false,
+        code: TSUMIKI_DBM_OK,
+        msg: CString::default(),
+    });
+    if truncate {
+        if let Err(f) = h.truncate() {
+            h.close();
+            return Err(f);
+        }
+    }
+    Ok(h)
+}
+
+impl Dbm {
+    /// Empties the database in one transaction (O_TRUNC).
+    fn truncate(&mut self) -> Result<(), Failure> {
+        self.db.run(|t| {
+            let keys: Vec<Vec<u8>> = t.range(..).map(|r| r.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+            keys.iter().try_for_each(|k| t.delete(k).map(drop))
+        })?;
+        Ok(())
+    }
+
+    /// Ends the transaction (rolling it back), then lets go of the database, closing it if
+    /// this was its last handle in the process. A failed close cannot be reported
+    /// (dbm_close returns nothing); the next open recovers what it left.
+    fn close(self: Box<Self>) {
+        let Dbm { txn, db, path, .. } = *self;
+        // First: the transaction borrows `*db` (see `TxnState::Open`).
+        drop(txn);
+        let mut reg = registry();
+        drop(db);
+        if reg.get(&path).is_some_and(|db| Arc::strong_count(db) == 1) {
+            if let Some(Ok(db)) = reg.remove(&path).map(Arc::try_unwrap) {
+                // Still under the lock: a dbm_open of this path waits until the files are
+                // closed and unlocked.
+                let _ = db.close();
+            }
+        }
+    }
+
+    /// Runs `f` in the handle's transaction, or in a transaction of its own (retried on a
+    /// conflict) when none is open.
+    fn with_txn<T>(&mut self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Failure> {
+        match &mut self.txn {
+            TxnState::None => Ok(self.db.run(f)?),
+            TxnState::Open(t) => match f(t) {
+                Ok(v) => Ok(v),
+                Err(e) => {
+                    if matches!(e, Error::Conflict(_) | Error::TxnFinished) {
+                        // The engine rolled it back already.
+                        self.txn = TxnState::RolledBack;
+                    }
+                    Err(e.into())
+                }
+            },
+            TxnState::RolledBack => Err(rolled_back()),
+        }
+    }
+
+    fn writable(&self) -> Result<(), Failure> {
+        if self.read_only {
+            return Err(Failure::new(TSUMIKI_DBM_READ_ONLY, "the handle was opened O_RDONLY"));
+        }
+        Ok(())
+    }
+
+    fn store(&mut self, key: &[u8], value: &[u8], mode: c_int) -> Result<c_int, Failure> {
+        let insert = match mode {
+            DBM_INSERT => true,
+            DBM_REPLACE => false,
+            _ => {
+                return Err(Failure::bad_argument(format!(
+                    "dbm_store: mode {mode} is neither DBM_INSERT nor DBM_REPLACE"
+                )))
+            }
+        };
+        self.writable()?;
+        let stored = self.with_txn(|t| if insert { t.insert(key, value) } else { t.put(key, value).map(|()| true) })?;
+        if stored {
+            Ok(0)
+        } else {
+            Err(Failure::new(TSUMIKI_DBM_EXISTS, "dbm_store: DBM_INSERT of a key that exists"))
+        }
+    }
+
+    fn fetch(&mut self, key: &[u8]) -> Result<Datum, Failure> {
+        match self.with_txn(|t| t.get(key))? {
+            Some(v) => {
+                self.value = v;
+                Ok(Datum::of(&mut self.value))
+            }
+            None => Err(Failure::new(TSUMIKI_DBM_NOT_FOUND, "dbm_fetch: no such key")),
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<c_int, Failure> {
+        self.writable()?;
+        if self.with_txn(|t| t.delete(key))? {
+            Ok(0)
+        } else {
+            Err(Failure::new(TSUMIKI_DBM_NOT_FOUND, "dbm_delete: no such key"))
+        }
+    }
+
+    /// The smallest key after `after` (or the smallest of all), kept as the cursor.
+    fn next_key(&mut self, after: Option<Vec<u8>>) -> Result<Datum, Failure> {
+        // The smallest key greater than `after` is the first one at or after `after` + 0.
+        let start = after.map(|mut k| {
+            k.push(0);
+            k
+        });
+        let start = start.as_deref().unwrap_or_default();
+        let found = self.with_txn(|t| t.range(start..).next().transpose().map(|r| r.map(|(k, _)| k)))?;
+        match found {
+            Some(k) => {
+                let cursor = self.cursor.insert(k);
+                Ok(Datum::of(cursor))
+            }
+            None => Err(Failure::new(TSUMIKI_DBM_NOT_FOUND, "no more keys")),
+        }
+    }
+
+    fn first_key(&mut self) -> Result<Datum, Failure> {
+        self.cursor = None;
+        self.next_key(None)
+    }
+
+    fn following_key(&mut self) -> Result<Datum, Failure> {
+        match self.cursor.clone() {
+            Some(last) => self.next_key(Some(last)),
+            None => Err(Failure::bad_argument("dbm_nextkey before dbm_firstkey")),
+        }
+    }
+
+    fn begin(&mut self) -> Result<c_int, Failure> {
+        match self.txn {
+            TxnState::None => {
+                let txn: Txn<'_> = self.db.begin();
+                // SAFETY: only the lifetime changes. The transaction borrows the `Db` in
+                // `self.db`'s heap allocation, which neither moves nor dies while the
+                // handle holds the `Arc`; the handle drops the transaction before the
+                // `Arc` (field order, `close`), and hands out no reference to it.
+                let txn: Txn<'static> = unsafe { std::mem::transmute::<Txn<'_>, Txn<'static>>(txn) };
+                self.txn = TxnState::Open(txn);
+                Ok(0)
+            }
+            TxnState::Open(_) => {
+                Err(Failure::new(TSUMIKI_DBM_IN_TXN, "a transaction is open already (they do not nest)"))
+            }
+            TxnState::RolledBack => Err(Failure::new(
+                TSUMIKI_DBM_IN_TXN,
+                "the transaction rolled back by a conflict is still open: end it with tsumiki_dbm_abort",
+            )),
+        }
+    }
+
+    fn commit(&mut self) -> Result<c_int, Failure> {
+        match std::mem::replace(&mut self.txn, TxnState::None) {
+            TxnState::Open(t) => {
+                t.commit()?;
+                Ok(0)
+            }
+            TxnState::RolledBack => Err(rolled_back()),
+            TxnState::None => Err(Failure::new(TSUMIKI_DBM_NO_TXN, "tsumiki_dbm_commit: no transaction is open")),
+        }
+    }
+
+    fn abort(&mut self) -> Result<c_int, Failure> {
+        match std::mem::replace(&mut self.txn, TxnState::None) {
+            TxnState::Open(t) => {
+                t.abort();
+                Ok(0)
+            }
+            TxnState::RolledBack => Ok(0),
+            TxnState::None => Err(Failure::new(TSUMIKI_DBM_NO_TXN, "tsumiki_dbm_abort: no transaction is open")),
+        }
+    }
+
+    /// Records the outcome of a call.
+    fn set_outcome(&mut self, code: c_int, msg: &str) {
+        if code == TSUMIKI_DBM_OK && self.code == TSUMIKI_DBM_OK {
+            return; // the common case, without an allocation
+        }
+        self.code = code;
+        self.msg = c_message(msg);
+    }
+}
+
+fn rolled_back() -> Failure {
+    Failure::new(
+        TSUMIKI_DBM_CONFLICT,
+        "the transaction was rolled back by a conflict; end it with tsumiki_dbm_commit or tsumiki_dbm_abort and run it again",
+    )
+}
+
+/// Runs `f` on the handle `db` with the boundary's duties: NULL check, panic catching,
+/// recording the outcome, errno. Returns `on_error` when `f` fails.
+fn call<T>(db: *mut Dbm, on_error: T, f: impl FnOnce(&mut Dbm) -> Result<T, Failure>) -> T {
+    if db.is_null() {
+        errno::set_errno(errno::Errno(libc::EINVAL));
+        return on_error;
+    }
+    // SAFETY: non-NULL, and a `DBM *` the caller has is one dbm_open returned and
+    // dbm_close has not freed, used by one thread at a time (the header's contract).
+    let h = unsafe { &mut *db };
+    let r = catch_unwind(AssertUnwindSafe(|| f(h)));
+    // SAFETY: as above; the closure's borrow ended with it.
+    let h = unsafe { &mut *db };
+    match r {
+        Ok(Ok(v)) => {
+            h.set_outcome(TSUMIKI_DBM_OK, "");
+            v
+        }
+        Ok(Err(fail)) => {
+            if !fail.is_outcome() {
+                h.error = true;
+                set_errno(&fail);
+            }
+            h.set_outcome(fail.code, &fail.msg);
+            on_error
+        }
+        Err(panic) => {
+            h.error = true;
+            h.set_outcome(
+                TSUMIKI_DBM_INTERNAL,
+                &format!("internal error (please report it): {}", panic_message(&panic)),
+            );
+            errno::set_errno(errno::Errno(libc::EIO));
+            on_error
+        }
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// `dbm_open` (see the header).
+///
+/// # Safety
+/// `file` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> *mut Dbm {
+    let r = catch_unwind(|| open(file, flags, mode)).unwrap_or_else(|panic| {
+        Err(Failure::new(TSUMIKI_DBM_INTERNAL, format!("internal error (please report it): {}", panic_message(&panic))))
+    });
+    match r {
+        Ok(h) => Box::into_raw(h),
+        Err(f) => {
+            set_errno(&f);
+            OPEN_ERROR.with(|e| *e.borrow_mut() = (f.code, c_message(&f.msg)));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `dbm_close` (see the header).
+///
+/// # Safety
+/// `db` is NULL or a handle from `dbm_open` not yet closed; it is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_close(db: *mut Dbm) {
+    if db.is_null() {
+        return;
+    }
+    // SAFETY: a handle from dbm_open (Box::into_raw), closed once (the caller's promise).
+    let h = unsafe { Box::from_raw(db) };
+    // A panic here leaks what is left of the handle rather than crossing into C.
+    let _ = catch_unwind(AssertUnwindSafe(|| h.close()));
+}
+
+/// `dbm_store` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle; `key` and `content` point to `dsize` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_store(db: *mut Dbm, key: Datum, content: Datum, mode: c_int) -> c_int {
+    let r = call(db, -1, |h| {
+        // SAFETY: the caller's promise on `key` and `content`; `store` writes none of the
+        // handle's buffers, into which they may point.
+        let (k, v) = unsafe { (key.bytes("key")?, content.bytes("content")?) };
+        h.store(k, v, mode)
+    });
+    // SAFETY: `call` returned -1 on a NULL handle before this reads it; otherwise the
+    // handle is open (the caller's promise).
+    if r == -1 && !db.is_null() && unsafe { (*db).code } == TSUMIKI_DBM_EXISTS {
+        return 1;
+    }
+    r
+}
+
+/// `dbm_fetch` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle; `key` points to `dsize` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_fetch(db: *mut Dbm, key: Datum) -> Datum {
+    call(db, Datum::NULL, |h| {
+        // SAFETY: the caller's promise on `key`. It may point into the handle's cursor or
+        // value buffer; the copy is taken before `fetch` replaces the value buffer.
+        let k = unsafe { key.bytes("key")? }.to_vec();
+        h.fetch(&k)
+    })
+}
+
+/// `dbm_delete` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle; `key` points to `dsize` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_delete(db: *mut Dbm, key: Datum) -> c_int {
+    call(db, -1, |h| {
+        // SAFETY: the caller's promise on `key`; `delete` writes none of the handle's
+        // buffers, into which it may point.
+        let k = unsafe { key.bytes("key")? };
+        h.delete(k)
+    })
+}
+
+/// `dbm_firstkey` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_firstkey(db: *mut Dbm) -> Datum {
+    call(db, Datum::NULL, Dbm::first_key)
+}
+
+/// `dbm_nextkey` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_nextkey(db: *mut Dbm) -> Datum {
+    call(db, Datum::NULL, Dbm::following_key)
+}
+
+/// `dbm_error` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_error(db: *mut Dbm) -> c_int {
+    if db.is_null() {
+        errno::set_errno(errno::Errno(libc::EINVAL));
+        return -1;
+    }
+    // SAFETY: an open handle, used by this thread alone (the caller's promise).
+    c_int::from(unsafe { (*db).error })
+}
+
+/// `dbm_clearerr` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_clearerr(db: *mut Dbm) -> c_int {
+    if db.is_null() {
+        errno::set_errno(errno::Errno(libc::EINVAL));
+        return -1;
+    }
+    // SAFETY: an open handle, used by this thread alone (the caller's promise).
+    let h = unsafe { &mut *db };
+    h.error = false;
+    h.set_outcome(TSUMIKI_DBM_OK, "");
+    0
+}
+
+/// `tsumiki_dbm_begin` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_begin(db: *mut Dbm) -> c_int {
+    call(db, -1, Dbm::begin)
+}
+
+/// `tsumiki_dbm_commit` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_commit(db: *mut Dbm) -> c_int {
+    call(db, -1, Dbm::commit)
+}
+
+/// `tsumiki_dbm_abort` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_abort(db: *mut Dbm) -> c_int {
+    call(db, -1, Dbm::abort)
+}
+
+/// `tsumiki_dbm_errcode` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_errcode(db: *mut Dbm) -> c_int {
+    if db.is_null() {
+        return OPEN_ERROR.with(|e| e.borrow().0);
+    }
+    // SAFETY: an open handle, used by this thread alone (the caller's promise).
+    unsafe { (*db).code }
+}
+
+/// `tsumiki_dbm_errmsg` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_errmsg(db: *mut Dbm) -> *const c_char {
+    if db.is_null() {
+        // The thread-local lives as long as the thread, and only dbm_open replaces it.
+        return OPEN_ERROR.with(|e| e.borrow().1.as_ptr());
+    }
+    // SAFETY: an open handle, used by this thread alone (the caller's promise); the
+    // message lives until its next call replaces it.
+    unsafe { (*db).msg.as_ptr() }
+}
+
+/// The exported functions called as C calls them. (`.ci/capi.sh` runs the C test,
+/// `tests/c/dbm_test.c`, against the installed library and gdbm's ndbm; these run in
+/// `cargo test`, which does not build the C library itself.)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &[u8]) -> Datum {
+        Datum { dptr: s.as_ptr() as *mut c_void, dsize: s.len() }
+    }
+
+    /// The bytes of a returned datum (`None` for NULL).
+    fn bytes(x: Datum) -> Option<Vec<u8>> {
+        // SAFETY: a datum the library returned: NULL or `dsize` bytes it owns.
+        (!x.dptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(x.dptr.cast::<u8>(), x.dsize) }.to_vec())
+    }
+
+    fn open_path(path: &Path, flags: c_int) -> *mut Dbm {
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        unsafe { dbm_open(c.as_ptr(), flags, 0o600) }
+    }
+
+    fn code(db: *mut Dbm) -> c_int {
+        // SAFETY: NULL or an open handle.
+        unsafe { tsumiki_dbm_errcode(db) }
+    }
+
+    fn keys(db: *mut Dbm) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        // SAFETY: an open handle.
+        let mut k = unsafe { dbm_firstkey(db) };
+        while let Some(key) = bytes(k) {
+            out.push(key);
+            // SAFETY: as above.
+            k = unsafe { dbm_nextkey(db) };
+        }
+        out
+    }
+
+    #[test]
+    fn ndbm_calls_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        assert!(open_path(&path, libc::O_RDWR).is_null());
+        assert_eq!(code(std::ptr::null_mut()), TSUMIKI_DBM_NOT_FOUND);
+        let db = open_path(&path, libc::O_RDWR | libc::O_CREAT);
+        assert!(!db.is_null());
+        // SAFETY (the block): `db` is open until dbm_close; the datums point to live bytes.
+        unsafe {
+            for k in [&b"b"[..], b"a", b"", b"a\0", b"c"] {
+                assert_eq!(dbm_store(db, d(k), d(b"v"), DBM_INSERT), 0);
+            }
+            assert_eq!(dbm_store(db, d(b"a"), d(b"w"), DBM_INSERT), 1);
+            assert_eq!((code(db), dbm_error(db)), (TSUMIKI_DBM_EXISTS, 0));
+            assert_eq!(bytes(dbm_fetch(db, d(b"a"))), Some(b"v".to_vec()));
+            assert_eq!(dbm_store(db, d(b"a"), d(b""), DBM_REPLACE), 0);
+            let empty = dbm_fetch(db, d(b"a"));
+            assert!(!empty.dptr.is_null() && empty.dsize == 0); // found, empty
+            assert_eq!(dbm_delete(db, d(b"c")), 0);
+            assert_eq!(dbm_delete(db, d(b"c")), -1);
+            assert_eq!((code(db), dbm_error(db)), (TSUMIKI_DBM_NOT_FOUND, 0));
+            assert_eq!(bytes(dbm_fetch(db, d(b"c"))), None);
+            assert_eq!(keys(db), [&b""[..], b"a", b"a\0", b"b"]);
+            assert!(bytes(dbm_nextkey(db)).is_none()); // stays at the end
+            dbm_close(db);
+        }
+        // The last handle closed the database: reopening it (a second open would be
+        // refused while it is open) finds everything.
+        let db = open_path(&path, libc::O_RDONLY);
+        assert!(!db.is_null());
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(keys(db).len(), 4);
+            assert_eq!(dbm_store(db, d(b"x"), d(b"v"), DBM_REPLACE), -1);
+            assert_eq!((code(db), dbm_error(db)), (TSUMIKI_DBM_READ_ONLY, 1));
+            assert_eq!(dbm_clearerr(db), 0);
+            assert_eq!(dbm_error(db), 0);
+            dbm_close(db);
+        }
+    }
+
+    #[test]
+    fn transactions_and_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let (h1, h2) = (open_path(&path, libc::O_RDWR | libc::O_CREAT), open_path(&path, libc::O_RDWR));
+        assert!(!h1.is_null() && !h2.is_null());
+        // SAFETY (the block): both handles are open until dbm_close.
+        unsafe {
+            assert_eq!(tsumiki_dbm_begin(h1), 0);
+            assert_eq!(tsumiki_dbm_begin(h1), -1);
+            assert_eq!(code(h1), TSUMIKI_DBM_IN_TXN);
+            assert_eq!(dbm_store(h1, d(b"k"), d(b"1"), DBM_REPLACE), 0);
+            assert_eq!(bytes(dbm_fetch(h2, d(b"k"))), None); // not committed
+            assert_eq!(tsumiki_dbm_commit(h1), 0);
+            assert_eq!(bytes(dbm_fetch(h2, d(b"k"))), Some(b"1".to_vec()));
+
+            assert_eq!(tsumiki_dbm_begin(h1), 0);
+            assert_eq!(dbm_delete(h1, d(b"k")), 0);
+            assert_eq!(tsumiki_dbm_abort(h1), 0);
+            assert_eq!(tsumiki_dbm_abort(h1), -1);
+            assert_eq!(code(h1), TSUMIKI_DBM_NO_TXN);
+            assert_eq!(bytes(dbm_fetch(h2, d(b"k"))), Some(b"1".to_vec()));
+
+            // Both read k, both write it: the second commit conflicts.
+            assert_eq!((tsumiki_dbm_begin(h1), tsumiki_dbm_begin(h2)), (0, 0));
+            assert!(bytes(dbm_fetch(h1, d(b"k"))).is_some() && bytes(dbm_fetch(h2, d(b"k"))).is_some());
+            assert_eq!(dbm_store(h1, d(b"k"), d(b"2"), DBM_REPLACE), 0);
+            assert_eq!(tsumiki_dbm_commit(h1), 0);
+            let stored = dbm_store(h2, d(b"k"), d(b"3"), DBM_REPLACE);
+            assert!(stored == 0 || code(h2) == TSUMIKI_DBM_CONFLICT);
+            assert_eq!(tsumiki_dbm_commit(h2), -1);
+            assert_eq!(code(h2), TSUMIKI_DBM_CONFLICT);
+            assert_eq!(bytes(dbm_fetch(h2, d(b"k"))), Some(b"2".to_vec()));
+
+            // Closing with an open transaction rolls it back.
+            assert_eq!(tsumiki_dbm_begin(h2), 0);
+            assert_eq!(dbm_store(h2, d(b"gone"), d(b"x"), DBM_REPLACE), 0);
+            dbm_close(h2);
+            assert_eq!(bytes(dbm_fetch(h1, d(b"gone"))), None);
+            dbm_close(h1);
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        // SAFETY (the block): NULL is allowed everywhere; `db` is open until dbm_close.
+        unsafe {
+            assert!(dbm_open(std::ptr::null(), libc::O_RDWR, 0).is_null());
+            assert_eq!(code(std::ptr::null_mut()), TSUMIKI_DBM_BAD_ARGUMENT);
+            assert_eq!(dbm_store(std::ptr::null_mut(), d(b"k"), d(b"v"), DBM_REPLACE), -1);
+            assert!(bytes(dbm_fetch(std::ptr::null_mut(), d(b"k"))).is_none());
+            assert_eq!(dbm_error(std::ptr::null_mut()), -1);
+            dbm_close(std::ptr::null_mut());
+            assert!(open_path(&path, libc::O_RDONLY | libc::O_TRUNC).is_null());
+            let db = open_path(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL);
+            assert!(!db.is_null());
+            assert!(open_path(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL).is_null());
+            assert_eq!(code(std::ptr::null_mut()), TSUMIKI_DBM_EXISTS);
+            let null_key = Datum { dptr: std::ptr::null_mut(), dsize: 3 };
+            assert_eq!(dbm_store(db, null_key, d(b"v"), DBM_REPLACE), -1);
+            assert_eq!(code(db), TSUMIKI_DBM_BAD_ARGUMENT);
+            assert_eq!(dbm_store(db, d(b"k"), d(b"v"), 2), -1);
+            assert_eq!(code(db), TSUMIKI_DBM_BAD_ARGUMENT);
+            assert_eq!(dbm_store(db, d(&[7; 5000]), d(b"v"), DBM_REPLACE), -1);
+            assert_eq!(code(db), TSUMIKI_DBM_TOO_LONG);
+            assert!(!CStr::from_ptr(tsumiki_dbm_errmsg(db)).to_bytes().is_empty());
+            assert!(bytes(dbm_nextkey(db)).is_none());
+            assert_eq!(code(db), TSUMIKI_DBM_BAD_ARGUMENT);
+            assert_eq!(tsumiki_dbm_commit(db), -1);
+            assert_eq!(code(db), TSUMIKI_DBM_NO_TXN);
+            dbm_close(db);
+        }
+    }
+
+    #[test]
+    fn dir_mode_adds_x_where_r() {
+        assert_eq!(dir_mode(0o644), 0o755);
+        assert_eq!(dir_mode(0o600), 0o700);
+        assert_eq!(dir_mode(0o640), 0o750);
+        assert_eq!(dir_mode(0o200), 0o200);
+        assert_eq!(dir_mode(0o10644), 0o755); // no special bits
+    }
+}

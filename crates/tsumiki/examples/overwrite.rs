@@ -32,7 +32,7 @@ fn main() {
     let log = LogOptions { durability, ..LogOptions::default() };
     let db = Db::create(&dir, Options { log, ..Options::default() }).expect("open");
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; VALUE]))).expect("fill");
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(k.to_be_bytes(), [0; VALUE]))).expect("fill");
     }
     db.checkpoint().expect("checkpoint");
     let data = u64::from(keys) * (4 + VALUE as u64);
@@ -58,7 +58,7 @@ fn main() {
                     x ^= x << 17;
                     let k = ((x % u64::from(keys)) as u32).to_be_bytes();
                     n = n.wrapping_add(1);
-                    if db.run(|txn| txn.put(&k, &[n; VALUE])).is_ok() {
+                    if db.run(|txn| txn.put(k, [n; VALUE])).is_ok() {
                         updates.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -26,7 +26,7 @@ fn num(v: &[u8]) -> u64 {
 fn audit(txn: &mut tsumiki::Txn<'_>) -> Result<(u64, u64), Error> {
     let mut sum = 0u64;
     let mut n = 0;
-    for r in txn.scan(&kb(0), None) {
+    for r in txn.range(&kb(0)..) {
         let (_, v) = r?;
         // An optimistic transaction may see a torn state before validation: never panic
         // on it, commit decides.
@@ -43,7 +43,7 @@ fn bank(cc: Cc, planted: bool, threads: usize, txns_per_thread: usize) -> Result
     let bad_audits = AtomicU64::new(0);
     db.run(|t| {
         for a in 0..ACCOUNTS {
-            t.put(&kb(a), &kb(START))?;
+            t.put(kb(a), kb(START))?;
         }
         Ok(())
     })
@@ -71,10 +71,10 @@ fn bank(cc: Cc, planted: bool, threads: usize, txns_per_thread: usize) -> Result
                         // Open: a new account funded by `a`.
                         let id = next_id.fetch_add(1, Ordering::Relaxed);
                         db.run(|t| {
-                            let Some(va) = t.get(&kb(a))? else { return Ok(()) };
+                            let Some(va) = t.get(kb(a))? else { return Ok(()) };
                             let amount = num(&va) / 2;
-                            t.put(&kb(a), &kb(num(&va) - amount))?;
-                            if !t.insert(&kb(id), &kb(amount))? {
+                            t.put(kb(a), kb(num(&va) - amount))?;
+                            if !t.insert(kb(id), kb(amount))? {
                                 return Err(Error::TxnFinished); // ids are unique: cannot happen
                             }
                             Ok(())
@@ -83,18 +83,18 @@ fn bank(cc: Cc, planted: bool, threads: usize, txns_per_thread: usize) -> Result
                     } else if op == 2 && a != b {
                         // Close `a` into `b`.
                         db.run(|t| {
-                            let (Some(va), Some(vb)) = (t.get(&kb(a))?, t.get(&kb(b))?) else { return Ok(()) };
-                            t.put(&kb(b), &kb(num(&vb).wrapping_add(num(&va))))?;
-                            t.delete(&kb(a))?;
+                            let (Some(va), Some(vb)) = (t.get(kb(a))?, t.get(kb(b))?) else { return Ok(()) };
+                            t.put(kb(b), kb(num(&vb).wrapping_add(num(&va))))?;
+                            t.delete(kb(a))?;
                             Ok(())
                         })
                         .unwrap();
                     } else if a != b {
                         db.run(|t| {
-                            let (Some(va), Some(vb)) = (t.get(&kb(a))?, t.get(&kb(b))?) else { return Ok(()) };
+                            let (Some(va), Some(vb)) = (t.get(kb(a))?, t.get(kb(b))?) else { return Ok(()) };
                             let amount = rng.random_range(0..=num(&va).min(100));
-                            t.put(&kb(a), &kb(num(&va).wrapping_sub(amount)))?;
-                            t.put(&kb(b), &kb(num(&vb).wrapping_add(amount)))
+                            t.put(kb(a), kb(num(&va).wrapping_sub(amount)))?;
+                            t.put(kb(b), kb(num(&vb).wrapping_add(amount)))
                         })
                         .unwrap();
                     }
@@ -113,8 +113,8 @@ fn bank(cc: Cc, planted: bool, threads: usize, txns_per_thread: usize) -> Result
     // Deleted accounts leave the index: unlinks put off while a neighbour was busy are
     // retried by later commits.
     for _ in 0..64 {
-        db.run(|t| t.put(&kb(u64::MAX), &kb(0))).unwrap();
-        db.run(|t| t.delete(&kb(u64::MAX))).unwrap();
+        db.run(|t| t.put(kb(u64::MAX), kb(0))).unwrap();
+        db.run(|t| t.delete(kb(u64::MAX))).unwrap();
     }
     let len = db.index_len() as u64;
     if len != live {

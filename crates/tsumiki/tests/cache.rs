@@ -34,7 +34,7 @@ fn opts(cc: Cc, cache_bytes: usize, evict_dirty: bool) -> Options {
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    db.run(|t| t.scan(b"", None).collect::<Result<BTreeMap<_, _>, Error>>()).unwrap()
+    db.run(|t| t.iter().collect::<Result<BTreeMap<_, _>, Error>>()).unwrap()
 }
 
 /// Fills a database through a 64 KiB cache (about a twentieth of the data), then runs
@@ -48,7 +48,7 @@ fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
     for chunk in (0..4000u64).collect::<Vec<_>>().chunks(100) {
         db.run(|t| {
             for &i in chunk {
-                t.put(&key(i * 2), &value(i, 0, 300))?;
+                t.put(key(i * 2), value(i, 0, 300))?;
             }
             Ok(())
         })
@@ -70,17 +70,17 @@ fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
             Ok(match op {
                 0 => (t.get(&kk)? == model.get(&kk).cloned(), None),
                 1 => {
-                    t.put(&kk, &value(k, round, 200))?;
+                    t.put(&kk, value(k, round, 200))?;
                     (true, Some(Some(value(k, round, 200))))
                 }
-                2 => (t.insert(&kk, &value(k, round, 100))? != model.contains_key(&kk), None),
+                2 => (t.insert(&kk, value(k, round, 100))? != model.contains_key(&kk), None),
                 3 => (t.delete(&kk)? == model.contains_key(&kk), Some(None)),
                 4 => {
-                    let did = t.update(&kk, &value(k, round, 50))?;
+                    let did = t.update(&kk, value(k, round, 50))?;
                     (did == model.contains_key(&kk), did.then(|| Some(value(k, round, 50))))
                 }
                 _ => {
-                    let got: Vec<_> = t.scan(&kk, Some(&end)).collect::<Result<_, _>>()?;
+                    let got: Vec<_> = t.range(&kk..&end).collect::<Result<_, _>>()?;
                     let want: Vec<_> =
                         model.range(kk.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
                     (got == want, None)
@@ -115,7 +115,7 @@ fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
     // Once a checkpoint covers everything, the next transaction's end brings the records
     // in memory back under the budget.
     db.checkpoint().unwrap();
-    db.run(|t| t.get(&key(0))).unwrap();
+    db.run(|t| t.get(key(0))).unwrap();
     let st = db.cache_stats().unwrap();
     assert!(st.resident_bytes <= budget as i64, "{cc:?}: {st:?}");
     db.close().unwrap();
@@ -123,7 +123,7 @@ fn model_run(cc: Cc, evict_dirty: bool) -> Result<(), String> {
     if dump(&db) != model {
         return Err(format!("{cc:?}: the state after a clean close"));
     }
-    db.run(|t| t.put(&key(1), b"after the close")).unwrap();
+    db.run(|t| t.put(key(1), b"after the close")).unwrap();
     model.insert(key(1), b"after the close".to_vec());
     db.abandon_for_tests();
     let db = Db::create(dir.path(), opts(cc, budget, false)).unwrap();
@@ -168,7 +168,7 @@ fn bank(cc: Cc) -> Result<(), String> {
     for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(200) {
         db.run(|t| {
             for &a in chunk {
-                t.put(&key(a), &account(START))?;
+                t.put(key(a), account(START))?;
             }
             Ok(())
         })
@@ -194,10 +194,10 @@ fn bank(cc: Cc) -> Result<(), String> {
                         continue;
                     }
                     db.run(|t| {
-                        let (va, vb) = (t.get(&key(a))?.expect("open"), t.get(&key(b))?.expect("open"));
+                        let (va, vb) = (t.get(key(a))?.expect("open"), t.get(key(b))?.expect("open"));
                         let amount = rng.random_range(0..=balance(&va).min(50));
-                        t.put(&key(a), &account(balance(&va) - amount))?;
-                        t.put(&key(b), &account(balance(&vb) + amount))
+                        t.put(key(a), account(balance(&va) - amount))?;
+                        t.put(key(b), account(balance(&vb) + amount))
                     })
                     .unwrap();
                 }
@@ -242,9 +242,9 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     let db = Db::create(dir.path(), o).unwrap();
     db.run(|t| {
         for n in 0..PRESENT {
-            t.put(&key(2 * n), b"present")?;
+            t.put(key(2 * n), b"present")?;
         }
-        t.put(b"z-count", &0u64.to_be_bytes())
+        t.put(b"z-count", 0u64.to_be_bytes())
     })
     .unwrap();
     let (bad, committed, attempts) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
@@ -262,11 +262,11 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
                 let now = if present[n] { count - 1 } else { count + 1 };
                 db.run(|t| {
                     if present[n] {
-                        t.delete(&key(2 * n as u64 + 1))?;
+                        t.delete(key(2 * n as u64 + 1))?;
                     } else {
-                        t.put(&key(2 * n as u64 + 1), b"new")?;
+                        t.put(key(2 * n as u64 + 1), b"new")?;
                     }
-                    t.put(b"z-count", &now.to_be_bytes())
+                    t.put(b"z-count", now.to_be_bytes())
                 })
                 .unwrap();
                 present[n] = !present[n];
@@ -288,9 +288,9 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
                 let deadline = std::time::Instant::now() + scanning;
                 while std::time::Instant::now() < deadline && !(unguarded && bad.load(Ordering::Relaxed) > 0) {
                     attempts.fetch_add(1, Ordering::Relaxed);
-                    let mut t = db.begin();
+                    let t = db.begin();
                     let read = (|| {
-                        let rows = t.scan(b"k", Some(b"l")).collect::<Result<Vec<_>, Error>>()?;
+                        let rows = t.range(b"k"..b"l").collect::<Result<Vec<_>, Error>>()?;
                         let seen = rows.iter().filter(|(_, v)| v != b"present").count() as u64;
                         let count = u64::from_be_bytes(t.get(b"z-count")?.unwrap().try_into().unwrap());
                         Ok::<_, Error>((seen, count))
@@ -348,7 +348,7 @@ fn reloaded_pages_leave_without_splitting() {
     {
         let db = Db::create(dir.path(), Options::default()).unwrap();
         for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-            db.run(|t| chunk.iter().try_for_each(|&i| t.put(&key(i), &value(i, 0, 48)))).unwrap();
+            db.run(|t| chunk.iter().try_for_each(|&i| t.put(key(i), value(i, 0, 48)))).unwrap();
         }
         db.close().unwrap();
     }
@@ -375,7 +375,7 @@ fn records_leave_room_for_the_checkpoint_buffers() {
     let cache = 1 << 20;
     let db = Db::create(dir.path(), opts(Cc::TicToc, cache, false)).unwrap();
     for chunk in (0..20_000u64).collect::<Vec<_>>().chunks(500) {
-        db.run(|t| chunk.iter().try_for_each(|&i| t.put(&key(i), &value(i, 0, 100)))).unwrap();
+        db.run(|t| chunk.iter().try_for_each(|&i| t.put(key(i), value(i, 0, 100)))).unwrap();
     }
     db.checkpoint().unwrap();
     assert_eq!(dump(&db).len(), 20_000);

@@ -53,7 +53,7 @@ fn logs_stop_growing_and_recovery_replays_only_the_tail() {
         for i in 0..30_000u32 {
             let k = (i % 2000).to_be_bytes();
             let v = vec![(i % 251) as u8; 64];
-            db.run(|t| t.put(&k, &v)).unwrap();
+            db.run(|t| t.put(k, &v)).unwrap();
             model.insert(k.to_vec(), v);
             if i % 1000 == 0 {
                 peak = peak.max(disk_bytes(dir.path()));
@@ -75,7 +75,7 @@ fn logs_stop_growing_and_recovery_replays_only_the_tail() {
         let r = db.recovery_stats().unwrap();
         assert!(r.replayed);
         assert!(r.records_read <= 1500, "{release:?}: replayed {} records, not only the tail", r.records_read);
-        let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
         assert!(got == model, "{release:?}: the recovered state differs from the model");
         db.close().unwrap();
     }
@@ -103,9 +103,9 @@ fn commits_beside_checkpoints_are_all_kept() {
                         for i in 0..1500u64 {
                             // The thread's counter, and a shared key (conflicts).
                             let r = db.run(|txn| {
-                                txn.put(&[b'c', t as u8], &(i + 1).to_be_bytes())?;
-                                txn.put(b"shared", &[t as u8; 40])?;
-                                txn.put(&[b'x', t as u8, (i % 50) as u8], &[7u8; 100])
+                                txn.put([b'c', t as u8], (i + 1).to_be_bytes())?;
+                                txn.put(b"shared", [t as u8; 40])?;
+                                txn.put([b'x', t as u8, (i % 50) as u8], [7u8; 100])
                             });
                             match r {
                                 Ok(()) => acked[t as usize].store(i + 1, Ordering::Release),
@@ -125,9 +125,9 @@ fn commits_beside_checkpoints_are_all_kept() {
             assert!(cks >= 5, "{} {release:?}: {cks} checkpoints", cc.name());
             db.abandon_for_tests();
             let db = Db::create(dir.path(), o).unwrap();
-            let mut txn = db.begin();
+            let txn = db.begin();
             for t in 0..THREADS {
-                let v = txn.get(&[b'c', t as u8]).unwrap().expect("counter present");
+                let v = txn.get([b'c', t as u8]).unwrap().expect("counter present");
                 let n = u64::from_be_bytes(v.try_into().unwrap());
                 assert_eq!(n, acked[t as usize].load(Ordering::Acquire), "{} {mode:?} {release:?}", cc.name());
             }
@@ -152,7 +152,7 @@ fn a_transaction_open_across_a_checkpoint_commits() {
     assert_eq!(db.wal_stats().unwrap().checkpoints, 1);
     db.abandon_for_tests();
     let db = Db::create(dir.path(), o).unwrap();
-    let mut txn = db.begin();
+    let txn = db.begin();
     assert_eq!(txn.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
     txn.commit().unwrap();
     // Without files, a checkpoint is a no-op.
@@ -182,7 +182,7 @@ fn steady_overwrites_keep_the_page_store_bounded() {
 /// Puts keys `0..keys` with 100-byte values, 1,000 per transaction.
 fn fill_keys(db: &Db, keys: u32) {
     for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(k.to_be_bytes(), [0; 100]))).unwrap();
     }
 }
 
@@ -217,7 +217,7 @@ fn logs_on_disk_stay_a_fraction_of_the_data() {
                 ((x % KEYS as u64) as u32).to_be_bytes()
             })
             .collect();
-        db.run(|t| keys.iter().try_for_each(|k| t.put(k, &[i as u8; 100]))).unwrap();
+        db.run(|t| keys.iter().try_for_each(|k| t.put(k, [i as u8; 100]))).unwrap();
         if i % 10 == 0 {
             most = most.max(log_bytes());
         }
@@ -258,7 +258,7 @@ fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
             s.spawn(move || {
                 let mut i = t;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    db.run(|txn| txn.put(&(i % KEYS).to_be_bytes(), &[i as u8; 100])).unwrap();
+                    db.run(|txn| txn.put((i % KEYS).to_be_bytes(), [i as u8; 100])).unwrap();
                     i += 2;
                 }
             });
@@ -306,7 +306,7 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     let mut model = BTreeMap::new();
     // Every key first, then random overwrites.
     for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(&k.to_be_bytes(), &[0; 100]))).unwrap();
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(k.to_be_bytes(), [0; 100]))).unwrap();
         for k in chunk {
             model.insert(k.to_be_bytes().to_vec(), vec![0; 100]);
         }
@@ -323,7 +323,7 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
                 x ^= x << 17;
                 keys.push(((x % KEYS as u64) as u32).to_be_bytes());
             }
-            db.run(|t| keys.iter().try_for_each(|k| t.put(k, &[round as u8; 100]))).unwrap();
+            db.run(|t| keys.iter().try_for_each(|k| t.put(k, [round as u8; 100]))).unwrap();
             for k in keys {
                 model.insert(k.to_vec(), vec![round as u8; 100]);
             }
@@ -368,11 +368,11 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     // After a crash, and after a clean close, the state is the model's.
     db.abandon_for_tests();
     let db = Db::create(dir.path(), o.clone()).unwrap();
-    let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
     assert!(got == model, "the state recovered after a crash differs from the model");
     db.close().unwrap();
     let db = Db::create(dir.path(), o).unwrap();
-    let again: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+    let again: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
     assert!(again == model, "the state after a clean close differs from the model");
 }
 
@@ -387,7 +387,7 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
         o.log.checkpoint_interval = std::time::Duration::from_millis(interval_ms);
         let db = Db::create(dir.path(), o.clone()).unwrap();
         for i in 0..commits {
-            db.run(|t| t.put(&i.to_be_bytes(), b"v")).unwrap();
+            db.run(|t| t.put(i.to_be_bytes(), b"v")).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         // Several intervals with nothing written: no further checkpoint.
@@ -400,7 +400,7 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
         db.abandon_for_tests();
         let db = Db::create(dir.path(), o).unwrap();
         let replayed = db.recovery_stats().unwrap().records_applied;
-        assert_eq!(db.begin().scan(b"", None).count(), commits as usize);
+        assert_eq!(db.begin().iter().count(), commits as usize);
         (after_writes, idle, replayed)
     };
     let (by_time, idle, replayed) = checkpoints(100, 25);
@@ -429,7 +429,7 @@ fn an_idle_database_keeps_no_recycled_segments() {
     o.log.checkpoint_interval = std::time::Duration::from_millis(200);
     let db = Db::create(dir.path(), o).unwrap();
     for i in 0..2000u32 {
-        db.run(|t| t.put(&(i % 100).to_be_bytes(), &[7u8; 100])).unwrap();
+        db.run(|t| t.put((i % 100).to_be_bytes(), [7u8; 100])).unwrap();
     }
     assert!(db.wal_stats().unwrap().checkpoints >= 10, "{:?}", db.wal_stats());
     // Right after the burst, older generations' segments are kept for reuse.
@@ -455,14 +455,14 @@ fn buffered_commits_share_blocks() {
         let o = opts(Cc::TicToc, release, 1 << 20);
         let db = Db::create(dir.path(), o.clone()).unwrap();
         for i in 0..2000u32 {
-            db.run(|t| t.put(&i.to_be_bytes(), &[7u8; 64])).unwrap();
+            db.run(|t| t.put(i.to_be_bytes(), [7u8; 64])).unwrap();
         }
         let stats = db.wal_stats().unwrap();
         assert!(stats.blocks_rewritten >= 1900, "{release:?}: {stats:?}");
         assert_eq!(stats.checkpoints, 0, "{release:?}: {stats:?}");
         db.abandon_for_tests();
         let db = Db::create(dir.path(), o).unwrap();
-        assert_eq!(db.begin().scan(b"", None).count(), 2000, "{release:?}");
+        assert_eq!(db.begin().iter().count(), 2000, "{release:?}");
         db.close().unwrap();
     }
 }
@@ -480,7 +480,7 @@ fn checkpoints_take_direct_lanes_from_memory() {
         let mut model = BTreeMap::new();
         for i in 0..3000u32 {
             let (k, v) = ((i % 500).to_be_bytes(), i.to_be_bytes());
-            db.run(|t| t.put(&k, &v)).unwrap();
+            db.run(|t| t.put(k, v)).unwrap();
             model.insert(k.to_vec(), v.to_vec());
         }
         db.checkpoint().unwrap();
@@ -493,7 +493,7 @@ fn checkpoints_take_direct_lanes_from_memory() {
         }
         db.abandon_for_tests();
         let db = Db::create(dir.path(), o).unwrap();
-        let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().scan(b"", None).map(|r| r.unwrap()).collect();
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
         assert_eq!(got, model, "direct I/O {direct_io}");
         db.close().unwrap();
     }

@@ -16,7 +16,7 @@ use tsumiki::{Db, Error, LogMode, LogOptions, Options, Release};
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn dump(db: &Db) -> State {
-    db.begin().scan(b"", None).map(|r| r.unwrap()).collect()
+    db.begin().iter().map(|r| r.unwrap()).collect()
 }
 
 fn variants() -> Vec<LogOptions> {
@@ -465,8 +465,8 @@ fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
         let db = Db::create(dir.path(), opts.clone()).unwrap();
         // Keys present first: the two updates below touch no shared gap (no conflict).
         db.run(|t| {
-            t.put(&[0], b"0")?;
-            t.put(&[1], b"0")
+            t.put([0], b"0")?;
+            t.put([1], b"0")
         })
         .unwrap();
         let both = std::sync::Barrier::new(2);
@@ -476,7 +476,7 @@ fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
                 s.spawn(move || {
                     // Both transactions open at once: two slots, so two lanes.
                     let mut txn = db.begin();
-                    txn.put(&[t], b"v").unwrap();
+                    txn.put([t], b"v").unwrap();
                     both.wait();
                     txn.commit().unwrap();
                 });
@@ -495,7 +495,7 @@ fn a_live_lane_deleted_or_zeroed_whole_is_corrupt() {
     };
     let reopen = |dir: &tempfile::TempDir, opts: &Options| Db::create(dir.path(), opts.clone());
     let (dir, opts, _) = crashed();
-    let updated = |db: &Db| db.begin().scan(b"", None).filter(|r| r.as_ref().unwrap().1 == b"v").count();
+    let updated = |db: &Db| db.begin().iter().filter(|r| r.as_ref().unwrap().1 == b"v").count();
     let db = reopen(&dir, &opts).unwrap();
     assert_eq!(updated(&db), 2);
     drop(db);

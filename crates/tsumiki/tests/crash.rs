@@ -60,7 +60,7 @@ fn pick(seed: u64) -> Options {
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    db.begin().scan(b"", None).map(|r| r.unwrap()).collect()
+    db.begin().iter().map(|r| r.unwrap()).collect()
 }
 
 const SLOTS: u64 = 6;
@@ -250,7 +250,7 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
     drop(db);
     let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 7)), opts)
         .map_err(|e| format!("crash after operation {crash_at:?}: reopen: {e}"))?;
-    let got: Result<BTreeMap<_, _>, _> = db.begin().scan(b"", None).collect();
+    let got: Result<BTreeMap<_, _>, _> = db.begin().iter().collect();
     let got = got.map_err(|e| format!("crash after operation {crash_at:?}: reading the recovered state: {e}"))?;
     recovered_state_is_allowed(&format!("crash after operation {crash_at:?}"), &states, acked, &got)?;
     Ok(ops)
@@ -488,7 +488,7 @@ fn failed_fsync_poisons() {
         assert!(db.close().is_err(), "close reports the poisoning");
         let image = disk.crash();
         let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 1)), opts).unwrap();
-        let mut t = db.begin();
+        let t = db.begin();
         assert_eq!(t.get(b"a").unwrap(), Some(b"1".to_vec()));
         assert_eq!(t.get(b"c").unwrap(), None);
     }
@@ -512,9 +512,9 @@ fn durability_modes_recover_after_clean_close() {
             let disk = SimStorage::new(3);
             let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
             for i in 0..200u32 {
-                db.run(|t| t.put(&i.to_be_bytes(), &[7; 100])).unwrap();
+                db.run(|t| t.put(i.to_be_bytes(), [7; 100])).unwrap();
             }
-            db.run(|t| t.delete(&5u32.to_be_bytes())).unwrap();
+            db.run(|t| t.delete(5u32.to_be_bytes())).unwrap();
             db.close().unwrap();
             let db = Db::open_with_storage(Arc::new(disk), opts).unwrap();
             let got = dump(&db);

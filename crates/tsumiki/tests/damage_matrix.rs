@@ -227,7 +227,7 @@ struct Counts {
 /// used). Panics on a state that never existed.
 fn outcome(dir: &Path, states: &[State], what: &str) -> Result<bool, Error> {
     let db = Db::create(dir, opts())?;
-    let got: State = db.begin().scan(b"", None).collect::<Result<_, Error>>()?;
+    let got: State = db.begin().iter().collect::<Result<_, Error>>()?;
     drop(db);
     let last = states.last().unwrap();
     if &got == last {

@@ -10,7 +10,7 @@ fn files_are_private_locked_and_reopenable() {
     let _ = std::fs::remove_dir_all(&dir);
     let db = Db::create(&dir, Options::default()).unwrap();
     for i in 0..100u32 {
-        db.run(|t| t.put(&i.to_be_bytes(), b"v")).unwrap();
+        db.run(|t| t.put(i.to_be_bytes(), b"v")).unwrap();
     }
     assert!(matches!(Db::create(&dir, Options::default()), Err(Error::Locked(_))));
     for e in std::fs::read_dir(&dir).unwrap() {
@@ -24,7 +24,7 @@ fn files_are_private_locked_and_reopenable() {
     db.close().unwrap();
     let db = Db::create(&dir, Options::default()).unwrap();
     assert!(!db.recovery_stats().unwrap().replayed);
-    assert_eq!(db.begin().scan(b"", None).count(), 100);
+    assert_eq!(db.begin().iter().count(), 100);
     drop(db);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -48,32 +48,32 @@ fn reopen_chains_keep_data_with_and_without_commits() {
     let db = Db::create(dir.path(), Options::default()).unwrap();
     db.close().unwrap(); // an empty database, nothing committed
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    assert_eq!(db.begin().scan(b"", None).count(), 0);
+    assert_eq!(db.begin().iter().count(), 0);
     for i in 0..1000u32 {
-        db.run(|t| t.put(&i.to_be_bytes(), &i.to_le_bytes())).unwrap();
+        db.run(|t| t.put(i.to_be_bytes(), i.to_le_bytes())).unwrap();
     }
     db.close().unwrap();
     let after_writes = snaps();
     assert_eq!(after_writes.len(), 1, "one page segment");
     for round in 0..3 {
         let db = Db::create(dir.path(), Options::default()).unwrap();
-        let mut t = db.begin();
-        assert_eq!(t.scan(b"", None).count(), 1000, "round {round}");
-        assert_eq!(t.get(&999u32.to_be_bytes()).unwrap(), Some(999u32.to_le_bytes().to_vec()));
+        let t = db.begin();
+        assert_eq!(t.iter().count(), 1000, "round {round}");
+        assert_eq!(t.get(999u32.to_be_bytes()).unwrap(), Some(999u32.to_le_bytes().to_vec()));
         t.commit().unwrap();
         db.close().unwrap();
         assert!(snaps() == after_writes, "a read-only session wrote to the page store");
     }
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    db.run(|t| t.delete(&0u32.to_be_bytes())).unwrap();
+    db.run(|t| t.delete(0u32.to_be_bytes())).unwrap();
     db.close().unwrap();
     assert!(snaps() != after_writes, "a session with a commit writes its pages");
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    assert_eq!(db.begin().scan(b"", None).count(), 999);
+    assert_eq!(db.begin().iter().count(), 999);
     // A crash after a read-only session: recovery still finds everything.
     db.abandon_for_tests();
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    assert_eq!(db.begin().scan(b"", None).count(), 999);
+    assert_eq!(db.begin().iter().count(), 999);
 }
 
 /// Measures the replay rate of recovery (`cargo test --release --test files -- --ignored
@@ -97,7 +97,7 @@ fn replay_rate() {
     let mut tickets = Vec::new();
     for i in 0..n {
         let mut t = db.begin();
-        t.put(&(i % 100_000).to_be_bytes(), &[1u8; 100]).unwrap();
+        t.put((i % 100_000).to_be_bytes(), [1u8; 100]).unwrap();
         tickets.push(t.commit_deferred().unwrap());
         if tickets.len() == 256 {
             tickets.drain(..).for_each(|t| t.wait().unwrap());
@@ -131,7 +131,7 @@ fn inspect_reports_what_the_trailers_say() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 0..50u32 {
-        db.run(|t| t.put(&i.to_be_bytes(), b"value")).unwrap();
+        db.run(|t| t.put(i.to_be_bytes(), b"value")).unwrap();
     }
     assert!(matches!(tsumiki::inspect(dir.path()), Err(tsumiki::Error::Locked(_))));
     db.abandon_for_tests();

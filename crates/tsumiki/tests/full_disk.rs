@@ -26,7 +26,7 @@ fn value(i: u32) -> Vec<u8> {
 fn fill_until_full(db: &Db) -> u32 {
     let mut acked = 0;
     loop {
-        match db.run(|t| t.put(&key(acked), &value(acked))) {
+        match db.run(|t| t.put(key(acked), value(acked))) {
             Ok(()) => acked += 1,
             Err(Error::Poisoned(m)) => {
                 assert!(m.contains("full"), "the error says the disk is full: {m}");
@@ -41,9 +41,9 @@ fn fill_until_full(db: &Db) -> u32 {
 }
 
 fn check_all(db: &Db, acked: u32) {
-    let mut t = db.begin();
+    let t = db.begin();
     for i in 0..acked {
-        assert_eq!(t.get(&key(i)).unwrap(), Some(value(i)), "acknowledged key {i}");
+        assert_eq!(t.get(key(i)).unwrap(), Some(value(i)), "acknowledged key {i}");
     }
     t.commit().unwrap();
 }
@@ -79,7 +79,7 @@ fn a_full_disk_poisons_then_opens_read_only_after_a_crash() {
     let disk = SimStorage::new(7);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts()).unwrap();
     for i in 0..100 {
-        db.run(|t| t.put(&key(i), &value(i))).unwrap();
+        db.run(|t| t.put(key(i), value(i))).unwrap();
     }
     disk.set_capacity(Some(disk.used() + (2 << 20)));
     let acked = fill_until_full(&db);
@@ -94,7 +94,7 @@ fn a_clean_database_opens_read_only_on_a_full_disk() {
     let disk = SimStorage::new(9);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts()).unwrap();
     for i in 0..2000 {
-        db.run(|t| t.put(&key(i), &value(i))).unwrap();
+        db.run(|t| t.put(key(i), value(i))).unwrap();
     }
     db.close().unwrap();
     opens_read_only_then_writable(disk, 2000);

@@ -32,7 +32,7 @@ fn collect_garbage() {
 fn touch_all(db: &Db, value: u64) {
     std::thread::sleep(REFRESH * 3);
     for k in 0..KEYS {
-        db.run(|t| t.update(&kb(k), &kb(value)).map(|_| ())).unwrap();
+        db.run(|t| t.update(kb(k), kb(value)).map(|_| ())).unwrap();
     }
 }
 
@@ -44,7 +44,7 @@ fn long_reader_scenario(gc: Gc) -> i64 {
     let db = Db::open_in_memory(opts).unwrap();
     db.run(|t| {
         for k in 0..KEYS {
-            t.put(&kb(k), &kb(0))?;
+            t.put(kb(k), kb(0))?;
         }
         Ok(())
     })
@@ -60,12 +60,12 @@ fn long_reader_scenario(gc: Gc) -> i64 {
         let (from_reader, main_rx) = std::sync::mpsc::channel::<()>();
         let db = &db;
         let reader = s.spawn(move || {
-            let mut txn = db.begin();
-            let snapshot: Vec<_> = (0..KEYS).map(|k| txn.get(&kb(k)).unwrap()).collect();
+            let txn = db.begin();
+            let snapshot: Vec<_> = (0..KEYS).map(|k| txn.get(kb(k)).unwrap()).collect();
             from_reader.send(()).unwrap();
             // Re-read on request, until told to finish.
             while let Ok(again) = reader_rx.recv() {
-                let now: Vec<_> = (0..KEYS).map(|k| txn.get(&kb(k)).unwrap()).collect();
+                let now: Vec<_> = (0..KEYS).map(|k| txn.get(kb(k)).unwrap()).collect();
                 assert_eq!(now, snapshot, "{gc:?}: the long reader's snapshot changed");
                 from_reader.send(()).unwrap();
                 if !again {
@@ -82,8 +82,8 @@ fn long_reader_scenario(gc: Gc) -> i64 {
                     for i in 0..3000u64 {
                         let k = (i * 7 + t) % KEYS;
                         db.run(|txn| {
-                            let v = txn.get(&kb(k))?.unwrap();
-                            txn.put(&kb(k), &kb(u64::from_be_bytes(v.try_into().unwrap()) + 1))
+                            let v = txn.get(kb(k))?.unwrap();
+                            txn.put(kb(k), kb(u64::from_be_bytes(v.try_into().unwrap()) + 1))
                         })
                         .unwrap();
                     }

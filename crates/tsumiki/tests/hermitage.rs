@@ -39,11 +39,11 @@ fn exec(txn: &mut Option<tsumiki::Txn<'_>>, cmd: Cmd) -> Reply {
     let Some(t) = txn.as_mut() else { return Reply::Err("finished".into()) };
     let err = |e: Error| Reply::Err(e.to_string());
     match cmd {
-        Cmd::Get(key) => t.get(&k(key)).map(|v| Reply::Val(v.map(|v| num(&v)))).unwrap_or_else(err),
-        Cmd::Put(key, v) => t.put(&k(key), &k(v)).map(|()| Reply::Done).unwrap_or_else(err),
-        Cmd::Insert(key, v) => t.insert(&k(key), &k(v)).map(|_| Reply::Done).unwrap_or_else(err),
+        Cmd::Get(key) => t.get(k(key)).map(|v| Reply::Val(v.map(|v| num(&v)))).unwrap_or_else(err),
+        Cmd::Put(key, v) => t.put(k(key), k(v)).map(|()| Reply::Done).unwrap_or_else(err),
+        Cmd::Insert(key, v) => t.insert(k(key), k(v)).map(|_| Reply::Done).unwrap_or_else(err),
         Cmd::Scan(a, b) => t
-            .scan(&k(a), Some(&k(b)))
+            .range(&k(a)..&k(b))
             .map(|r| r.map(|(k, v)| (num(&k), num(&v))))
             .collect::<Result<Vec<_>, _>>()
             .map(Reply::Rows)
@@ -167,8 +167,8 @@ thread_local! {
 fn evict_everything(db: &Db) {
     db.checkpoint().unwrap();
     // Ends a transaction: the cache, over its budget, evicts what it can.
-    let mut t = db.begin();
-    let _ = t.get(&k(1000));
+    let t = db.begin();
+    let _ = t.get(k(1000));
     t.abort();
 }
 
@@ -193,8 +193,8 @@ fn with_sessions(
         }
     };
     db.run(|t| {
-        t.put(&k(1), &k(10))?;
-        t.put(&k(2), &k(20))
+        t.put(k(1), k(10))?;
+        t.put(k(2), k(20))
     })
     .unwrap();
     let evict = (store == Store::TinyCache).then_some(&db);
@@ -231,8 +231,8 @@ fn with_sessions(
 }
 
 fn final_values(db: &Db) -> Vec<(u64, u64)> {
-    let mut t = db.begin();
-    let v = t.scan(&k(0), None).map(|r| r.map(|(k, v)| (num(&k), num(&v)))).collect::<Result<_, _>>().unwrap();
+    let t = db.begin();
+    let v = t.range(&k(0)..).map(|r| r.map(|(k, v)| (num(&k), num(&v)))).collect::<Result<_, _>>().unwrap();
     t.commit().unwrap();
     v
 }

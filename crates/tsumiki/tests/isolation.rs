@@ -93,17 +93,17 @@ fn run_txn(txn: &mut tsumiki::Txn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) ->
         }
         match rng.random_range(0..10) {
             0..=3 => {
-                let v = txn.get(&kb(key))?;
+                let v = txn.get(kb(key))?;
                 rec.reads.push((key, observed(key, v, &none).unwrap_or(NEVER_WRITTEN)));
             }
             4..=7 => {
                 // A write of the key's kind, after reading it.
-                let v = txn.get(&kb(key))?;
+                let v = txn.get(kb(key))?;
                 let seen = observed(key, v.clone(), &none).unwrap_or(NEVER_WRITTEN);
                 rec.reads.push((key, seen));
                 match (kind(key), v.is_some()) {
                     (KeyKind::Delete, true) if rng.random_bool(0.3) => {
-                        if !txn.delete(&kb(key))? {
+                        if !txn.delete(kb(key))? {
                             // Deleted meanwhile by a committed transaction: the read above
                             // is stale and validation will fail; give up this attempt.
                             return Err(Error::Conflict(Conflict::ReadValidation));
@@ -112,12 +112,12 @@ fn run_txn(txn: &mut tsumiki::Txn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) ->
                         written.push(key);
                     }
                     (KeyKind::Plain | KeyKind::Delete | KeyKind::Insert, true) => {
-                        txn.put(&kb(key), &me)?;
+                        txn.put(kb(key), me)?;
                         rec.writes.push((key, seen, false));
                         written.push(key);
                     }
                     (KeyKind::Insert, false) => {
-                        if !txn.insert(&kb(key), &me)? {
+                        if !txn.insert(kb(key), me)? {
                             return Err(Error::Conflict(Conflict::ReadValidation));
                         }
                         rec.writes.push((key, seen, false));
@@ -129,7 +129,7 @@ fn run_txn(txn: &mut tsumiki::Txn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) ->
             _ => {
                 let a = rng.random_range(0..KEYS);
                 let b = rng.random_range(a + 1..=KEYS);
-                let rows: Vec<(Vec<u8>, Vec<u8>)> = txn.scan(&kb(a), Some(&kb(b))).collect::<Result<_, _>>()?;
+                let rows: Vec<(Vec<u8>, Vec<u8>)> = txn.range(&kb(a)..&kb(b)).collect::<Result<_, _>>()?;
                 let mut got: HashMap<u64, Vec<u8>> = HashMap::new();
                 for (k, v) in rows {
                     got.insert(u64::from_be_bytes(k.try_into().unwrap()), v);
@@ -196,7 +196,7 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
     db.run(|t| {
         for key in 0..KEYS {
             if kind(key) != KeyKind::Insert {
-                t.put(&kb(key), &0u64.to_be_bytes())?;
+                t.put(kb(key), 0u64.to_be_bytes())?;
             }
         }
         Ok(())

@@ -28,7 +28,7 @@ fn opts(cc: Cc) -> Options {
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    db.begin().scan(b"", None).map(|r| r.unwrap()).collect()
+    db.begin().iter().map(|r| r.unwrap()).collect()
 }
 
 /// A database of `n` keys spread over many pages, closed; returns the model.
@@ -38,7 +38,7 @@ fn build(dir: &std::path::Path, cc: Cc, n: u64, len: usize) -> BTreeMap<Vec<u8>,
     for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
         db.run(|t| {
             for &i in chunk {
-                t.put(&key(i * 2), &value(i, 0, len))?;
+                t.put(key(i * 2), value(i, 0, len))?;
             }
             Ok(())
         })
@@ -64,7 +64,7 @@ fn lazily_opened_databases_agree_with_a_model() {
         assert_eq!(st.records_loaded, 0);
         assert!(st.pages >= 50, "{cc:?}: {} pages: the test wants many", st.pages);
         // One read loads one page's range, not the database.
-        assert_eq!(db.begin().get(&key(2000)).unwrap(), model.get(&key(2000)).cloned());
+        assert_eq!(db.begin().get(key(2000)).unwrap(), model.get(&key(2000)).cloned());
         let after_one = db.store_stats().unwrap().records_loaded;
         assert!(after_one > 0 && after_one < 200, "{cc:?}: one read loaded {after_one} records");
         let mut rng = StdRng::seed_from_u64(7);
@@ -75,11 +75,11 @@ fn lazily_opened_databases_agree_with_a_model() {
             match rng.random_range(0..6) {
                 0 => assert_eq!(t.get(&kk).unwrap(), model.get(&kk).cloned(), "{cc:?}: get {k}"),
                 1 => {
-                    t.put(&kk, &value(k, round, 200)).unwrap();
+                    t.put(&kk, value(k, round, 200)).unwrap();
                     model.insert(kk, value(k, round, 200));
                 }
                 2 => {
-                    let did = t.insert(&kk, &value(k, round, 100)).unwrap();
+                    let did = t.insert(&kk, value(k, round, 100)).unwrap();
                     assert_eq!(did, !model.contains_key(&kk), "{cc:?}: insert {k}");
                     model.entry(kk).or_insert_with(|| value(k, round, 100));
                 }
@@ -88,7 +88,7 @@ fn lazily_opened_databases_agree_with_a_model() {
                     assert_eq!(did, model.remove(&kk).is_some(), "{cc:?}: delete {k}");
                 }
                 4 => {
-                    let did = t.update(&kk, &value(k, round, 50)).unwrap();
+                    let did = t.update(&kk, value(k, round, 50)).unwrap();
                     assert_eq!(did, model.contains_key(&kk), "{cc:?}: update {k}");
                     if did {
                         model.insert(kk, value(k, round, 50));
@@ -96,7 +96,7 @@ fn lazily_opened_databases_agree_with_a_model() {
                 }
                 _ => {
                     let end = key(k + rng.random_range(1..400u64));
-                    let got: Vec<_> = t.scan(&kk, Some(&end)).map(|r| r.unwrap()).collect();
+                    let got: Vec<_> = t.range(&kk..&end).map(|r| r.unwrap()).collect();
                     let want: Vec<_> = model.range(kk..end).map(|(k, v)| (k.clone(), v.clone())).collect();
                     assert!(got == want, "{cc:?}: scan from {k}: {} records, want {}", got.len(), want.len());
                 }
@@ -108,7 +108,7 @@ fn lazily_opened_databases_agree_with_a_model() {
         let db = Db::create(dir.path(), opts(cc)).unwrap();
         assert!(dump(&db) == model, "{cc:?}: the state after a clean close");
         // A crash: recovery replays the log into the pages and opens lazily again.
-        db.run(|t| t.put(&key(1), b"after the close")).unwrap();
+        db.run(|t| t.put(key(1), b"after the close")).unwrap();
         model.insert(key(1), b"after the close".to_vec());
         db.abandon_for_tests();
         let db = Db::create(dir.path(), opts(cc)).unwrap();
@@ -137,7 +137,7 @@ fn lazy_bank(cc: Cc, threads: usize) -> Result<(), String> {
     let db = Db::create(dir.path(), opts(cc)).unwrap();
     db.run(|t| {
         for a in 0..ACCOUNTS {
-            t.put(&key(a), &account(START))?;
+            t.put(key(a), account(START))?;
         }
         Ok(())
     })
@@ -165,19 +165,19 @@ fn lazy_bank(cc: Cc, threads: usize) -> Result<(), String> {
                     }
                     let close = rng.random_range(0..20) == 0;
                     db.run(|t| {
-                        let (Some(va), Some(vb)) = (t.get(&key(a))?, t.get(&key(b))?) else {
+                        let (Some(va), Some(vb)) = (t.get(key(a))?, t.get(key(b))?) else {
                             // Closed already.
                             return Ok(());
                         };
                         if close {
                             // Closing `a` into `b`: a delete whose unlink hands its gap on
                             // across ranges that may not be loaded yet.
-                            t.put(&key(b), &account(balance(&vb) + balance(&va)))?;
-                            return t.delete(&key(a)).map(|_| ());
+                            t.put(key(b), account(balance(&vb) + balance(&va)))?;
+                            return t.delete(key(a)).map(|_| ());
                         }
                         let amount = rng.random_range(0..=balance(&va).min(50));
-                        t.put(&key(a), &account(balance(&va) - amount))?;
-                        t.put(&key(b), &account(balance(&vb) + amount))
+                        t.put(key(a), account(balance(&va) - amount))?;
+                        t.put(key(b), account(balance(&vb) + amount))
                     })
                     .unwrap();
                 }
@@ -253,13 +253,13 @@ fn a_load_never_waits_on_a_checkpoint_that_waits_on_it() {
         let model = build(dir.path(), cc, 3000, 300);
         let db = Db::create(dir.path(), opts(cc)).unwrap();
         // `k` is in this generation's log, so the checkpoint reads its committed value.
-        db.run(|t| t.put(&key(0), b"logged")).unwrap();
+        db.run(|t| t.put(key(0), b"logged")).unwrap();
         let mut t = db.begin();
-        t.put(&key(0), b"locked").unwrap();
+        t.put(key(0), b"locked").unwrap();
         std::thread::scope(|s| {
             let cp = s.spawn(|| db.checkpoint());
             std::thread::sleep(std::time::Duration::from_millis(100));
-            let r = t.get(&key(2900));
+            let r = t.get(key(2900));
             assert!(
                 matches!(&r, Err(e) if e.is_retryable())
                     || r.as_ref().is_ok_and(|v| v.as_ref() == model.get(&key(2900))),
@@ -268,7 +268,7 @@ fn a_load_never_waits_on_a_checkpoint_that_waits_on_it() {
             drop(t);
             cp.join().unwrap().unwrap();
         });
-        assert_eq!(db.begin().get(&key(2900)).unwrap().as_ref(), model.get(&key(2900)));
-        assert_eq!(db.begin().get(&key(0)).unwrap().as_deref(), Some(&b"logged"[..]));
+        assert_eq!(db.begin().get(key(2900)).unwrap().as_ref(), model.get(&key(2900)));
+        assert_eq!(db.begin().get(key(0)).unwrap().as_deref(), Some(&b"logged"[..]));
     }
 }

@@ -37,7 +37,7 @@ fn fill(cc: Cc, n: u32, per_txn: u32) -> (isize, isize) {
     while i < n {
         let mut txn = db.begin();
         for k in i..(i + per_txn).min(n) {
-            txn.put(&k.to_be_bytes(), &u64::from(k).to_le_bytes()).unwrap();
+            txn.put(k.to_be_bytes(), u64::from(k).to_le_bytes()).unwrap();
         }
         txn.commit().unwrap();
         i += per_txn;
@@ -45,8 +45,8 @@ fn fill(cc: Cc, n: u32, per_txn: u32) -> (isize, isize) {
     }
     counting::collect_garbage(64);
     let live = LIVE.load(Ordering::SeqCst) - base;
-    let mut txn = db.begin();
-    assert_eq!(txn.scan(b"", None).count(), n as usize);
+    let txn = db.begin();
+    assert_eq!(txn.iter().count(), n as usize);
     txn.commit().unwrap();
     drop(db);
     (live, peak)
@@ -86,7 +86,7 @@ fn churn_with(db: &Db, n: u32, rounds: u32) -> isize {
         while i < n {
             db.run(|txn| {
                 for k in i..(i + 100).min(n) {
-                    txn.put(&k.to_be_bytes(), &u64::from(k + r).to_le_bytes())?;
+                    txn.put(k.to_be_bytes(), u64::from(k + r).to_le_bytes())?;
                 }
                 Ok(())
             })
@@ -106,10 +106,10 @@ fn an_idle_open_transaction_does_not_stop_reclamation() {
         let db = Db::open_in_memory(Options::with_cc(cc)).unwrap();
         churn_with(&db, n, 1); // load
         let free = churn_with(&db, n, 4);
-        let mut idle = db.begin();
-        idle.get(&7u32.to_be_bytes()).unwrap();
+        let idle = db.begin();
+        idle.get(7u32.to_be_bytes()).unwrap();
         // The idle transaction moves to another thread and back (it is `Send`).
-        let mut idle = std::thread::scope(|s| s.spawn(move || idle).join().unwrap());
+        let idle = std::thread::scope(|s| s.spawn(move || idle).join().unwrap());
         let held = churn_with(&db, n, 4);
         println!(
             "{:8} overwriting {n} keys 4 times: {free} live bytes after, {held} with an idle transaction open",
@@ -122,7 +122,7 @@ fn an_idle_open_transaction_does_not_stop_reclamation() {
             "{}: an idle transaction held back reclamation: {held} live bytes vs {free}",
             cc.name()
         );
-        assert!(idle.get(&7u32.to_be_bytes()).unwrap().is_some());
+        assert!(idle.get(7u32.to_be_bytes()).unwrap().is_some());
         drop(idle);
     }
 }
@@ -150,7 +150,7 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         db.run(|t| {
             for &k in chunk {
-                t.put(&k.to_be_bytes(), &value)?;
+                t.put(k.to_be_bytes(), &value)?;
             }
             Ok(())
         })
@@ -171,9 +171,9 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     // Every commit is replayed: none was folded into the pages before the crash.
     let replayed = db.recovery_stats().unwrap().records_applied;
     assert_eq!(replayed, u64::from(n / 1000), "the test needs the whole log replayed");
-    let mut txn = db.begin();
-    assert_eq!(txn.get(&(n - 1).to_be_bytes()).unwrap().as_deref(), Some(&value[..]));
-    assert_eq!(txn.scan(b"", None).count(), n as usize);
+    let txn = db.begin();
+    assert_eq!(txn.get((n - 1).to_be_bytes()).unwrap().as_deref(), Some(&value[..]));
+    assert_eq!(txn.iter().count(), n as usize);
     txn.commit().unwrap();
     drop(db);
     eprintln!("recovery of {logged} bytes of log under a {cache}-byte cache: peak heap {peak} bytes");

@@ -27,14 +27,14 @@ fn pages_of(dir: &Path) -> PathBuf {
 fn closed_db(dir: &Path, n: u32) {
     let db = Db::create(dir, Options::default()).unwrap();
     for i in 0..n {
-        db.run(|t| t.put(&key(i), b"value")).unwrap();
+        db.run(|t| t.put(key(i), b"value")).unwrap();
     }
     db.close().unwrap();
 }
 
 fn count(dir: &Path) -> usize {
     let db = Db::create(dir, Options::default()).unwrap();
-    let n = db.begin().scan(b"", None).count();
+    let n = db.begin().iter().count();
     db.close().unwrap();
     n
 }
@@ -59,7 +59,7 @@ fn an_empty_damaged_or_foreign_page_segment_is_an_error_not_an_empty_database() 
                 let other = tempfile::tempdir().unwrap();
                 let db = Db::create(other.path(), Options::default()).unwrap();
                 for i in 0..1000 {
-                    db.run(|t| t.put(&key(i + 5000), b"value")).unwrap();
+                    db.run(|t| t.put(key(i + 5000), b"value")).unwrap();
                 }
                 db.close().unwrap();
                 std::fs::copy(pages_of(other.path()), &seg).unwrap();
@@ -76,7 +76,7 @@ fn after_a_crash_a_lost_page_segment_is_an_error_not_the_logs_keys_alone() {
     closed_db(dir.path(), 50);
     let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 50..60 {
-        db.run(|t| t.put(&key(i), b"later")).unwrap();
+        db.run(|t| t.put(key(i), b"later")).unwrap();
     }
     db.abandon_for_tests();
     std::fs::write(pages_of(dir.path()), b"").unwrap();
@@ -92,7 +92,7 @@ fn an_older_master_put_back_is_refused_and_deletes_nothing() {
     let old_master = std::fs::read(dir.path().join("MASTER")).unwrap();
     let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 20..40 {
-        db.run(|t| t.put(&key(i), b"more")).unwrap();
+        db.run(|t| t.put(key(i), b"more")).unwrap();
     }
     db.close().unwrap();
     let real_master = std::fs::read(dir.path().join("MASTER")).unwrap();
@@ -111,10 +111,10 @@ fn an_older_master_put_back_after_a_crash_is_refused() {
     let old_master = std::fs::read(dir.path().join("MASTER")).unwrap();
     // A crash, then recovery: a new generation with a new table; then more logged work.
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    db.run(|t| t.put(&key(100), b"x")).unwrap();
+    db.run(|t| t.put(key(100), b"x")).unwrap();
     db.abandon_for_tests();
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    db.run(|t| t.put(&key(101), b"y")).unwrap();
+    db.run(|t| t.put(key(101), b"y")).unwrap();
     db.abandon_for_tests();
     let before = names(dir.path());
     std::fs::write(dir.path().join("MASTER"), &old_master).unwrap();
@@ -130,7 +130,7 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    db.run(|t| t.put(&key(500), b"logged")).unwrap();
+    db.run(|t| t.put(key(500), b"logged")).unwrap();
     db.abandon_for_tests();
     let before = names(dir.path());
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
@@ -180,7 +180,7 @@ fn planted_symlinks_are_never_followed() {
     }
     let db = Db::create(dir.path(), Options::default()).unwrap();
     for i in 10..5000 {
-        db.run(|t| t.put(&key(i), &[7u8; 100])).unwrap();
+        db.run(|t| t.put(key(i), [7u8; 100])).unwrap();
     }
     db.close().unwrap();
     assert_eq!(count(dir.path()), 5000);
@@ -249,7 +249,7 @@ fn a_one_key_database_is_small_with_one_or_eight_workers() {
                 s.spawn(move || {
                     for _ in 0..3 {
                         let mut txn = db.begin();
-                        txn.put(b"the key", &[t as u8; 8]).unwrap();
+                        txn.put(b"the key", [t as u8; 8]).unwrap();
                         barrier.wait();
                         match txn.commit() {
                             Ok(()) | Err(Error::Conflict(_)) => {}
@@ -281,7 +281,7 @@ fn a_clean_master_with_commits_logged_after_it_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     closed_db(dir.path(), 10);
     let db = Db::create(dir.path(), Options::default()).unwrap();
-    db.run(|t| t.put(&key(500), b"logged after the clean exit")).unwrap();
+    db.run(|t| t.put(key(500), b"logged after the clean exit")).unwrap();
     db.abandon_for_tests();
     let path = dir.path().join("MASTER");
     let real = std::fs::read(&path).unwrap();

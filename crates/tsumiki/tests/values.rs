@@ -47,20 +47,20 @@ fn run(cc: Cc, txns: &[Vec<Op>]) {
         for op in ops {
             match *op {
                 Op::Put(k, len, tag) => {
-                    txn.put(&[k], &value(len, tag)).unwrap();
+                    txn.put([k], value(len, tag)).unwrap();
                     mine.insert(vec![k], value(len, tag));
                 }
-                Op::Delete(k) => assert_eq!(txn.delete(&[k]).unwrap(), mine.remove(&[k][..]).is_some(), "txn {i}"),
-                Op::Get(k) => assert_eq!(txn.get(&[k]).unwrap(), mine.get(&[k][..]).cloned(), "{}: txn {i}", cc.name()),
+                Op::Delete(k) => assert_eq!(txn.delete([k]).unwrap(), mine.remove(&[k][..]).is_some(), "txn {i}"),
+                Op::Get(k) => assert_eq!(txn.get([k]).unwrap(), mine.get(&[k][..]).cloned(), "{}: txn {i}", cc.name()),
             }
         }
         txn.commit().unwrap();
         model = mine;
     }
     let check = |db: &Db, what: &str| {
-        let mut txn = db.begin();
+        let txn = db.begin();
         for k in 0..24u8 {
-            assert_eq!(txn.get(&[k]).unwrap(), model.get(&[k][..]).cloned(), "{}: {what}: key {k}", cc.name());
+            assert_eq!(txn.get([k]).unwrap(), model.get(&[k][..]).cloned(), "{}: {what}: key {k}", cc.name());
         }
         txn.commit().unwrap();
     };
@@ -89,7 +89,7 @@ proptest! {
 fn readers_never_see_a_torn_value() {
     for cc in Cc::ALL {
         let db = Db::open_in_memory(Options { cc, ..Options::default() }).unwrap();
-        db.run(|t| (0..4u8).try_for_each(|k| t.put(&[k], &value(8, 0)))).unwrap();
+        db.run(|t| (0..4u8).try_for_each(|k| t.put([k], value(8, 0)))).unwrap();
         let stop = AtomicBool::new(false);
         let seen = std::thread::scope(|s| {
             for w in 0..2u8 {
@@ -99,7 +99,7 @@ fn readers_never_see_a_torn_value() {
                     while !stop.load(Ordering::Relaxed) {
                         i += 1;
                         let (k, len) = ((i % 4) as u8, (i * 7 + usize::from(w)) % 17);
-                        let _ = db.run(|t| t.put(&[k], &value(len, (i % 16) as u8)));
+                        let _ = db.run(|t| t.put([k], value(len, (i % 16) as u8)));
                     }
                 });
             }
@@ -115,9 +115,9 @@ fn readers_never_see_a_torn_value() {
                         let mut attempts = 0;
                         while attempts < 20_000 || (reads == 0 && start.elapsed().as_secs() < 30) {
                             attempts += 1;
-                            let mut txn = db.begin();
+                            let txn = db.begin();
                             let mut got = Vec::new();
-                            let ok = (0..4u8).all(|k| match txn.get(&[k]) {
+                            let ok = (0..4u8).all(|k| match txn.get([k]) {
                                 Ok(v) => {
                                     // A single read is consistent even before the commit
                                     // validates it (the word re-check after the value load).

@@ -1,7 +1,7 @@
 //! The generic engine: one index of records, any [`Protocol`], monomorphized.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Guard};
@@ -223,9 +223,10 @@ pub struct Engine<P: Protocol> {
     retired: Mutex<VecDeque<(u64, RecPtr<P::Record>)>>,
     /// Whether `retired` may hold records (spares transactions its mutex).
     has_retired: AtomicBool,
-    /// Closed by a checkpoint while the lanes move to a new generation: commits wait
-    /// before their log append (see [`Slot::committing`]).
-    gate: AtomicBool,
+    /// Closed (above zero) by a checkpoint while the lanes move to a new generation, and by
+    /// a read-only transaction that runs alone ([`Engine::exclusive_reads`]): commits wait
+    /// before their log append (see [`Slot::committing`]). A count, as both may hold it.
+    gate: AtomicUsize,
     /// The thread that takes checkpoints; commits wake it when one is due.
     pub(crate) checkpointer: OnceLock<std::thread::Thread>,
     /// The slot checkpoints enter: never pooled, so a checkpoint never takes the slot a
@@ -372,7 +373,7 @@ impl<P: Protocol> Engine<P> {
             record_clock: AtomicU64::new(0),
             retired: Mutex::new(VecDeque::new()),
             has_retired: AtomicBool::new(false),
-            gate: AtomicBool::new(false),
+            gate: AtomicUsize::new(0),
             checkpointer: OnceLock::new(),
             checkpoint_slot: OnceLock::new(),
             checkpointing: Mutex::new(()),
@@ -523,16 +524,36 @@ impl<P: Protocol> Engine<P> {
 
     /// Runs `f` while no commit is between its log append and the end of its install.
     fn quiesced(&self, f: &mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error> {
-        self.gate.store(true, Ordering::SeqCst);
+        self.close_gate();
+        let r = f();
+        self.gate.fetch_sub(1, Ordering::Release);
+        r
+    }
+
+    /// Closes the commit gate and waits until no commit is past it.
+    fn close_gate(&self) {
+        self.gate.fetch_add(1, Ordering::SeqCst);
         let slots: Vec<Arc<Slot<P>>> = self.slots.lock().clone();
         for s in &slots {
             while s.committing.load(Ordering::SeqCst) {
                 std::thread::yield_now();
             }
         }
-        let r = f();
-        self.gate.store(false, Ordering::Release);
-        r
+    }
+
+    /// Runs `f` while no transaction commits writes: the state it reads cannot change, so
+    /// an optimistic protocol's read-only transaction run inside validates. The fallback
+    /// of [`crate::Db::view`] for long reads that keep meeting writers.
+    pub(crate) fn exclusive_reads<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Open<'e>(&'e AtomicUsize);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
+        self.close_gate();
+        let _open = Open(&self.gate);
+        f()
     }
 
     /// Marks `slot` as committing, waiting while a checkpoint holds the gate. With
@@ -542,11 +563,11 @@ impl<P: Protocol> Engine<P> {
     fn enter_commit(&self, slot: &Slot<P>) {
         loop {
             slot.committing.store(true, Ordering::SeqCst);
-            if !self.gate.load(Ordering::SeqCst) {
+            if self.gate.load(Ordering::SeqCst) == 0 {
                 return;
             }
             slot.committing.store(false, Ordering::SeqCst);
-            while self.gate.load(Ordering::Acquire) {
+            while self.gate.load(Ordering::Acquire) != 0 {
                 std::thread::yield_now();
             }
         }
@@ -1002,6 +1023,22 @@ impl<P: Protocol> Engine<P> {
 
     /// Whether `rec` is the sentinel (the gap owner after the last key).
     #[inline]
+    /// The low keys of a reverse scan's windows over `start..end`, ascending, the first
+    /// being `start`: every [`SCAN_CHUNK`]th key in the index, and the low of every key
+    /// range (loaded or not) in between.
+    fn window_lows(&self, start: &[u8], end: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let mut lows: Vec<Vec<u8>> = self.index.scan(start, end).step_by(SCAN_CHUNK).map(|(k, _)| k).collect();
+        if let Some(r) = &self.residency {
+            lows.extend(r.lows_in(start, end, &epoch::pin()));
+            lows.sort_unstable();
+            lows.dedup();
+        }
+        if lows.first().is_none_or(|l| l.as_slice() != start) {
+            lows.insert(0, start.to_vec());
+        }
+        lows
+    }
+
     fn is_sentinel(&self, rec: &P::Record) -> bool {
         std::ptr::eq(rec, &*self.sentinel)
     }
@@ -1835,7 +1872,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// A forward scan of `start <= key < end` (no upper bound when `end` is `None`).
     pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>) -> TypedScan<'_, 'a, P> {
-        TypedScan { txn: self, next: Some(start.to_vec()), end: end.map(<[u8]>::to_vec), buf: Vec::new(), pos: 0 }
+        TypedScan { txn: self, cursor: ScanCursor::new(start.to_vec(), end.map(<[u8]>::to_vec), false) }
     }
 
     /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
@@ -1939,13 +1976,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 (Ok(()), None) => {}
             }
         } else {
-            match eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut NoLog) {
+            // SAFETY: as for `worker`.
+            let slot = unsafe { &*self.slot };
+            // Writes wait at the gate as logged ones do (an exclusive reader may hold it).
+            let gated = !b.writes.is_empty();
+            if gated {
+                eng.enter_commit(slot);
+            }
+            let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut NoLog);
+            if gated {
+                slot.committing.store(false, Ordering::Release);
+            }
+            match r {
                 Err(CommitFail::Conflict(c)) => return self.fail(c),
                 Err(CommitFail::Log) => unreachable!("NoLog never fails"),
                 Ok(()) => {}
             }
-            // SAFETY: as for `worker`.
-            let slot = unsafe { &*self.slot };
             if let (Some(wal), Some(lane), false) = (wal, slot.lane.get(), deferred) {
                 if let Some((seq, lsn)) = wal.pending_of(lane) {
                     ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
@@ -2036,33 +2082,113 @@ fn successor_key(k: &[u8]) -> Vec<u8> {
     s
 }
 
+/// A record a scan returns: its key and value.
+pub(crate) type Row = (Vec<u8>, Vec<u8>);
+
 /// The iterator of [`TypedTxn::scan`].
 pub struct TypedScan<'t, 'a, P: Protocol> {
     txn: &'t mut TypedTxn<'a, P>,
-    next: Option<Vec<u8>>,
-    end: Option<Vec<u8>>,
-    buf: Vec<(Vec<u8>, Vec<u8>)>,
-    pos: usize,
+    cursor: ScanCursor,
 }
 
 impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
     type Item = Result<(Vec<u8>, Vec<u8>), Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        self.cursor.next(self.txn)
+    }
+}
+
+/// Where a scan stands, apart from its transaction: each step borrows the transaction
+/// only while it reads a chunk, so the transaction can serve other reads between steps.
+pub(crate) struct ScanCursor {
+    /// Forward: where the next chunk starts (`None` once the range is done).
+    /// Reverse: the low end of the range until the windows are listed.
+    next: Option<Vec<u8>>,
+    end: Option<Vec<u8>>,
+    /// Records read and not yet returned, in the order they are returned.
+    buf: Vec<(Vec<u8>, Vec<u8>)>,
+    pos: usize,
+    /// Reverse scans: `None` while forward. Otherwise the low keys of the windows not read
+    /// yet (ascending: the next window is the last), listed at the first step.
+    windows: Option<Vec<Vec<u8>>>,
+    reverse: bool,
+}
+
+impl ScanCursor {
+    /// The records with `start <= key < end`, ascending or (`reverse`) descending.
+    pub(crate) fn new(start: Vec<u8>, end: Option<Vec<u8>>, reverse: bool) -> Self {
+        if end.as_ref().is_some_and(|e| *e <= start) {
+            // Empty: nothing to read (and no window to list).
+            return ScanCursor { next: None, end, buf: Vec::new(), pos: 0, windows: Some(Vec::new()), reverse };
+        }
+        ScanCursor { next: Some(start), end, buf: Vec::new(), pos: 0, windows: None, reverse }
+    }
+
+    /// Makes the scan descending (before its first step).
+    pub(crate) fn reverse(&mut self) {
+        self.reverse = true;
+    }
+
+    /// The next record of the scan, read through `txn`.
+    pub(crate) fn next<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<Row, Error>> {
         loop {
             if self.pos < self.buf.len() {
                 self.pos += 1;
                 return Some(Ok(std::mem::take(&mut self.buf[self.pos - 1])));
             }
-            let from = self.next.take()?;
-            if let Err(e) = self.txn.check_active() {
+            if let Err(e) = txn.check_active() {
+                self.next = None;
+                self.windows = Some(Vec::new());
                 return Some(Err(e));
             }
             self.pos = 0;
-            match self.txn.scan_chunk(&from, self.end.as_deref(), &mut self.buf) {
-                Ok(n) => self.next = n,
-                Err(e) => return Some(Err(e)),
+            let step = if self.reverse { self.step_back(txn) } else { self.step(txn) };
+            match step {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    self.next = None;
+                    self.windows = Some(Vec::new());
+                    return Some(Err(e));
+                }
             }
         }
+    }
+
+    /// Reads the next chunk forward; `false` when the range is done.
+    fn step<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Result<bool, Error> {
+        let Some(from) = self.next.take() else { return Ok(false) };
+        self.next = txn.scan_chunk(&from, self.end.as_deref(), &mut self.buf)?;
+        Ok(true)
+    }
+
+    /// Reads the next window backward: the whole window forward (the index links leaves
+    /// to the right only), then reversed. The windows are listed once, at the first step:
+    /// every [`SCAN_CHUNK`]th key in the index and every key range's low (so a window over
+    /// ranges not in memory stays about a page long). Each window is read as a forward
+    /// scan of the transaction, so the windows together cover the range with the same
+    /// protection (no phantoms) as a forward scan.
+    fn step_back<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Result<bool, Error> {
+        let windows = match &mut self.windows {
+            Some(w) => w,
+            None => {
+                let Some(start) = self.next.take() else { return Ok(false) };
+                let w = txn.eng.window_lows(&start, self.end.as_deref());
+                self.windows.insert(w)
+            }
+        };
+        let Some(low) = windows.pop() else { return Ok(false) };
+        let high = self.end.take();
+        self.buf.clear();
+        let mut chunk = Vec::new();
+        let mut from = Some(low.clone());
+        while let Some(f) = from {
+            from = txn.scan_chunk(&f, high.as_deref(), &mut chunk)?;
+            self.buf.append(&mut chunk);
+        }
+        self.buf.reverse();
+        self.end = Some(low);
+        Ok(true)
     }
 }

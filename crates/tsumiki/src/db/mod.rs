@@ -23,10 +23,12 @@
 mod engine;
 mod residency;
 
+use std::cell::RefCell;
+use std::ops::Bound;
 use std::sync::Arc;
 
 pub use engine::{Engine, TypedScan, TypedTxn};
-use engine::{Home, Slot, TxnBufs};
+use engine::{Home, ScanCursor, Slot, TxnBufs};
 
 use crate::cc::si::Si;
 use crate::cc::silo::Silo;
@@ -135,6 +137,10 @@ pub struct Options {
     /// database to exist. Opening still takes the database's lock and recovers what a
     /// crash left (which writes to its files), so the directory must be writable.
     pub read_only: bool,
+    /// Test only: [`Db::view`] never runs with commits held, retrying optimistically
+    /// forever (the planted bug the long-read tests must catch). Never set it otherwise.
+    #[doc(hidden)]
+    pub view_without_fallback_for_tests: bool,
 }
 
 /// The record cache of a database with pages ([`Db::cache_stats`]).
@@ -173,6 +179,7 @@ impl Default for Options {
             log: LogOptions::default(),
             cache_bytes: DEFAULT_CACHE_BYTES,
             read_only: false,
+            view_without_fallback_for_tests: false,
         }
     }
 }
@@ -378,6 +385,8 @@ enum AnyDb {
 /// reference (it is `Sync`); open transactions with [`Db::begin`] or [`Db::run`].
 pub struct Db {
     inner: AnyDb,
+    /// Whether [`Db::view`] may fall back to holding commits (TicToc and Silo).
+    view_fallback: bool,
 }
 
 macro_rules! dispatch {
@@ -507,7 +516,8 @@ impl Db {
                 AnyDb::Si(mk(p, opts, storage)?)
             }
         };
-        Ok(Db { inner })
+        let view_fallback = matches!(opts.cc, Cc::TicToc | Cc::Silo) && !opts.view_without_fallback_for_tests;
+        Ok(Db { inner, view_fallback })
     }
 
     /// Takes a checkpoint now (commits also take one every
@@ -565,7 +575,7 @@ impl Db {
     /// txn.commit().unwrap();
     /// ```
     pub fn begin(&self) -> Txn<'_> {
-        Txn { inner: dispatch!(&self.inner, db => db.begin().into()) }
+        Txn { inner: RefCell::new(dispatch!(&self.inner, db => db.begin().into())) }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)
@@ -588,15 +598,138 @@ impl Db {
             match r {
                 Err(e) if e.is_retryable() => {
                     attempt = attempt.saturating_add(1);
-                    if attempt > 4 {
-                        std::thread::sleep(std::time::Duration::from_micros(1 << attempt.min(10)));
-                    } else {
-                        std::thread::yield_now();
-                    }
+                    backoff(attempt);
                 }
                 r => return r,
             }
         }
+    }
+
+    /// Runs `f` in a read-only transaction and returns its result; the transaction always
+    /// finishes, however long it reads and however busy the writers.
+    ///
+    /// Under MVCC-SI it reads a snapshot and never aborts. Under 2PL it takes shared locks
+    /// and is run again after a conflict. Under TicToc and Silo it runs optimistically, and
+    /// after [`VIEW_OPTIMISTIC_TRIES`] conflicts (a long scan that keeps meeting commits)
+    /// once more while commits of writes wait at the commit gate, where nothing it reads can
+    /// change, so it validates. Short reads thus stay optimistic; a long one holds writers
+    /// back only for its own length, once.
+    ///
+    /// `f` may run more than once: it must not have effects outside the transaction that
+    /// a retry would repeat.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| (0..1000u32).try_for_each(|i| t.put(i.to_be_bytes(), 1u64.to_be_bytes()))).unwrap();
+    /// std::thread::scope(|s| {
+    ///     // A writer moves units between records; the total stays 1000.
+    ///     s.spawn(|| {
+    ///         for i in 0..2000u32 {
+    ///             db.run(|t| {
+    ///                 let (a, b) = ((i % 1000).to_be_bytes(), ((i * 7 + 1) % 1000).to_be_bytes());
+    ///                 let va = u64::from_be_bytes(t.get(a)?.unwrap().try_into().unwrap());
+    ///                 let vb = u64::from_be_bytes(t.get(b)?.unwrap().try_into().unwrap());
+    ///                 if a != b && va > 0 {
+    ///                     t.put(a, (va - 1).to_be_bytes())?;
+    ///                     t.put(b, (vb + 1).to_be_bytes())?;
+    ///                 }
+    ///                 Ok(())
+    ///             })
+    ///             .unwrap();
+    ///         }
+    ///     });
+    ///     for _ in 0..20 {
+    ///         let total = db
+    ///             .view(|r| r.iter().map(|row| Ok(u64::from_be_bytes(row?.1.try_into().unwrap()))).sum::<Result<u64, _>>())
+    ///             .unwrap();
+    ///         assert_eq!(total, 1000);
+    ///     }
+    /// });
+    /// ```
+    pub fn view<T>(&self, mut f: impl FnMut(&ReadTxn<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        let gate = self.view_fallback;
+        let mut attempt = 0u32;
+        loop {
+            let mut once = || {
+                let txn = ReadTxn { txn: self.begin() };
+                let v = f(&txn)?;
+                txn.txn.commit().map(|()| v)
+            };
+            let r = if gate && attempt >= VIEW_OPTIMISTIC_TRIES {
+                dispatch!(&self.inner, db => db.eng.exclusive_reads(&mut once))
+            } else {
+                once()
+            };
+            match r {
+                Err(e) if e.is_retryable() => {
+                    attempt = attempt.saturating_add(1);
+                    backoff(attempt);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Copies the database, as one consistent state, into a new database in directory
+    /// `dir` (which must not hold one), while transactions go on; returns the records
+    /// copied. The copy is read in one [`view`](Self::view) and written in transactions of
+    /// a few thousand records, then closed (durable when this returns). Any protocol
+    /// opens it.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::create(dir.path().join("live"), Options::default()).unwrap();
+    /// db.run(|t| { t.put("a", 0u64.to_be_bytes())?; t.put("b", 0u64.to_be_bytes()) }).unwrap();
+    /// std::thread::scope(|s| {
+    ///     let stop = std::sync::atomic::AtomicBool::new(false);
+    ///     // A writer keeps a == b, changing both in each transaction.
+    ///     s.spawn(|| {
+    ///         let mut n = 0u64;
+    ///         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    ///             n += 1;
+    ///             db.run(|t| { t.put("a", n.to_be_bytes())?; t.put("b", n.to_be_bytes()) }).unwrap();
+    ///         }
+    ///     });
+    ///     assert_eq!(db.backup_to(dir.path().join("copy")).unwrap(), 2);
+    ///     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// });
+    /// let copy = Db::open(dir.path().join("copy"), Options::default()).unwrap();
+    /// let t = copy.begin();
+    /// assert_eq!(t.get("a").unwrap(), t.get("b").unwrap()); // one consistent state
+    /// ```
+    pub fn backup_to(&self, dir: impl AsRef<std::path::Path>) -> Result<u64, Error> {
+        let dir = dir.as_ref();
+        if dir.join(crate::wal::recovery::MASTER).exists() {
+            return Err(Error::Config(format!("{} already holds a database", dir.display())));
+        }
+        let existed = dir.exists();
+        let opts = Options {
+            log: LogOptions { durability: crate::wal::Durability::Buffered, ..LogOptions::default() },
+            ..Options::default()
+        };
+        let mut started = false;
+        self.view(|r| {
+            // A retry starts the copy over.
+            if std::mem::replace(&mut started, true) {
+                remove_partial_copy(dir, existed)?;
+            }
+            let copy = Db::create(dir, opts.clone())?;
+            let mut n = 0u64;
+            let mut txn = copy.begin();
+            for row in r.iter() {
+                let (k, v) = row?;
+                txn.put(k, v)?;
+                n += 1;
+                if n.is_multiple_of(BACKUP_BATCH) {
+                    std::mem::replace(&mut txn, copy.begin()).commit()?;
+                }
+            }
+            txn.commit()?;
+            copy.close()?;
+            Ok(n)
+        })
     }
 
     /// The protocol's short name.
@@ -616,6 +749,61 @@ impl Db {
             AnyDb::Si(db) => Some(db.protocol().gc_stats()),
             _ => None,
         }
+    }
+}
+
+/// Conflicts a [`Db::view`] meets under TicToc or Silo before it runs with commits held.
+pub const VIEW_OPTIMISTIC_TRIES: u32 = 2;
+
+/// Records per transaction of a [`Db::backup_to`] copy.
+const BACKUP_BATCH: u64 = 4096;
+
+/// Waits a little before a retry: yields at first, then sleeps longer each time.
+fn backoff(attempt: u32) {
+    if attempt > 4 {
+        std::thread::sleep(std::time::Duration::from_micros(1 << attempt.min(10)));
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Removes what an abandoned attempt of [`Db::backup_to`] wrote: the directory if it made
+/// it, else the files in it.
+fn remove_partial_copy(dir: &std::path::Path, existed: bool) -> Result<(), Error> {
+    let io = |e| Error::io(format!("removing the partial copy in {}", dir.display()), e);
+    if !existed {
+        return std::fs::remove_dir_all(dir).map_err(io);
+    }
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        std::fs::remove_file(entry.map_err(io)?.path()).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// A read-only transaction, given to [`Db::view`]: the reads of [`Txn`], no writes.
+pub struct ReadTxn<'a> {
+    txn: Txn<'a>,
+}
+
+impl<'a> ReadTxn<'a> {
+    /// The value of `key`, if present.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        self.txn.get(key)
+    }
+
+    /// The records whose keys are in `range`; see [`Txn::range`].
+    pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
+        self.txn.range(range)
+    }
+
+    /// Every record; see [`Txn::iter`].
+    pub fn iter(&self) -> Scan<'_, 'a> {
+        self.txn.iter()
+    }
+
+    /// The records whose keys start with `prefix`; see [`Txn::prefix`].
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
+        self.txn.prefix(prefix)
     }
 }
 
@@ -659,10 +847,14 @@ const _: fn() = || {
 /// transaction is serializable, scans included (no phantoms); under MVCC-SI it reads the
 /// snapshot taken when it began, and of two concurrent writers of a key the second aborts.
 ///
+/// Reads take `&self`, so a [`get`](Self::get) may run while a scan of the same transaction
+/// is open; writes take `&mut self`.
+///
 /// A conflict ([`Error::Conflict`]) rolls the transaction back at once; later calls return
 /// [`Error::TxnFinished`].
 pub struct Txn<'a> {
-    inner: AnyTxn<'a>,
+    /// Borrowed mutably for one operation (or one step of a scan) at a time.
+    inner: RefCell<AnyTxn<'a>>,
 }
 
 impl<'a> Txn<'a> {
@@ -675,9 +867,10 @@ impl<'a> Txn<'a> {
     /// assert_eq!(txn.get(b"k").unwrap(), None);
     /// txn.put(b"k", b"v").unwrap();
     /// assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec())); // its own write
+    /// assert_eq!(txn.get("k").unwrap(), Some(b"v".to_vec())); // any `AsRef<[u8]>`
     /// ```
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        dispatch_txn!(&mut self.inner, t => t.get(key))
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        dispatch_txn!(&mut *self.inner.borrow_mut(), t => t.get(key.as_ref()))
     }
 
     /// Stores `value` under `key`, whether or not it exists.
@@ -687,11 +880,11 @@ impl<'a> Txn<'a> {
     /// # let db = Db::open_in_memory(Options::default()).unwrap();
     /// let mut txn = db.begin();
     /// txn.put(b"k", b"v1").unwrap();
-    /// txn.put(b"k", b"v2").unwrap();
-    /// assert!(matches!(txn.put(&[0; 5000], b"v"), Err(Error::KeyTooLong { .. })));
+    /// txn.put("k", String::from("v2")).unwrap();
+    /// assert!(matches!(txn.put(vec![0; 5000], b"v"), Err(Error::KeyTooLong { .. })));
     /// ```
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        dispatch_txn!(&mut self.inner, t => t.put(key, value))
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.put(key.as_ref(), value.as_ref()))
     }
 
     /// Inserts only if `key` is absent; returns whether it did.
@@ -704,8 +897,8 @@ impl<'a> Txn<'a> {
     /// assert!(!txn.insert(b"k", b"second").unwrap());
     /// assert_eq!(txn.get(b"k").unwrap(), Some(b"first".to_vec()));
     /// ```
-    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
-        dispatch_txn!(&mut self.inner, t => t.insert(key, value))
+    pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.insert(key.as_ref(), value.as_ref()))
     }
 
     /// Replaces the value only if `key` is present; returns whether it did.
@@ -718,8 +911,8 @@ impl<'a> Txn<'a> {
     /// txn.put(b"k", b"v").unwrap();
     /// assert!(txn.update(b"k", b"w").unwrap());
     /// ```
-    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
-        dispatch_txn!(&mut self.inner, t => t.update(key, value))
+    pub fn update(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.update(key.as_ref(), value.as_ref()))
     }
 
     /// Deletes `key`; returns whether it was present.
@@ -732,31 +925,79 @@ impl<'a> Txn<'a> {
     /// assert!(txn.delete(b"k").unwrap());
     /// assert!(!txn.delete(b"k").unwrap());
     /// ```
-    pub fn delete(&mut self, key: &[u8]) -> Result<bool, Error> {
-        dispatch_txn!(&mut self.inner, t => t.delete(key))
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.delete(key.as_ref()))
     }
 
-    /// The records with `start <= key < end` (no upper bound when `end` is `None`), in key
-    /// order, as `(key, value)`.
+    /// The records whose keys are in `range` (any Rust range of `AsRef<[u8]>` keys:
+    /// `a..b`, `a..=b`, `a..`, `..b`), in ascending key order, as `(key, value)`;
+    /// [`.rev()`](Scan::rev) makes it descending. Reads (a `get`) may run while the scan
+    /// is open.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
     /// # let db = Db::open_in_memory(Options::default()).unwrap();
     /// let mut txn = db.begin();
-    /// for k in [b"a", b"b", b"c"] {
-    ///     txn.put(k, b"v").unwrap();
+    /// for k in ["a", "b", "c", "d"] {
+    ///     txn.put(k, k.to_uppercase()).unwrap();
     /// }
-    /// let keys: Vec<Vec<u8>> = txn.scan(b"b", None).map(|r| r.unwrap().0).collect();
-    /// assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
+    /// let keys = |s: tsumiki::Scan| s.map(|r| r.unwrap().0).collect::<Vec<_>>();
+    /// assert_eq!(keys(txn.range("b".."d")), [b"b", b"c"]);
+    /// assert_eq!(keys(txn.range("b"..="d")), [b"b", b"c", b"d"]);
+    /// assert_eq!(keys(txn.range(.."b")), [b"a"]);
+    /// assert_eq!(keys(txn.range("c"..).rev()), [b"d", b"c"]);
+    /// assert_eq!(keys(txn.range(b"a".as_slice()..b"c")), [b"a", b"b"]);
+    /// assert_eq!(txn.range(..).count(), 4);
+    /// // A read inside the scan loop:
+    /// for row in txn.range("a"..) {
+    ///     let (key, value) = row.unwrap();
+    ///     assert_eq!(txn.get(&key).unwrap(), Some(value));
+    /// }
     /// ```
-    pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>) -> Scan<'_, 'a> {
-        let inner = match &mut self.inner {
-            AnyTxn::TicToc(t) => AnyScan::TicToc(t.scan(start, end)),
-            AnyTxn::Silo(t) => AnyScan::Silo(t.scan(start, end)),
-            AnyTxn::TwoPl(t) => AnyScan::TwoPl(t.scan(start, end)),
-            AnyTxn::Si(t) => AnyScan::Si(t.scan(start, end)),
+    pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
+        let start = match range.start_bound() {
+            Bound::Included(k) => k.to_vec(),
+            Bound::Excluded(k) => successor(k),
+            Bound::Unbounded => Vec::new(),
         };
-        Scan { inner }
+        let end = match range.end_bound() {
+            Bound::Included(k) => Some(successor(k)),
+            Bound::Excluded(k) => Some(k.to_vec()),
+            Bound::Unbounded => None,
+        };
+        Scan { txn: self, cursor: ScanCursor::new(start, end, false) }
+    }
+
+    /// Every record, in ascending key order (`.rev()`: descending).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// # db.run(|t| { t.put("x", "1")?; t.put("y", "2") }).unwrap();
+    /// let txn = db.begin();
+    /// assert_eq!(txn.iter().count(), 2);
+    /// assert_eq!(txn.iter().rev().next().unwrap().unwrap().0, b"y"); // the last key
+    /// ```
+    pub fn iter(&self) -> Scan<'_, 'a> {
+        Scan { txn: self, cursor: ScanCursor::new(Vec::new(), None, false) }
+    }
+
+    /// The records whose keys start with `prefix`, in ascending key order (`.rev()`:
+    /// descending).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for k in ["user:1", "user:2", "users", "video:1"] {
+    ///     txn.put(k, b"").unwrap();
+    /// }
+    /// let keys: Vec<_> = txn.prefix("user:").rev().map(|r| r.unwrap().0).collect();
+    /// assert_eq!(keys, [b"user:2", b"user:1"]);
+    /// ```
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
+        let p = prefix.as_ref();
+        Scan { txn: self, cursor: ScanCursor::new(p.to_vec(), prefix_end(p), false) }
     }
 
     /// Makes the transaction's writes visible, or fails with a conflict (rolled back).
@@ -774,7 +1015,7 @@ impl<'a> Txn<'a> {
     /// assert!(t1.commit().unwrap_err().is_retryable());
     /// ```
     pub fn commit(self) -> Result<(), Error> {
-        dispatch_txn!(self.inner, t => t.commit())
+        dispatch_txn!(self.inner.into_inner(), t => t.commit())
     }
 
     /// Commits without waiting for the commit to become durable: the returned ticket's
@@ -791,7 +1032,7 @@ impl<'a> Txn<'a> {
     /// ticket.wait().unwrap();
     /// ```
     pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
-        dispatch_txn!(self.inner, t => t.commit_deferred())
+        dispatch_txn!(self.inner.into_inner(), t => t.commit_deferred())
     }
 
     /// Rolls the transaction back.
@@ -805,31 +1046,101 @@ impl<'a> Txn<'a> {
     /// assert_eq!(db.begin().get(b"k").unwrap(), None);
     /// ```
     pub fn abort(self) {
-        dispatch_txn!(self.inner, t => t.abort())
+        dispatch_txn!(self.inner.into_inner(), t => t.abort())
     }
 }
 
-enum AnyScan<'t, 'a> {
-    TicToc(TypedScan<'t, 'a, TicToc>),
-    Silo(TypedScan<'t, 'a, Silo>),
-    TwoPl(TypedScan<'t, 'a, TwoPl>),
-    Si(TypedScan<'t, 'a, Si>),
+/// A range of keys for [`Txn::range`]: any Rust range (`a..b`, `a..=b`, `a..`, `..b`,
+/// `..=b`, `..`) or pair of [`Bound`]s, of keys of one `AsRef<[u8]>` type (`&str`,
+/// `&[u8]`, `Vec<u8>`, `&[u8; N]`...). (A trait of its own rather than `RangeBounds`,
+/// whose key type Rust cannot infer from `b"a"..b"b"`.)
+pub trait KeyRange {
+    /// The lower bound.
+    fn start_bound(&self) -> Bound<&[u8]>;
+    /// The upper bound.
+    fn end_bound(&self) -> Bound<&[u8]>;
 }
 
-/// The iterator of [`Txn::scan`]: `(key, value)` pairs, or the error that ended the scan.
+macro_rules! key_range {
+    ($($ty:ty => |$r:ident| ($start:expr, $end:expr)),* $(,)?) => {$(
+        impl<K: AsRef<[u8]>> KeyRange for $ty {
+            #[allow(unused_variables)]
+            fn start_bound(&self) -> Bound<&[u8]> {
+                let $r = self;
+                $start
+            }
+            #[allow(unused_variables)]
+            fn end_bound(&self) -> Bound<&[u8]> {
+                let $r = self;
+                $end
+            }
+        }
+    )*};
+}
+
+key_range! {
+    std::ops::Range<K> => |r| (Bound::Included(r.start.as_ref()), Bound::Excluded(r.end.as_ref())),
+    std::ops::RangeInclusive<K> => |r| (Bound::Included(r.start().as_ref()), Bound::Included(r.end().as_ref())),
+    std::ops::RangeFrom<K> => |r| (Bound::Included(r.start.as_ref()), Bound::Unbounded),
+    std::ops::RangeTo<K> => |r| (Bound::Unbounded, Bound::Excluded(r.end.as_ref())),
+    std::ops::RangeToInclusive<K> => |r| (Bound::Unbounded, Bound::Included(r.end.as_ref())),
+    (Bound<K>, Bound<K>) => |r| (r.0.as_ref().map(AsRef::as_ref), r.1.as_ref().map(AsRef::as_ref)),
+}
+
+impl KeyRange for std::ops::RangeFull {
+    fn start_bound(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+    fn end_bound(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+}
+
+/// The smallest key after `k`.
+fn successor(k: &[u8]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(k.len() + 1);
+    s.extend_from_slice(k);
+    s.push(0);
+    s
+}
+
+/// The smallest key above every key that starts with `prefix` (`None`: no such key).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A scan of a transaction ([`Txn::range`], [`Txn::prefix`], [`Txn::iter`]): `(key,
+/// value)` pairs, or the error that ended it. Each step reads through the transaction, so
+/// what it returns is part of the transaction's reads (validated, or locked, by its
+/// protocol).
 pub struct Scan<'t, 'a> {
-    inner: AnyScan<'t, 'a>,
+    txn: &'t Txn<'a>,
+    cursor: ScanCursor,
+}
+
+impl Scan<'_, '_> {
+    /// The same records in descending key order. The index links its leaves rightward
+    /// only, so a reverse scan first walks the range's keys in the index once to cut it
+    /// into windows of about 64 records, then reads the windows from the last.
+    #[allow(clippy::should_implement_trait)]
+    pub fn rev(mut self) -> Self {
+        self.cursor.reverse();
+        self
+    }
 }
 
 impl Iterator for Scan<'_, '_> {
     type Item = Result<(Vec<u8>, Vec<u8>), Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match &mut self.inner {
-            AnyScan::TicToc(s) => s.next(),
-            AnyScan::Silo(s) => s.next(),
-            AnyScan::TwoPl(s) => s.next(),
-            AnyScan::Si(s) => s.next(),
-        }
+        let cursor = &mut self.cursor;
+        dispatch_txn!(&mut *self.txn.inner.borrow_mut(), t => cursor.next(t))
     }
 }

@@ -331,6 +331,18 @@ impl Residency {
         std::iter::once(first).chain(ranges.take_while(|r| to.is_none_or(|t| &*r.low <= t))).find(|r| !r.is_loaded())
     }
 
+    /// The low keys of the ranges that start inside `from..end` (`end` exclusive;
+    /// `None`: to the end), loaded or not, in key order.
+    pub(crate) fn lows_in(&self, from: &[u8], end: Option<&[u8]>, guard: &Guard) -> Vec<Vec<u8>> {
+        self.current(guard)
+            .iter_from_key(from)
+            .map(|r| &*r.low)
+            .skip_while(|l| *l < from)
+            .take_while(|l| end.is_none_or(|e| *l < e))
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
     /// Whether every range overlapping `from..end` (`end` exclusive; `None`: to the end)
     /// is loaded (no load, no reference).
     pub(crate) fn covers(&self, from: &[u8], end: Option<&[u8]>, guard: &Guard) -> bool {
@@ -576,7 +588,7 @@ mod tests {
             keys.push(k.clone());
             k.push(0xff);
             keys.push(k);
-            if let Some((last, init)) = l.split_last() {
+            if let Some((last, init)) = l.split_last().filter(|(last, _)| **last > 0) {
                 let mut k = init.to_vec();
                 k.push(last - 1);
                 keys.push(k);

@@ -1,7 +1,8 @@
 //! `tsumiki stats`: what a database directory holds, read from the block trailers (paper
 //! 004's log multiplexing puts each block's lane, position, record count, timestamp range
-//! and watermark in its 40-byte trailer, so no record is parsed) and from the page store's
-//! translation table (live bytes per segment). Nothing is written.
+//! and watermark in its 40-byte trailer, so no record is parsed), from the page store's
+//! translation table (live bytes per segment), and from its pages (the record count: every
+//! page is read). Nothing is written: files are opened read-only.
 
 use std::path::Path;
 
@@ -9,9 +10,10 @@ use crate::block::{open_block, BLOCK, FLAG_FLUSH_END};
 use crate::error::Error;
 use crate::wal::format::{parse_registry_name, parse_segment_name};
 use crate::wal::recovery::{read_master, read_registry, MASTER};
-use crate::wal::storage::{DirStorage, Storage};
+use crate::wal::storage::Storage;
 
-use super::pages::{parse_segment_file, PageStore};
+use super::check::ReadOnlyDir;
+use super::pages::{parse_segment_file, PageStore, STORE_LANE};
 
 /// What one file holds, block by block.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,10 +35,14 @@ pub struct FileReport {
     pub records: u64,
     /// Valid blocks that end a flush (one per group commit or sync).
     pub flushes: u64,
-    /// The smallest and largest timestamp or LSN of those records (0 if none).
+    /// Log segments: the smallest and largest timestamp or LSN of those records (0 if
+    /// none). Page segments: the oldest and newest generation that wrote its valid blocks.
     pub lo: u64,
     /// See `lo`.
     pub hi: u64,
+    /// Log segments: the lane's durable watermark at its last flush in this file (ELR; 0
+    /// under NLR or without a flush).
+    pub watermark: u64,
     /// Page segments: bytes of images the table names, and the generation that last wrote
     /// it (`None`: no table names it, free for reuse).
     pub live: Option<(u64, u64)>,
@@ -54,6 +60,19 @@ pub struct Inspection {
     pub elr: bool,
     /// Pages in the translation table.
     pub pages: u64,
+    /// Live records in the pages, and the bytes of their keys and values (a database left
+    /// open or crashed has more in its logs: see the log files' `records`).
+    pub records: u64,
+    /// See `records`.
+    pub key_bytes: u64,
+    /// See `records`.
+    pub value_bytes: u64,
+    /// Bytes of the images the table names (the table included).
+    pub live_bytes: u64,
+    /// Page segment files, and how many of them the table does not use (kept for reuse).
+    pub segments: u64,
+    /// See `segments`.
+    pub free_segments: u64,
     /// Every log and page segment, in name order.
     pub files: Vec<FileReport>,
     /// Each lane registry (`lanes-<generation>`): the generation and its lane count, or
@@ -64,27 +83,32 @@ pub struct Inspection {
 /// Reads the database in `dir` without changing it. Takes the database's lock, so a
 /// database open in another process is refused (`Error::Locked`).
 pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
-    let missing = |what: &str| Error::io(format!("{} {what}", dir.display()), std::io::ErrorKind::NotFound.into());
-    if !dir.is_dir() {
-        return Err(missing("is not a directory"));
-    }
-    let storage: std::sync::Arc<dyn Storage> =
-        std::sync::Arc::new(DirStorage::new(dir).map_err(|e| Error::io(dir.display().to_string(), e))?);
+    let storage: std::sync::Arc<dyn Storage> = std::sync::Arc::new(ReadOnlyDir::new(dir)?);
     let _lock = storage.lock().map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
         _ => Error::io("locking the database", e),
     })?;
-    let m = read_master(&*storage)?.ok_or_else(|| missing("holds no database"))?;
+    let m = read_master(&*storage)?
+        .ok_or_else(|| Error::NotFound(format!("{} holds no tsumiki database", dir.display())))?;
     let pages = PageStore::open(storage.clone(), 4 << 20, super::table_ref(m.table), false)?;
     let usage = pages.segment_usage();
+    let stats = pages.stats();
     let mut out = Inspection {
         generation: m.generation,
         last_exit: m.last_exit,
         elr: m.elr,
-        pages: pages.stats().pages,
-        files: Vec::new(),
-        lane_registries: Vec::new(),
+        pages: stats.pages,
+        live_bytes: stats.live_bytes,
+        segments: stats.segments,
+        free_segments: stats.free_segments,
+        ..Default::default()
     };
+    pages.load_all(&[], &mut |k, v| {
+        out.records += 1;
+        out.key_bytes += k.len() as u64;
+        out.value_bytes += v.len() as u64;
+        Ok(())
+    })?;
     let mut names = storage.list().map_err(|e| Error::io("listing the database directory", e))?;
     names.sort();
     for name in names {
@@ -133,8 +157,13 @@ fn scan_blocks(storage: &dyn Storage, name: &str, salt: u64) -> Result<FileRepor
                     r.records += u64::from(t.records);
                     if t.flags & FLAG_FLUSH_END != 0 {
                         r.flushes += 1;
+                        r.watermark = t.watermark;
                     }
-                    if t.records > 0 {
+                    if t.lane == STORE_LANE {
+                        // A page block's `lo` is the generation that wrote it.
+                        r.lo = if r.lo == 0 { t.lo } else { r.lo.min(t.lo) };
+                        r.hi = r.hi.max(t.lo);
+                    } else if t.records > 0 {
                         r.lo = if r.lo == 0 { t.lo } else { r.lo.min(t.lo) };
                         r.hi = r.hi.max(t.hi);
                     }

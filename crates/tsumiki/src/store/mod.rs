@@ -14,6 +14,7 @@
 //!   replacement is durable;
 //! - every setting is validated before anything is created.
 
+pub(crate) mod check;
 pub(crate) mod inspect;
 pub(crate) mod pages;
 

@@ -20,7 +20,7 @@ pub fn account(b: u64, len: usize) -> Vec<u8> {
 pub fn audit(db: &Db) -> u64 {
     db.run(|t| {
         let mut sum = 0u64;
-        for r in t.scan(b"", None) {
+        for r in t.iter() {
             sum = sum.wrapping_add(balance(&r?.1));
         }
         Ok(sum)

@@ -36,20 +36,20 @@ pub fn chain_txn(db: &Db, id: u64, rng: &mut SimRng, slots: u64) -> Result<(), E
     }
     let mut entries = Vec::new();
     for k in picked {
-        let prev = txn.get(&slot_key(k))?;
+        let prev = txn.get(slot_key(k))?;
         let prev = prev.map(|v| String::from_utf8(v).expect("ids are text")).unwrap_or_else(|| "none".into());
-        txn.put(&slot_key(k), id.to_string().as_bytes())?;
+        txn.put(slot_key(k), id.to_string().as_bytes())?;
         entries.push(format!("{k}={prev}"));
     }
-    txn.put(&marker_key(id), entries.join(",").as_bytes())?;
+    txn.put(marker_key(id), entries.join(",").as_bytes())?;
     txn.commit()
 }
 
 /// Checks the recovered database against the acknowledged ids.
 pub fn check_chains(db: &Db, acked: &[u64], slots: u64) -> Result<(), String> {
-    let mut txn = db.begin();
+    let txn = db.begin();
     let state: BTreeMap<Vec<u8>, Vec<u8>> =
-        txn.scan(b"", None).collect::<Result<_, _>>().map_err(|e| format!("scan failed: {e}"))?;
+        txn.iter().collect::<Result<_, _>>().map_err(|e| format!("scan failed: {e}"))?;
     drop(txn);
     let mut markers: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
     for (k, v) in &state {

@@ -1,0 +1,168 @@
+/*
+ * tsumiki/ndbm.h: tsumiki's C interface, source-compatible with POSIX <ndbm.h>, with
+ * transactions as an extension.
+ *
+ * A program written for ndbm switches to tsumiki by including <tsumiki/ndbm.h> instead of
+ * <ndbm.h> and linking with -ltsumiki (`pkg-config --cflags --libs tsumiki`).
+ *
+ * Differences from a classic ndbm, all within what POSIX allows:
+ * - dbm_open's `file` names a database DIRECTORY (ndbm makes file.dir and file.pag).
+ *   With O_CREAT a missing directory is created with `mode` plus an x bit wherever `mode`
+ *   has an r bit, minus the umask (0644 gives 0755 under umask 022); the files inside are
+ *   created 0600. The parent directory must exist.
+ * - Every call outside a transaction is its own durable, serializable transaction: when it
+ *   returns, its effect survives a crash (the log is synced at every commit).
+ * - Keys are at most 4096 bytes and values at most 16 MiB; longer ones fail with
+ *   TSUMIKI_DBM_TOO_LONG (errno EINVAL). There is no limit on key plus value size.
+ * - dbm_firstkey/dbm_nextkey return keys in ascending byte order (memcmp, shorter first).
+ *   dbm_nextkey returns the first key strictly after the one it or dbm_firstkey last
+ *   returned on this handle, so stores and deletes during an iteration are allowed: a key
+ *   deleted after it was returned does not stop the iteration.
+ *
+ * Memory: the datum returned by dbm_fetch, dbm_firstkey and dbm_nextkey points into memory
+ * owned by the handle. It stays valid until the next call on the same handle (in fact a
+ * key until the next dbm_firstkey/dbm_nextkey and a value until the next dbm_fetch, but
+ * portable ndbm code assumes only the former) and must not be freed. Copy it to keep it.
+ * A found empty value or key has a non-NULL dptr and dsize 0; dptr is NULL only when
+ * nothing was found.
+ *
+ * Threads: a handle (DBM *) may be used by one thread at a time. Several handles may have
+ * the same database open, in one thread or in many: dbm_open of a directory that this
+ * process already has open shares the open database (another process is refused with
+ * TSUMIKI_DBM_LOCKED). The database is closed when its last handle is.
+ *
+ * Protocols: the environment variable TSUMIKI_CC, read when the process opens a database
+ * that none of its handles has open, names the concurrency-control protocol: tictoc (the
+ * default), silo, 2pl (no-wait), 2pl-waitdie or mvcc-si (snapshot isolation, not
+ * serializable). Under 2pl a transaction holds locks from its first read or write: a call
+ * outside a transaction, on another handle of the same thread, that needs a record such a
+ * transaction holds retries until that transaction ends, that is forever.
+ *
+ * Errors: every function sets the handle's code and message, read with tsumiki_dbm_errcode
+ * and tsumiki_dbm_errmsg, to describe the outcome of the LAST call on the handle
+ * (TSUMIKI_DBM_OK after a success). dbm_error is sticky as POSIX says: it is nonzero after
+ * any failed call until dbm_clearerr, not counting a missing key or DBM_INSERT meeting an
+ * existing key, which are outcomes rather than errors. Failing calls set errno: ENOENT (no
+ * database, without O_CREAT), EEXIST (O_CREAT|O_EXCL and something exists), EPERM (a write
+ * through a read-only handle), EINVAL (a bad argument, a key or value too long), EAGAIN
+ * (a conflict, or the database is locked by another process), EIO or the operating
+ * system's error otherwise. A NULL handle makes every function fail with errno EINVAL.
+ */
+#ifndef TSUMIKI_NDBM_H
+#define TSUMIKI_NDBM_H
+
+#include <stddef.h>    /* size_t */
+#include <sys/types.h> /* mode_t */
+#include <fcntl.h>     /* O_RDONLY, O_RDWR, O_CREAT, O_TRUNC, O_EXCL for dbm_open */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An open database handle (opaque). */
+typedef struct tsumiki_dbm DBM;
+
+/* A key or a value: dsize bytes at dptr. (gdbm's ndbm declares `char *dptr; int dsize`;
+ * code that casts, `(char *)d.dptr` and `(int)d.dsize`, compiles against both.) */
+typedef struct {
+    void *dptr;
+    size_t dsize;
+} datum;
+
+/* dbm_store modes. */
+#define DBM_INSERT 0  /* store only if the key is absent; otherwise return 1 */
+#define DBM_REPLACE 1 /* store, replacing any value */
+
+/* Opens (flags & O_ACCMODE: O_RDONLY, or O_WRONLY/O_RDWR to write) the database in
+ * directory `file`. O_CREAT creates it if missing (see above for `mode`), O_EXCL with
+ * O_CREAT fails with EEXIST if anything exists at `file`, O_TRUNC (not with O_RDONLY)
+ * empties it in one transaction. Without O_CREAT a missing database fails with ENOENT.
+ * Other flags are ignored. Returns NULL on failure, with errno set; the code and message
+ * are then tsumiki_dbm_errcode(NULL) and tsumiki_dbm_errmsg(NULL). */
+DBM *dbm_open(const char *file, int flags, mode_t mode);
+
+/* Closes the handle, rolling back its open transaction if any. NULL is ignored. */
+void dbm_close(DBM *db);
+
+/* Stores content under key. Returns 0 when stored, 1 when mode is DBM_INSERT and the key
+ * exists (nothing changed), -1 on error (read-only handle, too long, conflict inside a
+ * transaction, bad mode, I/O...). */
+int dbm_store(DBM *db, datum key, datum content, int mode);
+
+/* The value of key; dptr is NULL if it is missing (code TSUMIKI_DBM_NOT_FOUND) or on
+ * error. */
+datum dbm_fetch(DBM *db, datum key);
+
+/* Deletes key. Returns 0 when deleted, -1 when it was missing (TSUMIKI_DBM_NOT_FOUND) or
+ * on error. */
+int dbm_delete(DBM *db, datum key);
+
+/* The smallest key; dptr is NULL when the database is empty or on error. Starts the
+ * handle's iteration. */
+datum dbm_firstkey(DBM *db);
+
+/* The smallest key after the last one dbm_firstkey/dbm_nextkey returned on this handle;
+ * dptr is NULL at the end, on error, or if dbm_firstkey was not called first. */
+datum dbm_nextkey(DBM *db);
+
+/* Nonzero if an error occurred on the handle since it was opened or dbm_clearerr. */
+int dbm_error(DBM *db);
+
+/* Clears dbm_error's condition (and the last code and message). Returns 0. */
+int dbm_clearerr(DBM *db);
+
+/* ---- tsumiki's extension: transactions and error codes ---- */
+
+/* Outcome codes (tsumiki_dbm_errcode). */
+#define TSUMIKI_DBM_OK 0
+#define TSUMIKI_DBM_NOT_FOUND 1     /* missing key, or no database (dbm_open) */
+#define TSUMIKI_DBM_EXISTS 2        /* DBM_INSERT met the key, or O_EXCL met the path */
+#define TSUMIKI_DBM_READ_ONLY 3     /* a write through a handle opened O_RDONLY */
+#define TSUMIKI_DBM_CONFLICT 4      /* the transaction conflicted and was rolled back */
+#define TSUMIKI_DBM_TOO_LONG 5      /* a key over 4096 bytes or a value over 16 MiB */
+#define TSUMIKI_DBM_IO 6            /* an operating-system I/O error */
+#define TSUMIKI_DBM_CORRUPT 7       /* a damaged database file, or not a tsumiki one */
+#define TSUMIKI_DBM_LOCKED 8        /* the database is open in another process */
+#define TSUMIKI_DBM_POISONED 9      /* an earlier log failure: close and reopen */
+#define TSUMIKI_DBM_BAD_ARGUMENT 10 /* NULL pointer, bad flags or mode, nextkey first */
+#define TSUMIKI_DBM_NO_TXN 11       /* commit or abort without a transaction */
+#define TSUMIKI_DBM_IN_TXN 12       /* begin inside a transaction (none nest) */
+#define TSUMIKI_DBM_INTERNAL 13     /* a bug in tsumiki (caught; please report it) */
+
+/* Starts a transaction on the handle: the ndbm calls that follow, until commit or abort,
+ * belong to it; they see its own writes, and others see none of them before the commit.
+ * Returns 0, or -1 (TSUMIKI_DBM_IN_TXN if one is open already).
+ *
+ * A conflict with another transaction rolls the transaction back at once: the call that
+ * met it fails with TSUMIKI_DBM_CONFLICT (errno EAGAIN), and so does every later call on
+ * the handle, tsumiki_dbm_commit included, until tsumiki_dbm_commit or tsumiki_dbm_abort
+ * ends it; then run it again:
+ *
+ *     do {
+ *         tsumiki_dbm_begin(db);
+ *         ... dbm_fetch / dbm_store / dbm_delete ...
+ *     } while (tsumiki_dbm_commit(db) != 0 && tsumiki_dbm_errcode(db) == TSUMIKI_DBM_CONFLICT);
+ */
+int tsumiki_dbm_begin(DBM *db);
+
+/* Commits the transaction, durably. Returns 0, or -1 (TSUMIKI_DBM_CONFLICT: rolled back;
+ * TSUMIKI_DBM_NO_TXN; TSUMIKI_DBM_POISONED or TSUMIKI_DBM_IO: the outcome is unknown). The
+ * transaction has ended either way. */
+int tsumiki_dbm_commit(DBM *db);
+
+/* Rolls the transaction back. Returns 0, or -1 (TSUMIKI_DBM_NO_TXN). */
+int tsumiki_dbm_abort(DBM *db);
+
+/* The code of the last call on the handle (TSUMIKI_DBM_OK after a success). With NULL:
+ * the code of the last dbm_open that failed in the calling thread. */
+int tsumiki_dbm_errcode(DBM *db);
+
+/* A message for that code, naming what happened (never NULL; "" after a success). Valid
+ * until the next call on the handle (with NULL: the next dbm_open in the thread). */
+const char *tsumiki_dbm_errmsg(DBM *db);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TSUMIKI_NDBM_H */
