@@ -1,8 +1,10 @@
 //! Links LevelDB and RocksDB (bench fill's C peers) only where their development packages
 //! are installed, so the binary still builds on a machine without them: the engines are
-//! then reported as not built in.
+//! then reported as not built in. Embeds the git commit the binary is built from
+//! (`TSUMIKI_GIT_COMMIT`, named in every benchmark's JSON header).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_leveldb)");
@@ -19,5 +21,34 @@ fn main() {
             println!("cargo::rustc-cfg=have_{lib}");
             println!("cargo::rustc-link-lib=dylib={lib}");
         }
+    }
+    git_commit();
+}
+
+/// `git rev-parse HEAD`, or `unknown` (no git, or not a checkout: a crates.io package).
+/// Rebuilt when HEAD moves: HEAD itself (a checkout) and the branch it points to (a commit).
+fn git_commit() {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().ok()?;
+        let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !s.is_empty()).then_some(s)
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo::rustc-env=TSUMIKI_GIT_COMMIT={commit}");
+    // Only files that exist: cargo reruns the script on every build for a missing one.
+    let mut watch: Vec<PathBuf> = Vec::new();
+    if let Some(head) = git(&["rev-parse", "--path-format=absolute", "--git-path", "HEAD"]) {
+        watch.push(head.into());
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(r) = git(&["rev-parse", "--path-format=absolute", "--git-path", &branch]) {
+            watch.push(r.into());
+        }
+        if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", "packed-refs"]) {
+            watch.push(p.into());
+        }
+    }
+    for p in watch.iter().filter(|p| p.exists()) {
+        println!("cargo::rerun-if-changed={}", p.display());
     }
 }

@@ -1,8 +1,10 @@
 //! The `tsumiki` command line: benchmarks that reproduce the papers' experiments against
-//! real peers, and (later) tools for databases.
+//! real peers, and tools for databases (dump, load, check, stats, get/put/delete/scan,
+//! compact).
 
 mod bench;
 mod stats;
+mod tools;
 
 use clap::{Parser, Subcommand};
 
@@ -55,7 +57,11 @@ enum Command {
     #[command(subcommand)]
     Bench(Box<bench::BenchCommand>),
     /// Show what a database directory holds, from its block trailers and page table.
+    #[command(after_help = stats::HELP)]
     Stats(stats::StatsArgs),
+    // The database tools (dump, load, check, get, put, delete, scan, compact).
+    #[command(flatten)]
+    Tools(tools::ToolCommand),
 }
 
 fn main() {
@@ -63,6 +69,7 @@ fn main() {
     let result = match cli.command {
         Command::Bench(b) => bench::run(*b),
         Command::Stats(a) => stats::run(&a),
+        Command::Tools(t) => std::process::exit(tools::run(t)),
     };
     if let Err(e) = result {
         eprintln!("tsumiki: error: {e}");

@@ -5,6 +5,21 @@ use std::path::PathBuf;
 use serde_json::json;
 use tsumiki::{inspect, Inspection};
 
+/// The text after `--help`'s options: details and examples.
+pub const HELP: &str = "\
+Reads the database's files without changing them (the database must not be open
+elsewhere): MASTER, the page store's translation table, every page (to count the records),
+and the trailer of every 4 KiB block of every log and page segment. The trailer of each
+block records its lane, its position, how many commit records end in it, their timestamp
+or LSN range, the lane's durable watermark and whether it ends a flush; a page block
+records the generation that wrote it. Per file: its size, valid, zero and other blocks,
+commit records, flushes, live bytes (page segments: bytes of images the table names),
+and the generations (logs: the generation; pages: the newest that wrote it).
+
+Examples:
+  tsumiki stats ./db
+  tsumiki stats --json ./db | jq .records";
+
 /// Arguments of `tsumiki stats`.
 #[derive(clap::Args)]
 pub struct StatsArgs {
@@ -34,6 +49,10 @@ pub fn table(r: &Inspection) -> String {
         if r.last_exit { "closed cleanly" } else { "open or crashed: the next open replays the logs" },
         if r.elr { "ELR" } else { "NLR" },
         r.pages
+    );
+    s += &format!(
+        "{} records in the pages ({} key bytes, {} value bytes); {} live bytes in {} page segments ({} free)\n",
+        r.records, r.key_bytes, r.value_bytes, r.live_bytes, r.segments, r.free_segments
     );
     s += &format!(
         "{:<28} {:>10} {:>8} {:>6} {:>5} {:>9} {:>8} {:>10} {:>5}\n",
@@ -91,6 +110,7 @@ pub fn json(r: &Inspection) -> serde_json::Value {
                 "flushes": f.flushes,
                 "lo": f.lo,
                 "hi": f.hi,
+                "watermark": f.watermark,
                 "live_bytes": f.live.map(|l| l.0),
             })
         })
@@ -103,5 +123,18 @@ pub fn json(r: &Inspection) -> serde_json::Value {
             Err(e) => json!({"generation": g, "error": e}),
         })
         .collect();
-    json!({"generation": r.generation, "last_exit": r.last_exit, "elr": r.elr, "pages": r.pages, "files": files, "lane_registries": registries})
+    json!({
+        "generation": r.generation,
+        "last_exit": r.last_exit,
+        "elr": r.elr,
+        "pages": r.pages,
+        "records": r.records,
+        "key_bytes": r.key_bytes,
+        "value_bytes": r.value_bytes,
+        "live_bytes": r.live_bytes,
+        "segments": r.segments,
+        "free_segments": r.free_segments,
+        "files": files,
+        "lane_registries": registries,
+    })
 }

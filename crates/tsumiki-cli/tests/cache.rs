@@ -1,6 +1,6 @@
 //! `tsumiki bench cache` end to end on a small database under a tiny cache: the fill (on
 //! its own thread, or on the main one), the mix, and the verify after reopening all run,
-//! and the JSON row carries the resident-set figures.
+//! and the JSON result record carries the resident-set figures.
 
 use std::process::Command;
 
@@ -12,7 +12,8 @@ fn run(extra: &[&str]) -> serde_json::Value {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let row = stdout.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON row: {stdout}"));
+    let row =
+        stdout.lines().find(|l| l.contains(r#""record":"result""#)).unwrap_or_else(|| panic!("no result: {stdout}"));
     serde_json::from_str(row).unwrap()
 }
 
@@ -20,11 +21,11 @@ fn run(extra: &[&str]) -> serde_json::Value {
 fn both_fill_layouts_run_and_verify() {
     for (extra, on_main) in [(&[][..], false), (&["--fill-on-main-thread"][..], true)] {
         let row = run(extra);
-        assert_eq!(row["records"], 20000);
-        assert_eq!(row["fill_on_main_thread"], on_main);
+        assert_eq!(row["params"]["records"], 20000);
+        assert_eq!(row["params"]["fill_on_main_thread"], on_main);
         for field in ["fill_rps", "rss_hwm", "rss_bound", "table_bytes"] {
-            assert!(row[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {row}");
+            assert!(row["metrics"][field].as_f64().is_some_and(|v| v > 0.0), "{field}: {row}");
         }
-        assert!(row["mix_tps"].as_f64().is_some_and(|v| v > 0.0), "no mix commit: {row}");
+        assert!(row["metrics"]["mix_tps"].as_f64().is_some_and(|v| v > 0.0), "no mix commit: {row}");
     }
 }

@@ -8,7 +8,7 @@ fn stats_shows_the_page_segments_of_a_closed_database() {
     let db = tsumiki::Db::create(dir.path(), tsumiki::Options::default()).unwrap();
     db.run(|t| {
         for i in 0..2000u32 {
-            t.put(&i.to_be_bytes(), &[7u8; 40])?;
+            t.put(i.to_be_bytes(), [7u8; 40])?;
         }
         Ok(())
     })
@@ -18,6 +18,11 @@ fn stats_shows_the_page_segments_of_a_closed_database() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["last_exit"], true);
+    assert_eq!(
+        (v["records"].as_u64(), v["key_bytes"].as_u64(), v["value_bytes"].as_u64()),
+        (Some(2000), Some(8000), Some(80_000)),
+        "{v}"
+    );
     let files = v["files"].as_array().unwrap();
     assert!(!files.is_empty() && files.iter().all(|f| f["kind"] == "pages"), "{v}");
     let live: u64 = files.iter().map(|f| f["live_bytes"].as_u64().unwrap_or(0)).sum();
@@ -25,6 +30,7 @@ fn stats_shows_the_page_segments_of_a_closed_database() {
     let out = Command::new(env!("CARGO_BIN_EXE_tsumiki")).arg("stats").arg(dir.path()).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("closed cleanly") && text.contains("pages-00000000.seg"), "{text}");
+    assert!(text.contains("2000 records in the pages (8000 key bytes, 80000 value bytes)"), "{text}");
     let out =
         Command::new(env!("CARGO_BIN_EXE_tsumiki")).args(["stats"]).arg(dir.path().join("none")).output().unwrap();
     assert!(!out.status.success());

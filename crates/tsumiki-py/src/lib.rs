@@ -423,12 +423,19 @@ fn open_path(path: &Path, flag: Flag, mode: u32) -> Result<Db, Failure> {
 #[pyo3(signature = (file, flag = "r", mode = 0o666), text_signature = "(file, flag='r', mode=0o666)")]
 fn open(py: Python<'_>, file: &Bound<'_, PyAny>, flag: &str, mode: u32) -> PyResult<Database> {
     let file = fs_path(file)?;
-    let f = match flag {
-        "r" => Flag::Read,
-        "w" => Flag::Write,
-        "c" => Flag::Create,
-        "n" => Flag::New,
-        _ => return Err(PyValueError::new_err(format!("flag must be one of 'r', 'w', 'c' or 'n', not {flag:?}"))),
+    // dbm.gnu's modifiers ('f' fast, 's' synchronized, 'u' unlocked) are accepted and
+    // ignored: every commit is durable, and a database is always locked.
+    let (first, modifiers) = flag.split_at(flag.len().min(1));
+    let f = match first {
+        "r" if modifiers.chars().all(|c| "fsu".contains(c)) => Flag::Read,
+        "w" if modifiers.chars().all(|c| "fsu".contains(c)) => Flag::Write,
+        "c" if modifiers.chars().all(|c| "fsu".contains(c)) => Flag::Create,
+        "n" if modifiers.chars().all(|c| "fsu".contains(c)) => Flag::New,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "flag must be one of 'r', 'w', 'c' or 'n' (optionally followed by 'f', 's' or 'u'), not {flag:?}"
+            )))
+        }
     };
     if mode > 0o7777 {
         return Err(PyValueError::new_err(format!("mode {mode:#o} is not a file mode (0 to 0o7777)")));

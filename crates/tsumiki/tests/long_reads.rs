@@ -104,11 +104,7 @@ fn run(cc: Cc, dur: Duration, fallback: bool, skip_validation: bool) -> Outcome 
         }
         stop.store(true, Ordering::Relaxed);
     });
-    Outcome {
-        scans: scans.into_inner(),
-        transfers: transfers.into_inner(),
-        wrong_totals: wrong.into_inner(),
-    }
+    Outcome { scans: scans.into_inner(), transfers: transfers.into_inner(), wrong_totals: wrong.into_inner() }
 }
 
 #[test]

@@ -34,9 +34,10 @@
  * Protocols: the environment variable TSUMIKI_CC, read when the process opens a database
  * that none of its handles has open, names the concurrency-control protocol: tictoc (the
  * default), silo, 2pl (no-wait), 2pl-waitdie or mvcc-si (snapshot isolation, not
- * serializable). Under 2pl a transaction holds locks from its first read or write: a call
- * outside a transaction, on another handle of the same thread, that needs a record such a
- * transaction holds retries until that transaction ends, that is forever.
+ * serializable). Under 2pl a transaction holds locks from its first read or write (and under
+ * mvcc-si its writes are pending until it commits): a call outside a transaction, on another
+ * handle of the same thread, that needs such a record retries for 10 seconds, then fails
+ * with TSUMIKI_DBM_CONFLICT.
  *
  * Errors: every function sets the handle's code and message, read with tsumiki_dbm_errcode
  * and tsumiki_dbm_errmsg, to describe the outcome of the LAST call on the handle

@@ -3,20 +3,26 @@
 //! zipfian read / read-modify-write mix, closes, reopens, and checks every record against a
 //! model. Reports throughput, the cache's counters and the process's resident memory
 //! (sampled every 50 ms, and the kernel's high-water mark), so the bound "cache budget +
-//! translation table + 10%" can be read off.
+//! translation table + 10%" can be read off. The plot draws the run against time: each
+//! phase's rate, and the resident set beside that bound.
 
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
 use rand::RngExt;
-use serde_json::json;
+use serde::Serialize;
 use tsumiki::{Cc, Db, Durability, Error, Options};
 
+use super::cleanup::TempDir;
+use super::plot::{self, Chart, HLine, XAxis};
+use super::progress;
+use super::schema::{Family, OutputArgs, Reporter, ResultRecord};
 use super::workload::{rng, KeyChooser};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Serialize)]
 pub struct CacheArgs {
     /// Records filled before the mix.
     #[arg(long, default_value_t = 10_000_000)]
@@ -61,12 +67,13 @@ pub struct CacheArgs {
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Where the database is created (default: the system temp dir).
+    /// Where the database is created, in a fresh temporary directory removed afterwards
+    /// and on Ctrl-C (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub out: OutputArgs,
 }
 
 fn parse_bytes(s: &str) -> Result<usize, String> {
@@ -95,15 +102,58 @@ fn rss() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// Samples the resident set every 50 ms and keeps the largest seen per phase.
+/// Samples the resident set every 50 ms and keeps the largest seen per phase; every
+/// 200 ms it also records the phase's progress counter for the plot.
 struct RssSampler {
     peak: AtomicU64,
     stop: AtomicBool,
+    /// The running phase (an index into [`PHASES`]; past the end: none).
+    phase: AtomicU8,
+    /// Records filled or verified, or transactions committed, in the running phase.
+    done: AtomicU64,
+    timeline: Mutex<Vec<Sample>>,
+}
+
+/// The phases drawn, and the unit of their progress counters.
+const PHASES: [(&str, &str); 3] = [("fill", "records/s"), ("mix", "tx/s"), ("verify", "records/s")];
+const NO_PHASE: u8 = PHASES.len() as u8;
+
+/// One point of the timeline: seconds since the start, phase, its counter, resident bytes.
+#[derive(Clone, Copy)]
+struct Sample {
+    t: f64,
+    phase: u8,
+    done: u64,
+    rss: u64,
 }
 
 impl RssSampler {
     fn take_peak(&self) -> u64 {
         self.peak.swap(rss().0, Ordering::Relaxed)
+    }
+
+    /// Starts phase `p` (its counter from 0).
+    fn enter(&self, p: u8) {
+        self.phase.store(NO_PHASE, Ordering::Relaxed);
+        self.done.store(0, Ordering::Relaxed);
+        self.phase.store(p, Ordering::Relaxed);
+    }
+
+    /// Samples until `stop`.
+    fn sample(&self) {
+        let t0 = Instant::now();
+        let mut last = Instant::now() - Duration::from_secs(1);
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = rss().0;
+            self.peak.fetch_max(now, Ordering::Relaxed);
+            if last.elapsed() >= Duration::from_millis(200) {
+                last = Instant::now();
+                let phase = self.phase.load(Ordering::Relaxed);
+                let done = self.done.load(Ordering::Relaxed);
+                self.timeline.lock().push(Sample { t: t0.elapsed().as_secs_f64(), phase, done, rss: now });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -132,6 +182,69 @@ fn mib(b: u64) -> String {
     format!("{:.1}", b as f64 / (1 << 20) as f64)
 }
 
+/// The parameters of the run.
+#[derive(Serialize, Debug)]
+struct CacheParams {
+    records: u64,
+    cache_bytes: usize,
+    key_size: usize,
+    value_size: usize,
+    batch: u64,
+    cc: String,
+    durability: String,
+    threads: usize,
+    duration_s: u64,
+    skew: f64,
+    read_ratio: f64,
+    ops_per_txn: usize,
+    fill_on_main_thread: bool,
+}
+
+/// What the run measured: each phase's time and rate, the resident set, the cache.
+#[derive(Serialize, Debug)]
+struct CacheMetrics {
+    fill_secs: f64,
+    fill_rps: f64,
+    mix_secs: f64,
+    mix_tps: f64,
+    mix_commits: u64,
+    mix_aborts: u64,
+    close_secs: f64,
+    reopen_secs: f64,
+    verify_secs: f64,
+    verify_rps: f64,
+    /// Resident bytes: before and after the open, the peaks of each phase, the high-water.
+    rss_before_open: u64,
+    rss_after_open: u64,
+    rss_peak_fill: u64,
+    rss_peak_mix: u64,
+    rss_peak_verify: u64,
+    rss_hwm: u64,
+    /// The model's bytes (one per record), part of the high-water.
+    model_bytes: u64,
+    store_pages: u64,
+    /// The translation table: the store's pages, the ranges' map, the index's mapping table.
+    table_bytes: u64,
+    /// (cache + table) + 10%: what the database's share must stay under.
+    rss_bound: u64,
+    /// The high-water less the resident set before the open and the model.
+    rss_db_share: u64,
+    checkpoints: u64,
+    log_segments_zeroed: u64,
+    log_segments_reused: u64,
+    resident_after_fill: i64,
+    resident_after_mix: i64,
+    resident_after_verify: i64,
+    ranges: usize,
+    ranges_loaded_after_fill: usize,
+    ranges_loaded_after_mix: usize,
+    ranges_loaded_after_verify: usize,
+    loads: u64,
+    evictions: u64,
+    /// Every record read back after the reopen matched the model.
+    verified: bool,
+}
+
 pub fn run(args: &CacheArgs) -> Result<(), String> {
     if args.key_size < 8 || args.value_size < 12 {
         return Err("--key-size must be at least 8 and --value-size at least 12".into());
@@ -146,38 +259,33 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
     let mut opts = Options::with_cc(cc);
     opts.cache_bytes = args.cache;
     opts.log.durability = durability;
-    let tmp = tempfile::Builder::new()
-        .prefix("tsumiki-bench-cache-")
-        .tempdir_in(args.dir.clone().unwrap_or_else(std::env::temp_dir))
-        .map_err(|e| format!("temporary directory: {e}"))?;
+    let mut reporter = Reporter::start(Family::Cache, &args.out, args)?;
+    let tmp = TempDir::new("tsumiki-bench-cache-", args.dir.as_deref())?;
     let path = tmp.path().join("db");
     let n = args.records;
     // The model: each record's committed increments, modulo 256 (a lost or doubled
     // update shows as a counter that disagrees).
     let model: Vec<AtomicU8> = (0..n).map(|_| AtomicU8::new(0)).collect();
-    let sampler = RssSampler { peak: AtomicU64::new(0), stop: AtomicBool::new(false) };
-    let quiet = args.json;
-    let style = ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-        .unwrap()
-        .progress_chars("=> ");
+    let sampler = RssSampler {
+        peak: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        phase: AtomicU8::new(NO_PHASE),
+        done: AtomicU64::new(0),
+        timeline: Mutex::new(Vec::new()),
+    };
+    let quiet = args.out.quiet;
     let e = |e: Error| e.to_string();
-    std::thread::scope(|s| -> Result<(), String> {
-        s.spawn(|| {
-            while !sampler.stop.load(Ordering::Relaxed) {
-                sampler.peak.fetch_max(rss().0, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        let result = (|| -> Result<(), String> {
+    let row = std::thread::scope(|s| -> Result<CacheRow, String> {
+        s.spawn(|| sampler.sample());
+        let result = (|| -> Result<CacheRow, String> {
             let (rss_before, _) = rss();
             let db = Db::create(&path, opts.clone()).map_err(e)?;
             let (rss_open, _) = rss();
             sampler.take_peak();
 
             // Fill.
-            let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(n) };
-            bar.set_style(style.clone());
-            bar.set_message("fill");
+            let bar = progress::bar(quiet, n, "fill", "records");
+            sampler.enter(0);
             let t = Instant::now();
             // The fill runs on a thread of its own, which ends before the mix (a loader), unless
             // `--fill-on-main-thread`: mimalloc returns a freed block to the heap of the thread
@@ -200,6 +308,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                     })
                     .map_err(e)?;
                     bar.inc(end - i);
+                    sampler.done.fetch_add(end - i, Ordering::Relaxed);
                     i = end;
                 }
                 Ok(())
@@ -219,15 +328,14 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let stop = AtomicBool::new(false);
             let commits = AtomicU64::new(0);
             let aborts = AtomicU64::new(0);
-            let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(args.duration) };
-            bar.set_style(style.clone());
-            bar.set_message("mix (s)");
+            let bar = progress::spinner(quiet, format!("mix, {} s", args.duration), "txns");
+            sampler.enter(1);
             let t = Instant::now();
             std::thread::scope(|s2| -> Result<(), String> {
                 let handles: Vec<_> = (0..args.threads)
                     .map(|th| {
-                        let (db, chooser, model, stop, commits, aborts) =
-                            (&db, &chooser, &model, &stop, &commits, &aborts);
+                        let (db, chooser, model, stop, commits, aborts, done) =
+                            (&db, &chooser, &model, &stop, &commits, &aborts, &sampler.done);
                         s2.spawn(move || -> Result<(), String> {
                             let mut r = rng(args.seed, 1, th as u64);
                             let (mut k, mut v) = (vec![0u8; args.key_size], vec![0u8; args.value_size]);
@@ -261,6 +369,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                                     model[j as usize].fetch_add(1, Ordering::Relaxed);
                                 }
                                 commits.fetch_add(1, Ordering::Relaxed);
+                                done.fetch_add(1, Ordering::Relaxed);
                                 aborts.fetch_add(tries - 1, Ordering::Relaxed);
                             }
                             Ok(())
@@ -269,7 +378,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                     .collect();
                 while t.elapsed() < Duration::from_secs(args.duration) && !handles.iter().all(|h| h.is_finished()) {
                     std::thread::sleep(Duration::from_millis(100));
-                    bar.set_position(t.elapsed().as_secs().min(args.duration));
+                    bar.set_position(commits.load(Ordering::Relaxed));
                 }
                 stop.store(true, Ordering::Relaxed);
                 for h in handles {
@@ -285,15 +394,17 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let wal = db.wal_stats().unwrap_or_default();
 
             // Close, reopen, verify every record.
+            sampler.enter(NO_PHASE);
+            let bar = progress::spinner(quiet, "close and reopen", "");
             let t = Instant::now();
             db.close().map_err(e)?;
             let close_secs = t.elapsed().as_secs_f64();
             let t = Instant::now();
-            let db = Db::create(&path, opts.clone()).map_err(e)?;
+            let db = Db::open(&path, opts.clone()).map_err(e)?;
             let reopen_secs = t.elapsed().as_secs_f64();
-            let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(n) };
-            bar.set_style(style.clone());
-            bar.set_message("verify");
+            bar.finish_and_clear();
+            let bar = progress::bar(quiet, n, "verify", "records");
+            sampler.enter(2);
             let t = Instant::now();
             let mut next = 0u64;
             let mut k = vec![0u8; args.key_size];
@@ -303,8 +414,9 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                 let chunk = 10_000u64.min(n - next);
                 key(&mut k, next + chunk);
                 let stop_key = if next + chunk < n { Some(k.clone()) } else { None };
-                let mut txn = db.begin();
-                for row in txn.scan(&start, stop_key.as_deref()) {
+                let txn = db.begin();
+                let end = stop_key.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                for row in txn.range((Bound::Included(start.as_slice()), end)) {
                     let (key_bytes, val) = row.map_err(e)?;
                     if key_bytes.len() != args.key_size || key_bytes[args.key_size - 8..] != next.to_be_bytes() {
                         return Err(format!("verify: expected key {next}, found {key_bytes:?}"));
@@ -318,6 +430,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                 }
                 txn.commit().map_err(e)?;
                 bar.set_position(next);
+                sampler.done.store(next, Ordering::Relaxed);
                 if next < n {
                     let expected = stop_key.as_deref().unwrap();
                     if next != u64::from_be_bytes(expected[args.key_size - 8..].try_into().unwrap()) {
@@ -344,96 +457,185 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let table = maps + store.as_ref().map_or(0, |s| s.table_memory).max(verify_table);
             let bound = (args.cache as u64 + table) * 11 / 10;
             let db_share = hwm.saturating_sub(rss_before).saturating_sub(model_bytes);
-            if args.json {
-                println!(
-                    "{}",
-                    json!({
-                        "bench": "cache", "records": n, "cache_bytes": args.cache, "key_size": args.key_size,
-                        "value_size": args.value_size, "cc": args.cc, "durability": args.durability,
-                        "threads": args.threads, "fill_on_main_thread": args.fill_on_main_thread, "skew": args.skew, "read_ratio": args.read_ratio,
-                        "fill_secs": fill_secs, "fill_rps": n as f64 / fill_secs,
-                        "mix_secs": mix_secs, "mix_tps": c as f64 / mix_secs, "mix_aborts": a,
-                        "close_secs": close_secs, "reopen_secs": reopen_secs, "verify_secs": verify_secs,
-                        "rss_before_open": rss_before, "rss_after_open": rss_open, "rss_peak_fill": fill_peak,
-                        "rss_peak_mix": mix_peak, "rss_peak_verify": verify_peak, "rss_hwm": hwm,
-                        "model_bytes": model_bytes, "store_pages": pages,
-                        "table_bytes": table, "rss_bound": bound, "rss_db_share": db_share,
-                        "checkpoints": wal.checkpoints, "log_segments_zeroed": wal.segments_zeroed,
-                        "log_segments_reused": wal.segments_recycled,
-                        "resident_after_fill": after_fill.resident_bytes, "resident_after_mix": after_mix.resident_bytes,
-                        "resident_after_verify": after_verify.resident_bytes,
-                        "ranges": after_mix.ranges, "loads": after_mix.loads + after_verify.loads,
-                        "evictions": after_fill.evictions + after_mix.evictions + after_verify.evictions,
-                        "verified": true,
-                    })
-                );
-            } else {
-                println!(
-                    "bench cache: {n} records of {}+{} B ({} MiB raw) under a {} MiB cache, {} {}, {} threads, zipf {}",
-                    args.key_size,
-                    args.value_size,
-                    mib(n * (args.key_size + args.value_size) as u64),
-                    mib(args.cache as u64),
-                    args.cc,
-                    args.durability,
-                    args.threads,
-                    args.skew
-                );
-                super::report::table(
-                    &["phase", "secs", "rate", "peak RSS MiB", "cache resident MiB", "ranges loaded/all"],
-                    &[
-                        vec![
-                            "fill".into(),
-                            format!("{fill_secs:.1}"),
-                            format!("{:.0} rec/s", n as f64 / fill_secs),
-                            mib(fill_peak),
-                            mib(after_fill.resident_bytes.max(0) as u64),
-                            format!("{}/{}", after_fill.ranges_loaded, after_fill.ranges),
-                        ],
-                        vec![
-                            "mix".into(),
-                            format!("{mix_secs:.1}"),
-                            format!("{:.0} tx/s ({a} aborts)", c as f64 / mix_secs),
-                            mib(mix_peak),
-                            mib(after_mix.resident_bytes.max(0) as u64),
-                            format!("{}/{}", after_mix.ranges_loaded, after_mix.ranges),
-                        ],
-                        vec![
-                            "verify".into(),
-                            format!("{verify_secs:.1}"),
-                            format!("{:.0} rec/s", n as f64 / verify_secs),
-                            mib(verify_peak),
-                            mib(after_verify.resident_bytes.max(0) as u64),
-                            format!("{}/{}", after_verify.ranges_loaded, after_verify.ranges),
-                        ],
-                    ],
-                );
-                println!(
-                    "RSS: {} MiB before open, {} MiB after open, high-water {} MiB (the model is {} MiB of it); \
-                     {} store pages; close {close_secs:.2} s, reopen {reopen_secs:.3} s; every record verified",
-                    mib(rss_before),
-                    mib(rss_open),
-                    mib(hwm),
-                    mib(model_bytes),
-                    pages
-                );
-                println!(
-                    "bound (cache + table) + 10%: ({} + {}) MiB + 10% = {} MiB; the database's share of the \
-                     high-water (less before open and the model): {} MiB ({:.2}x the bound)",
-                    mib(args.cache as u64),
-                    mib(table),
-                    mib(bound),
-                    mib(db_share),
-                    db_share as f64 / bound as f64
-                );
-                println!(
-                    "until the end of the mix: {} checkpoints; log segments {} zero-filled, {} reused",
-                    wal.checkpoints, wal.segments_zeroed, wal.segments_recycled
-                );
-            }
-            Ok(())
+            let params = CacheParams {
+                records: n,
+                cache_bytes: args.cache,
+                key_size: args.key_size,
+                value_size: args.value_size,
+                batch: args.batch,
+                cc: args.cc.clone(),
+                durability: args.durability.clone(),
+                threads: args.threads,
+                duration_s: args.duration,
+                skew: args.skew,
+                read_ratio: args.read_ratio,
+                ops_per_txn: args.ops_per_txn,
+                fill_on_main_thread: args.fill_on_main_thread,
+            };
+            let metrics = CacheMetrics {
+                fill_secs,
+                fill_rps: n as f64 / fill_secs,
+                mix_secs,
+                mix_tps: c as f64 / mix_secs,
+                mix_commits: c,
+                mix_aborts: a,
+                close_secs,
+                reopen_secs,
+                verify_secs,
+                verify_rps: n as f64 / verify_secs,
+                rss_before_open: rss_before,
+                rss_after_open: rss_open,
+                rss_peak_fill: fill_peak,
+                rss_peak_mix: mix_peak,
+                rss_peak_verify: verify_peak,
+                rss_hwm: hwm,
+                model_bytes,
+                store_pages: pages,
+                table_bytes: table,
+                rss_bound: bound,
+                rss_db_share: db_share,
+                checkpoints: wal.checkpoints,
+                log_segments_zeroed: wal.segments_zeroed,
+                log_segments_reused: wal.segments_recycled,
+                resident_after_fill: after_fill.resident_bytes,
+                resident_after_mix: after_mix.resident_bytes,
+                resident_after_verify: after_verify.resident_bytes,
+                ranges: after_mix.ranges,
+                ranges_loaded_after_fill: after_fill.ranges_loaded,
+                ranges_loaded_after_mix: after_mix.ranges_loaded,
+                ranges_loaded_after_verify: after_verify.ranges_loaded,
+                loads: after_mix.loads + after_verify.loads,
+                evictions: after_fill.evictions + after_mix.evictions + after_verify.evictions,
+                verified: true,
+            };
+            Ok(ResultRecord::new(Family::Cache, args.cc.clone(), metrics.mix_tps, "tx/s", params, metrics))
         })();
         sampler.stop.store(true, Ordering::Relaxed);
         result
-    })
+    })?;
+    tmp.close()?;
+    reporter.row(&row)?;
+    reporter.finish()?;
+    if !args.out.json {
+        print_table(&row);
+    }
+    if let Some(path) = &args.out.plot {
+        plot_timeline(path, &row, &sampler.timeline.lock())?;
+    }
+    Ok(())
+}
+
+type CacheRow = ResultRecord<CacheParams, CacheMetrics>;
+
+fn print_table(row: &CacheRow) {
+    let (p, m) = (&row.params, &row.metrics);
+    println!(
+        "bench cache: {} records of {}+{} B ({} MiB raw) under a {} MiB cache, {} {}, {} threads, zipf {}",
+        p.records,
+        p.key_size,
+        p.value_size,
+        mib(p.records * (p.key_size + p.value_size) as u64),
+        mib(p.cache_bytes as u64),
+        p.cc,
+        p.durability,
+        p.threads,
+        p.skew
+    );
+    let resident = |b: i64| mib(b.max(0) as u64);
+    super::report::table(
+        &["phase", "secs", "rate", "peak RSS MiB", "cache resident MiB", "ranges loaded/all"],
+        &[
+            vec![
+                "fill".into(),
+                format!("{:.1}", m.fill_secs),
+                format!("{:.0} rec/s", m.fill_rps),
+                mib(m.rss_peak_fill),
+                resident(m.resident_after_fill),
+                format!("{}/{}", m.ranges_loaded_after_fill, m.ranges),
+            ],
+            vec![
+                "mix".into(),
+                format!("{:.1}", m.mix_secs),
+                format!("{:.0} tx/s ({} aborts)", m.mix_tps, m.mix_aborts),
+                mib(m.rss_peak_mix),
+                resident(m.resident_after_mix),
+                format!("{}/{}", m.ranges_loaded_after_mix, m.ranges),
+            ],
+            vec![
+                "verify".into(),
+                format!("{:.1}", m.verify_secs),
+                format!("{:.0} rec/s", m.verify_rps),
+                mib(m.rss_peak_verify),
+                resident(m.resident_after_verify),
+                format!("{}/{}", m.ranges_loaded_after_verify, m.ranges),
+            ],
+        ],
+    );
+    println!(
+        "RSS: {} MiB before open, {} MiB after open, high-water {} MiB (the model is {} MiB of it); \
+         {} store pages; close {:.2} s, reopen {:.3} s; every record verified",
+        mib(m.rss_before_open),
+        mib(m.rss_after_open),
+        mib(m.rss_hwm),
+        mib(m.model_bytes),
+        m.store_pages,
+        m.close_secs,
+        m.reopen_secs,
+    );
+    println!(
+        "bound (cache + table) + 10%: ({} + {}) MiB + 10% = {} MiB; the database's share of the \
+         high-water (less before open and the model): {} MiB ({:.2}x the bound)",
+        mib(p.cache_bytes as u64),
+        mib(m.table_bytes),
+        mib(m.rss_bound),
+        mib(m.rss_db_share),
+        m.rss_db_share as f64 / m.rss_bound as f64
+    );
+    println!(
+        "until the end of the mix: {} checkpoints; log segments {} zero-filled, {} reused",
+        m.checkpoints, m.log_segments_zeroed, m.log_segments_reused
+    );
+}
+
+/// The run against time: each phase's rate (top), and the resident set beside the bound
+/// and the cache budget (bottom).
+fn plot_timeline(path: &std::path::Path, row: &CacheRow, samples: &[Sample]) -> Result<(), String> {
+    let (p, m) = (&row.params, &row.metrics);
+    let caption = format!(
+        "{} records of {}+{} B, {} MiB cache, {} {}, {} threads, zipf {}, {}% reads",
+        plot::si(p.records as f64),
+        p.key_size,
+        p.value_size,
+        mib(p.cache_bytes as u64),
+        p.cc,
+        p.durability,
+        p.threads,
+        p.skew,
+        (p.read_ratio * 100.0).round()
+    );
+    let mut rates = Chart::new(caption, "time (s)", "rate (records/s or tx/s)", "phase");
+    rates.x = XAxis::Linear;
+    for w in samples.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.phase == b.phase && (a.phase as usize) < PHASES.len() && b.t > a.t {
+            let (name, unit) = PHASES[a.phase as usize];
+            let rate = b.done.saturating_sub(a.done) as f64 / (b.t - a.t);
+            rates.push(&format!("{name} ({unit})"), b.t, rate);
+        }
+    }
+    let mut memory = Chart::new(
+        "resident set; its bound: the resident set before the open + the model (1 byte per record) \
+         + (cache budget + translation table) x 1.1",
+        "time (s)",
+        "resident memory (MiB)",
+        "memory",
+    );
+    memory.x = XAxis::Linear;
+    for s in samples {
+        memory.push("resident set", s.t, s.rss as f64 / (1 << 20) as f64);
+    }
+    let base = (m.rss_before_open + m.model_bytes) as f64 / (1 << 20) as f64;
+    memory.hlines.push(HLine { name: "resident set bound".into(), y: base + m.rss_bound as f64 / (1 << 20) as f64 });
+    memory.hlines.push(HLine { name: "cache budget".into(), y: p.cache_bytes as f64 / (1 << 20) as f64 });
+    plot::write_svg(path, "tsumiki bench cache", &super::report::footer(), &[rates, memory])
 }

@@ -6,6 +6,11 @@
 //! `--child ENGINE`), so that peak RSS and the device bytes of `/proc/self/io` belong to one
 //! engine alone. Rounds alternate the engines (round 1 runs each once, then round 2...), so
 //! a slow phase of the machine touches every engine alike; medians over rounds are reported.
+//! `--per-txn` takes a list (paper 004 fills with 1 and 100 records per transaction): each
+//! size runs every engine, and the plot draws records/s against the transaction size.
+//!
+//! The parent creates one temporary directory (removed at the end and on Ctrl-C, when it
+//! also sends SIGTERM to its running child) and each child fills a directory inside it.
 
 mod peers;
 
@@ -14,22 +19,25 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rand::seq::SliceRandom;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use self::peers::{Batch, FillConfig, FillEngine, ENGINES};
-use super::report;
+use super::cleanup::{ChildGuard, TempDir};
+use super::plot::{self, Chart};
+use super::schema::{Family, OutputArgs, Reporter, ResultRecord};
 use super::workload::rng;
+use super::{progress, report};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Serialize)]
 pub struct FillArgs {
     /// Records to insert.
     #[arg(long, default_value_t = 1_000_000)]
     pub records: u64,
-    /// Records per transaction.
-    #[arg(long, default_value_t = 100)]
-    pub per_txn: usize,
+    /// Records per transaction; a comma-separated list runs each size (paper 004: 1,100).
+    #[arg(long, default_value = "100", value_delimiter = ',')]
+    pub per_txn: Vec<usize>,
     /// Key order: asc (0, 1, 2, ...) or random (a seeded permutation of 0..records).
     #[arg(long, default_value = "asc", value_parser = ["asc", "random"])]
     pub order: String,
@@ -63,9 +71,9 @@ pub struct FillArgs {
     /// and last records (with `--sync` only: they must be durable).
     #[arg(long)]
     pub crash: bool,
-    /// Print one JSON object per engine instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub out: OutputArgs,
     /// tsumiki's synced log through the OS page cache rather than with direct I/O
     /// (`LogOptions::direct_io`).
     #[arg(long)]
@@ -73,32 +81,45 @@ pub struct FillArgs {
     /// Internal: with `--child`, the crash measure's phase (`fill` then SIGKILL, or
     /// `reopen`) in the database directory `--crash-dir`.
     #[arg(long, hide = true, value_parser = ["fill", "reopen"])]
+    #[serde(skip)]
     pub crash_phase: Option<String>,
     /// Internal: the database directory of a crash phase.
     #[arg(long, hide = true)]
+    #[serde(skip)]
     pub crash_dir: Option<PathBuf>,
     /// Internal: run one fill of this engine and print its measurements as one JSON line.
     #[arg(long, hide = true)]
+    #[serde(skip)]
     pub child: Option<String>,
     /// Internal: the progress bar's label in a child.
     #[arg(long, hide = true, default_value = "")]
+    #[serde(skip)]
     pub label: String,
 }
 
 impl FillArgs {
-    fn config(&self) -> FillConfig {
+    /// The configuration of a fill of `per_txn` records per transaction.
+    fn config(&self, per_txn: usize) -> FillConfig {
         FillConfig {
             sync: !self.no_sync,
             records: self.records,
-            per_txn: self.per_txn,
+            per_txn,
             value_size: self.value_size,
             direct_io: !self.no_direct_io,
+        }
+    }
+
+    /// A child's one transaction size.
+    fn child_per_txn(&self) -> Result<usize, String> {
+        match self.per_txn[..] {
+            [n] => Ok(n),
+            _ => Err("a child fill takes one --per-txn".into()),
         }
     }
 }
 
 pub fn run(args: &FillArgs) -> Result<(), String> {
-    if args.records == 0 || args.per_txn == 0 || args.rounds == 0 {
+    if args.records == 0 || args.per_txn.is_empty() || args.per_txn.contains(&0) || args.rounds == 0 {
         return Err("--records, --per-txn and --rounds must be at least 1".into());
     }
     if args.records > 1 << 32 {
@@ -108,33 +129,44 @@ pub fn run(args: &FillArgs) -> Result<(), String> {
         return Err("--crash needs --sync: the records read back after the kill must be durable".into());
     }
     if let Some(engine) = &args.child {
-        let v = match (&args.crash_phase, &args.crash_dir) {
-            (Some(phase), Some(dir)) => run_crash_child(engine, phase, dir, args)?,
-            _ => run_child(engine, args)?,
+        let line = match (&args.crash_phase, &args.crash_dir) {
+            (Some(phase), Some(dir)) => serde_json::to_string(&run_crash_child(engine, phase, dir, args)?),
+            _ => serde_json::to_string(&run_child(engine, args)?),
         };
-        println!("{v}");
+        println!("{}", line.map_err(|e| format!("encoding the result: {e}"))?);
         return Ok(());
     }
     let engines = select_engines(&args.engine)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
-    let mut runs: Vec<Vec<Value>> = vec![Vec::new(); engines.len()];
-    for round in 0..args.rounds {
-        for (i, engine) in engines.iter().enumerate() {
-            let label = format!("round {}/{} {engine}", round + 1, args.rounds);
-            let mut v = spawn_child(&exe, engine, &label, &[], args)?;
-            if args.crash {
-                v["crash_reopen_s"] = crash_reopen(&exe, engine, &label, args)?.into();
+    let mut reporter = Reporter::start(Family::Fill, &args.out, args)?;
+    // Every child fills a directory of its own inside this one.
+    let base = TempDir::new("tsumiki-bench-fill-", args.dir.as_deref())?;
+    let mut rows = Vec::new();
+    for &per_txn in &args.per_txn {
+        let mut runs: Vec<Vec<FillResult>> = (0..engines.len()).map(|_| Vec::new()).collect();
+        for round in 0..args.rounds {
+            for (i, engine) in engines.iter().enumerate() {
+                let label = format!("{per_txn}/txn round {}/{} {engine}", round + 1, args.rounds);
+                let mut r: FillResult = spawn_child(&exe, engine, per_txn, &label, &[], base.path(), args)?;
+                if args.crash {
+                    r.crash_reopen_s = Some(crash_reopen(&exe, engine, per_txn, &label, base.path(), args)?);
+                }
+                runs[i].push(r);
             }
-            runs[i].push(v);
+        }
+        for (engine, r) in engines.iter().zip(&runs) {
+            let row = summarize(engine, per_txn, r, args);
+            reporter.row(&row)?;
+            rows.push(row);
         }
     }
-    let rows: Vec<Value> = engines.iter().zip(&runs).map(|(e, r)| summarize(e, r, args)).collect();
-    if args.json {
-        for r in &rows {
-            println!("{r}");
-        }
-    } else {
+    base.close()?;
+    reporter.finish()?;
+    if !args.out.json {
         print_table(&rows, args);
+    }
+    if let Some(path) = &args.out.plot {
+        plot_rows(path, args, &rows)?;
     }
     Ok(())
 }
@@ -171,18 +203,22 @@ fn select_engines(list: &[String]) -> Result<Vec<&'static str>, String> {
     Ok(out)
 }
 
-/// Runs one fill in a child process (with `extra` arguments) and returns its JSON line. The
-/// child's progress bar goes to the inherited stderr.
-fn spawn_child(
+/// Runs one fill in a child process (with `extra` arguments, its directory under `base`)
+/// and returns its result line. The child's progress bar goes to the inherited stderr.
+fn spawn_child<T: for<'de> Deserialize<'de>>(
     exe: &Path,
     engine: &str,
+    per_txn: usize,
     label: &str,
     extra: &[&std::ffi::OsStr],
+    base: &Path,
     args: &FillArgs,
-) -> Result<Value, String> {
-    let out = child_command(exe, engine, label, extra, args)
-        .output()
+) -> Result<T, String> {
+    let child = child_command(exe, engine, per_txn, label, extra, base, args)
+        .spawn()
         .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    let _guard = ChildGuard::new(child.id());
+    let out = child.wait_with_output().map_err(|e| format!("{label}: waiting for the child: {e}"))?;
     if !out.status.success() {
         return Err(format!("{label}: the child process failed ({})", out.status));
     }
@@ -190,26 +226,34 @@ fn spawn_child(
 }
 
 /// The command line of a child.
-fn child_command(exe: &Path, engine: &str, label: &str, extra: &[&std::ffi::OsStr], args: &FillArgs) -> Command {
+fn child_command(
+    exe: &Path,
+    engine: &str,
+    per_txn: usize,
+    label: &str,
+    extra: &[&std::ffi::OsStr],
+    base: &Path,
+    args: &FillArgs,
+) -> Command {
     let mut cmd = Command::new(exe);
     cmd.args(["bench", "fill", "--child", engine, "--label", label])
         .args(extra)
         .args(["--records", &args.records.to_string()])
-        .args(["--per-txn", &args.per_txn.to_string()])
+        .args(["--per-txn", &per_txn.to_string()])
         .args(["--order", &args.order])
         .args(["--value-size", &args.value_size.to_string()])
         .arg(if args.no_sync { "--no-sync" } else { "--sync" })
         .args(args.no_direct_io.then_some("--no-direct-io"))
-        .args(["--seed", &args.seed.to_string()]);
-    if let Some(d) = &args.dir {
-        cmd.arg("--dir").arg(d);
-    }
-    cmd.stdin(Stdio::null()).stderr(Stdio::inherit());
+        .args(args.out.quiet.then_some("--quiet"))
+        .args(["--seed", &args.seed.to_string()])
+        .arg("--dir")
+        .arg(base);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     cmd
 }
 
 /// The last JSON line a child printed.
-fn result_line(stdout: &[u8], label: &str) -> Result<Value, String> {
+fn result_line<T: for<'de> Deserialize<'de>>(stdout: &[u8], label: &str) -> Result<T, String> {
     let text = String::from_utf8_lossy(stdout);
     let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| format!("{label}: no result line"))?;
     serde_json::from_str(line).map_err(|e| format!("{label}: bad result line {line:?}: {e}"))
@@ -218,43 +262,55 @@ fn result_line(stdout: &[u8], label: &str) -> Result<Value, String> {
 /// The crash measure: a child fills a database in a directory this process owns and is
 /// killed by SIGKILL after its last commit; another child reopens it. Returns the reopen
 /// time (open and the read of the last key).
-fn crash_reopen(exe: &Path, engine: &str, label: &str, args: &FillArgs) -> Result<f64, String> {
+fn crash_reopen(
+    exe: &Path,
+    engine: &str,
+    per_txn: usize,
+    label: &str,
+    base: &Path,
+    args: &FillArgs,
+) -> Result<f64, String> {
     use std::os::unix::process::ExitStatusExt;
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!("tsumiki-crash-{engine}-"))
-        .tempdir_in(&base)
-        .map_err(|e| format!("temporary directory under {}: {e}", base.display()))?;
+    let tmp = TempDir::new(&format!("tsumiki-crash-{engine}-"), Some(base))?;
     let dir = tmp.path().as_os_str();
     let label = format!("{label} (killed)");
     let phase = |p: &'static str| [std::ffi::OsStr::new("--crash-phase"), p.as_ref(), "--crash-dir".as_ref(), dir];
-    let out = child_command(exe, engine, &label, &phase("fill"), args)
-        .output()
+    let child = child_command(exe, engine, per_txn, &label, &phase("fill"), base, args)
+        .spawn()
         .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    let guard = ChildGuard::new(child.id());
+    let out = child.wait_with_output().map_err(|e| format!("{label}: waiting for the child: {e}"))?;
+    drop(guard);
     if out.status.signal() != Some(libc::SIGKILL) {
         return Err(format!("{label}: the child was to be killed after its fill, but ended with {}", out.status));
     }
-    let v = spawn_child(exe, engine, &format!("{label}, reopened"), &phase("reopen"), args)?;
-    tmp.close().map_err(|e| format!("removing the temporary directory: {e}"))?;
-    v["reopen_s"].as_f64().ok_or_else(|| format!("{label}: no reopen time"))
+    let r: ReopenResult =
+        spawn_child(exe, engine, per_txn, &format!("{label}, reopened"), &phase("reopen"), base, args)?;
+    tmp.close()?;
+    Ok(r.reopen_s)
+}
+
+/// What a crash phase's reopen child reports.
+#[derive(Serialize, Deserialize, Debug)]
+struct ReopenResult {
+    engine: String,
+    reopen_s: f64,
 }
 
 /// A crash phase in `dir`: `fill` (then SIGKILL, before any close) or `reopen`.
-fn run_crash_child(engine: &str, phase: &str, dir: &Path, args: &FillArgs) -> Result<Value, String> {
+fn run_crash_child(engine: &str, phase: &str, dir: &Path, args: &FillArgs) -> Result<ReopenResult, String> {
     let records = Records::new(args.records, &args.order, args.value_size, args.seed);
-    let cfg = args.config();
+    let cfg = args.config(args.child_per_txn()?);
     let db_dir = dir.join("db");
     if phase == "fill" {
-        let bar = ProgressBar::new(args.records);
-        bar.set_style(ProgressStyle::with_template("{prefix:>20} [{bar:30}] {human_pos}/{human_len} records").unwrap());
-        bar.set_prefix(args.label.clone());
+        let bar = progress::bar(args.out.quiet, args.records, args.label.clone(), "records");
         std::fs::create_dir(&db_dir).map_err(|e| format!("creating {}: {e}", db_dir.display()))?;
         let r = crash_fill(engine, &db_dir, &cfg, &records, &bar);
         bar.finish_and_clear();
         return Err(r.err().unwrap_or_else(|| "the fill was not killed".into()));
     }
     let reopen_s = match_engine!(engine, E => reopen_and_check::<E>(&db_dir, &cfg, &records))?;
-    Ok(json!({ "engine": engine, "reopen_s": reopen_s }))
+    Ok(ReopenResult { engine: engine.to_string(), reopen_s })
 }
 
 /// Fills `dir`, then kills this process with SIGKILL while the database is open (no close,
@@ -328,8 +384,8 @@ fn value_of(k: u32, size: usize) -> impl Iterator<Item = u8> {
     (0..size).map(move |i| word[i % 8])
 }
 
-/// One fill's measurements, as a child reports them.
-#[derive(Debug)]
+/// One fill's measurements, as a child reports them (one JSON line to the parent).
+#[derive(Serialize, Deserialize, Debug)]
 pub struct FillResult {
     pub records: u64,
     pub txns: u64,
@@ -344,40 +400,27 @@ pub struct FillResult {
     pub peak_rss_bytes: u64,
     /// [`FillEngine::log_blocks`] over the timed fill.
     pub log_blocks: Option<u64>,
+    /// Set by the parent with `--crash`: the reopen after a SIGKILL.
+    #[serde(default)]
+    pub crash_reopen_s: Option<f64>,
 }
 
-/// The child: one fill in a fresh temporary directory, removed afterwards.
-fn run_child(engine: &str, args: &FillArgs) -> Result<Value, String> {
+/// The child: one fill in a fresh temporary directory (under the parent's), removed
+/// afterwards and on Ctrl-C.
+fn run_child(engine: &str, args: &FillArgs) -> Result<FillResult, String> {
+    let cfg = args.config(args.child_per_txn()?);
+    let label = if args.label.is_empty() { engine.to_string() } else { args.label.clone() };
+    // Generating the records (a shuffle of millions) takes a moment: shown as a phase.
+    let bar = progress::spinner(args.out.quiet, format!("{label} generating"), "");
     let records = Records::new(args.records, &args.order, args.value_size, args.seed);
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!("tsumiki-fill-{engine}-"))
-        .tempdir_in(&base)
-        .map_err(|e| format!("temporary directory under {}: {e}", base.display()))?;
-    let bar = ProgressBar::new(args.records);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix:>20} [{bar:30}] {human_pos}/{human_len} records {per_sec} {eta}")
-            .unwrap()
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(if args.label.is_empty() { engine.to_string() } else { args.label.clone() });
-    let r = fill_engine(engine, tmp.path(), &args.config(), &records, &bar);
+    bar.finish_and_clear();
+    let tmp = TempDir::new(&format!("tsumiki-fill-{engine}-"), args.dir.as_deref())?;
+    let bar = progress::bar(args.out.quiet, args.records, label, "records");
+    let r = fill_engine(engine, tmp.path(), &cfg, &records, &bar);
     bar.finish_and_clear();
     let r = r?;
-    tmp.close().map_err(|e| format!("removing the temporary directory: {e}"))?;
-    Ok(json!({
-        "engine": engine,
-        "records": r.records,
-        "txns": r.txns,
-        "fill_s": r.fill_s,
-        "write_bytes": r.write_bytes,
-        "wchar": r.wchar,
-        "close_s": r.close_s,
-        "reopen_s": r.reopen_s,
-        "disk_bytes": r.disk_bytes,
-        "peak_rss_bytes": r.peak_rss_bytes,
-        "log_blocks": r.log_blocks,
-    }))
+    tmp.close()?;
+    Ok(r)
 }
 
 /// Runs `$body` with `$E` the [`FillEngine`] type named by `$engine` (an error for an
@@ -489,6 +532,7 @@ fn fill<E: FillEngine>(
         disk_bytes,
         peak_rss_bytes: peak_rss()?,
         log_blocks,
+        crash_reopen_s: None,
     })
 }
 
@@ -533,46 +577,84 @@ fn dir_bytes(dir: &Path) -> Result<u64, String> {
     Ok(total)
 }
 
-/// One engine's JSON object: the medians over its rounds and the per-round rates.
-fn summarize(engine: &str, runs: &[Value], args: &FillArgs) -> Value {
-    let col = |f: &dyn Fn(&Value) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
-    let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
-    let median = |xs: &[f64]| report::mean_median(xs).1;
-    let tx = col(&|r| num(r, "txns") / num(r, "fill_s"));
-    let rec = col(&|r| num(r, "records") / num(r, "fill_s"));
-    let bpc = col(&|r| num(r, "write_bytes") / num(r, "txns"));
-    let wpc = col(&|r| num(r, "wchar") / num(r, "txns"));
-    let lpc: Option<Vec<f64>> = runs.iter().map(|r| Some(r["log_blocks"].as_f64()? / num(r, "txns"))).collect();
-    json!({
-        "bench": "fill",
-        "engine": engine,
-        "records": args.records,
-        "per_txn": args.per_txn,
-        "sync": !args.no_sync,
-        "order": args.order,
-        "value_size": args.value_size,
-        "rounds": args.rounds,
-        "txns": runs.first().map_or(0, |r| r["txns"].as_u64().unwrap_or(0)),
-        "tx_per_s": median(&tx),
-        "rec_per_s": median(&rec),
-        "tx_per_s_runs": tx,
-        "rec_per_s_runs": rec,
-        "bytes_per_commit": median(&bpc),
-        "wchar_per_commit": median(&wpc),
-        "log_blocks_per_commit": lpc.map(|l| median(&l)),
-        "peak_rss_bytes": median(&col(&|r| num(r, "peak_rss_bytes"))) as u64,
-        "close_s": median(&col(&|r| num(r, "close_s"))),
-        "reopen_s": median(&col(&|r| num(r, "reopen_s"))),
-        "crash_reopen_s": if args.crash { median(&col(&|r| num(r, "crash_reopen_s"))).into() } else { Value::Null },
-        "disk_bytes": median(&col(&|r| num(r, "disk_bytes"))) as u64,
-    })
+/// The parameters of one result row.
+#[derive(Serialize, Debug)]
+struct FillParams {
+    engine: String,
+    records: u64,
+    per_txn: usize,
+    sync: bool,
+    order: String,
+    value_size: usize,
+    rounds: usize,
+    direct_io: bool,
 }
 
-fn print_table(rows: &[Value], args: &FillArgs) {
+/// What one row measured: medians over the rounds, and each round's rates.
+#[derive(Serialize, Debug)]
+struct FillMetrics {
+    txns: u64,
+    tx_per_s: f64,
+    rec_per_s: f64,
+    tx_per_s_runs: Vec<f64>,
+    rec_per_s_runs: Vec<f64>,
+    /// Device bytes (`write_bytes` of /proc/self/io) per commit.
+    bytes_per_commit: f64,
+    /// Bytes handed to write calls (`wchar`) per commit.
+    wchar_per_commit: f64,
+    log_blocks_per_commit: Option<f64>,
+    peak_rss_bytes: u64,
+    close_s: f64,
+    reopen_s: f64,
+    crash_reopen_s: Option<f64>,
+    disk_bytes: u64,
+}
+
+type FillRow = ResultRecord<FillParams, FillMetrics>;
+
+/// One engine's row at one transaction size: the medians over its rounds.
+fn summarize(engine: &str, per_txn: usize, runs: &[FillResult], args: &FillArgs) -> FillRow {
+    let col = |f: &dyn Fn(&FillResult) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+    let median = |xs: &[f64]| report::mean_median(xs).1;
+    let tx = col(&|r| r.txns as f64 / r.fill_s);
+    let rec = col(&|r| r.records as f64 / r.fill_s);
+    let bpc = col(&|r| r.write_bytes as f64 / r.txns as f64);
+    let wpc = col(&|r| r.wchar as f64 / r.txns as f64);
+    let lpc: Option<Vec<f64>> = runs.iter().map(|r| Some(r.log_blocks? as f64 / r.txns as f64)).collect();
+    let crash: Option<Vec<f64>> = runs.iter().map(|r| r.crash_reopen_s).collect();
+    let params = FillParams {
+        engine: engine.to_string(),
+        records: args.records,
+        per_txn,
+        sync: !args.no_sync,
+        order: args.order.clone(),
+        value_size: args.value_size,
+        rounds: args.rounds,
+        direct_io: !args.no_direct_io,
+    };
+    let metrics = FillMetrics {
+        txns: runs.first().map_or(0, |r| r.txns),
+        tx_per_s: median(&tx),
+        rec_per_s: median(&rec),
+        tx_per_s_runs: tx,
+        rec_per_s_runs: rec,
+        bytes_per_commit: median(&bpc),
+        wchar_per_commit: median(&wpc),
+        log_blocks_per_commit: lpc.map(|l| median(&l)),
+        peak_rss_bytes: median(&col(&|r| r.peak_rss_bytes as f64)) as u64,
+        close_s: median(&col(&|r| r.close_s)),
+        reopen_s: median(&col(&|r| r.reopen_s)),
+        crash_reopen_s: crash.filter(|_| args.crash).map(|c| median(&c)),
+        disk_bytes: median(&col(&|r| r.disk_bytes as f64)) as u64,
+    };
+    let rate = metrics.rec_per_s;
+    ResultRecord::new(Family::Fill, engine.to_string(), rate, "records/s", params, metrics)
+}
+
+fn print_table(rows: &[FillRow], args: &FillArgs) {
     println!(
-        "fill: {} records, {} per transaction, {} keys, {}-byte values, {}, median of {} round(s)",
+        "fill: {} records, {} keys, {}-byte values, {}, median of {} round(s)",
         args.records,
-        args.per_txn,
         args.order,
         args.value_size,
         if args.no_sync { "no sync" } else { "sync at every commit" },
@@ -580,6 +662,7 @@ fn print_table(rows: &[Value], args: &FillArgs) {
     );
     let mut header = vec![
         "engine",
+        "per txn",
         "tx/s",
         "rec/s",
         "bytes/commit",
@@ -593,29 +676,48 @@ fn print_table(rows: &[Value], args: &FillArgs) {
     if args.crash {
         header.push("reopen after kill s");
     }
-    let mib = |v: &Value| format!("{:.1}", v.as_f64().unwrap_or(0.0) / (1 << 20) as f64);
-    let f = |v: &Value, prec: usize| format!("{:.prec$}", v.as_f64().unwrap_or(0.0));
+    let mib = |v: u64| format!("{:.1}", v as f64 / (1 << 20) as f64);
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
+            let m = &r.metrics;
             vec![
-                r["engine"].as_str().unwrap_or("").into(),
-                f(&r["tx_per_s"], 0),
-                f(&r["rec_per_s"], 0),
-                f(&r["bytes_per_commit"], 0),
-                f(&r["wchar_per_commit"], 0),
-                r["log_blocks_per_commit"].as_f64().map_or_else(|| "-".into(), |l| format!("{l:.3}")),
-                mib(&r["peak_rss_bytes"]),
-                f(&r["close_s"], 3),
-                f(&r["reopen_s"], 3),
-                mib(&r["disk_bytes"]),
+                r.params.engine.clone(),
+                r.params.per_txn.to_string(),
+                format!("{:.0}", m.tx_per_s),
+                format!("{:.0}", m.rec_per_s),
+                format!("{:.0}", m.bytes_per_commit),
+                format!("{:.0}", m.wchar_per_commit),
+                m.log_blocks_per_commit.map_or_else(|| "-".into(), |l| format!("{l:.3}")),
+                mib(m.peak_rss_bytes),
+                format!("{:.3}", m.close_s),
+                format!("{:.3}", m.reopen_s),
+                mib(m.disk_bytes),
             ]
             .into_iter()
-            .chain(args.crash.then(|| f(&r["crash_reopen_s"], 3)))
+            .chain(args.crash.then(|| format!("{:.3}", m.crash_reopen_s.unwrap_or(0.0))))
             .collect()
         })
         .collect();
     report::table(&header, &table);
+}
+
+/// Records per second against records per transaction, one line per engine (paper 004's
+/// fill at 1 and 100 records per transaction); bars when one size ran.
+fn plot_rows(path: &Path, args: &FillArgs, rows: &[FillRow]) -> Result<(), String> {
+    let caption = format!(
+        "{} records, {} 4-byte keys, {}-byte values, {}; median of {} round(s)",
+        plot::si(args.records as f64),
+        args.order,
+        args.value_size,
+        if args.no_sync { "no sync" } else { "durable at every commit" },
+        args.rounds
+    );
+    let mut chart = Chart::new(caption, "records per transaction", "throughput (records/s)", "engine");
+    for r in rows {
+        chart.push(&r.variant, r.params.per_txn as f64, r.throughput);
+    }
+    plot::write_svg(path, "tsumiki bench fill", &report::footer(), &[chart])
 }
 
 #[cfg(test)]

@@ -10,15 +10,16 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::RwLock;
-use serde_json::json;
+use serde::Serialize;
 use tsumiki::index::{BwTree, BwTreeConfig};
 
-use super::report;
+use super::plot::{self, Chart};
+use super::schema::{Family, Latency, OutputArgs, Reporter, ResultRecord};
 use super::workload::{rng, KeyChooser, KeyTable, Mix};
+use super::{progress, report};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Serialize)]
 pub struct IndexArgs {
     /// Records loaded before the timed part.
     #[arg(long, default_value_t = 1_000_000)]
@@ -69,9 +70,9 @@ pub struct IndexArgs {
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Print one JSON object per structure instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub out: OutputArgs,
 }
 
 fn parse_key_size(s: &str) -> Result<usize, String> {
@@ -110,9 +111,23 @@ pub trait BenchIndex: Sync {
     fn update(&self, k: &[u8], v: u64) -> bool;
     fn delete(&self, k: &[u8]) -> bool;
     /// Structure-specific counters for the report.
-    fn stats(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    fn stats(&self) -> Option<IndexStats> {
+        None
     }
+}
+
+/// The Bw-tree's structure modification counters (`BwTreeStats`) after a combination.
+#[derive(Serialize, Debug, Clone)]
+pub struct IndexStats {
+    consolidations: u64,
+    failed_consolidations: u64,
+    splits: u64,
+    merges: u64,
+    root_splits: u64,
+    helped_splits: u64,
+    helped_merges: u64,
+    restarts: u64,
+    height: usize,
 }
 
 impl BenchIndex for BwTree<u64> {
@@ -134,13 +149,18 @@ impl BenchIndex for BwTree<u64> {
     fn delete(&self, k: &[u8]) -> bool {
         BwTree::delete(self, k).unwrap()
     }
-    fn stats(&self) -> serde_json::Value {
+    fn stats(&self) -> Option<IndexStats> {
         let s = BwTree::stats(self);
-        json!({
-            "consolidations": s.consolidations, "failed_consolidations": s.failed_consolidations,
-            "splits": s.splits, "merges": s.merges, "root_splits": s.root_splits,
-            "helped_splits": s.helped_splits, "helped_merges": s.helped_merges,
-            "restarts": s.restarts, "height": s.height,
+        Some(IndexStats {
+            consolidations: s.consolidations,
+            failed_consolidations: s.failed_consolidations,
+            splits: s.splits,
+            merges: s.merges,
+            root_splits: s.root_splits,
+            helped_splits: s.helped_splits,
+            helped_merges: s.helped_merges,
+            restarts: s.restarts,
+            height: s.height,
         })
     }
 }
@@ -298,7 +318,7 @@ struct Outcome {
     throughputs: Vec<f64>,
     latency: Histogram<u64>,
     succeeded: u64,
-    stats: serde_json::Value,
+    stats: Option<IndexStats>,
 }
 
 /// Pre-generated operations of one thread for one run: (kind, key number).
@@ -323,8 +343,8 @@ fn bench_one<I: BenchIndex>(
     args: &IndexArgs,
     keys: &KeyTable,
     grid: &[(Combo, Vec<Vec<Ops>>)],
-    json: bool,
-) -> Vec<Outcome> {
+    reporter: &mut Reporter,
+) -> Result<Vec<Outcome>, String> {
     // Load: the first `initial` keys in a random order, in parallel.
     let mut order: Vec<u32> = (0..args.initial.min(keys.len() as u64) as u32).collect();
     {
@@ -333,25 +353,28 @@ fn bench_one<I: BenchIndex>(
     }
     let loaders = args.threads.iter().copied().max().unwrap_or(1);
     let chunk = order.len().div_ceil(loaders).max(1);
+    let bar = progress::bar(args.out.quiet, order.len() as u64, format!("{name} load"), "records");
     std::thread::scope(|s| {
         for part in order.chunks(chunk) {
-            let idx = &idx;
+            let (idx, bar) = (&idx, &bar);
             s.spawn(move || {
-                for &k in part {
+                for (i, &k) in part.iter().enumerate() {
                     idx.upsert(keys.get(k), k as u64);
+                    if i % 4096 == 4095 {
+                        bar.inc(4096);
+                    }
                 }
             });
         }
     });
-    grid.iter()
-        .map(|(combo, all_ops)| {
-            let o = run_combo(name, &idx, args, keys, combo, all_ops);
-            if json {
-                print_json(args, &o);
-            }
-            o
-        })
-        .collect()
+    bar.finish_and_clear();
+    let mut out = Vec::new();
+    for (combo, all_ops) in grid {
+        let o = run_combo(name, &idx, args, keys, combo, all_ops);
+        reporter.row(&record(args, &o))?;
+        out.push(o);
+    }
+    Ok(out)
 }
 
 fn run_combo<I: BenchIndex>(
@@ -367,16 +390,8 @@ fn run_combo<I: BenchIndex>(
     let mut succeeded = 0;
     let total_ops: u64 = all_ops[0].iter().map(|o| o.len() as u64).sum();
     for (run, ops) in all_ops.iter().enumerate() {
-        let bar = ProgressBar::new(total_ops);
-        bar.set_style(ProgressStyle::with_template("{prefix:>40} [{bar:30}] {pos}/{len} ops {per_sec}").unwrap());
-        bar.set_prefix(format!(
-            "{name} {}t {} s={} run {}/{}",
-            combo.threads,
-            combo.mix,
-            combo.skew,
-            run + 1,
-            args.runs
-        ));
+        let prefix = format!("{name} {}t {} s={} run {}/{}", combo.threads, combo.mix, combo.skew, run + 1, args.runs);
+        let bar = progress::bar(args.out.quiet, total_ops, prefix, "ops");
         let done = AtomicU64::new(0);
         let barrier = Barrier::new(combo.threads + 1);
         let min_run = Duration::from_millis(args.min_run_ms);
@@ -506,49 +521,112 @@ pub fn run(args: &IndexArgs) -> Result<(), String> {
         }
     }
 
+    let mut reporter = Reporter::start(Family::Index, &args.out, args)?;
     let mut outcomes = Vec::new();
     for name in names {
-        let g = &grid;
+        let (g, r) = (&grid, &mut reporter);
         let o = match name {
-            "bwtree" => bench_one(name, bwtree(args, false, false)?, args, &keys, g, args.json),
-            "bwtree-opt" => bench_one(name, bwtree(args, true, true)?, args, &keys, g, args.json),
-            "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, g, args.json),
-            "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, g, args.json),
-            "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, g, args.json),
-            "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, g, args.json),
-            "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, g, args.json),
-            "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, g, args.json),
+            "bwtree" => bench_one(name, bwtree(args, false, false)?, args, &keys, g, r),
+            "bwtree-opt" => bench_one(name, bwtree(args, true, true)?, args, &keys, g, r),
+            "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, g, r),
+            "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, g, r),
+            "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, g, r),
+            "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, g, r),
+            "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, g, r),
+            "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, g, r),
             _ => unreachable!(),
-        };
+        }?;
         outcomes.extend(o);
     }
-    if !args.json {
+    reporter.finish()?;
+    if !args.out.json {
         print_table(args, &outcomes);
+    }
+    if let Some(path) = &args.out.plot {
+        plot_outcomes(path, args, &outcomes)?;
     }
     Ok(())
 }
 
-fn print_json(args: &IndexArgs, o: &Outcome) {
+/// The parameters of one result row.
+#[derive(Serialize, Debug)]
+struct IndexParams {
+    threads: usize,
+    key_size: usize,
+    skew: f64,
+    mix: String,
+    initial: u64,
+    keys: u64,
+    ops: u64,
+    runs: u64,
+    scan_len: usize,
+    min_run_ms: u64,
+}
+
+/// What one row measured.
+#[derive(Serialize, Debug)]
+struct IndexMetrics {
+    /// Operations per second, the mean over runs.
+    throughput_ops_s: f64,
+    throughput_median_ops_s: f64,
+    throughput_runs: Vec<f64>,
+    /// Operations that found (or changed) what they looked for.
+    succeeded_ops: u64,
+    /// One operation in eight is timed, nanoseconds.
+    latency_ns: Latency,
+    stats: Option<IndexStats>,
+}
+
+fn record(args: &IndexArgs, o: &Outcome) -> ResultRecord<IndexParams, IndexMetrics> {
     let (mean, median) = report::mean_median(&o.throughputs);
-    let v = json!({
-        "bench": "index",
-        "index": o.name,
-        "threads": o.combo.threads,
-        "key_size": args.key_size,
-        "skew": o.combo.skew,
-        "mix": o.combo.mix,
-        "initial": args.initial,
-        "keys": args.keys,
-        "ops": args.ops,
-        "runs": args.runs,
-        "throughput_ops_s": mean,
-        "throughput_median_ops_s": median,
-        "throughput_runs": o.throughputs,
-        "succeeded_ops": o.succeeded,
-        "latency_ns": report::latency_json(&o.latency),
-        "stats": o.stats,
-    });
-    println!("{v}");
+    let params = IndexParams {
+        threads: o.combo.threads,
+        key_size: args.key_size,
+        skew: o.combo.skew,
+        mix: o.combo.mix.clone(),
+        initial: args.initial,
+        keys: args.keys,
+        ops: args.ops,
+        runs: args.runs,
+        scan_len: args.scan_len,
+        min_run_ms: args.min_run_ms,
+    };
+    let metrics = IndexMetrics {
+        throughput_ops_s: mean,
+        throughput_median_ops_s: median,
+        throughput_runs: o.throughputs.clone(),
+        succeeded_ops: o.succeeded,
+        latency_ns: Latency::of(&o.latency),
+        stats: o.stats.clone(),
+    };
+    ResultRecord::new(Family::Index, o.name.clone(), mean, "ops/s", params, metrics)
+}
+
+/// Throughput against threads, one line per structure (paper 002's figures), one panel
+/// per mix and skew.
+fn plot_outcomes(path: &std::path::Path, args: &IndexArgs, outcomes: &[Outcome]) -> Result<(), String> {
+    let mut charts: Vec<(String, f64, Chart)> = Vec::new();
+    for o in outcomes {
+        let (mix, skew) = (&o.combo.mix, o.combo.skew);
+        let at = match charts.iter().position(|(m, s, _)| m == mix && *s == skew) {
+            Some(i) => i,
+            None => {
+                let caption = format!(
+                    "{mix}, zipf {skew}: {}-byte keys, {} loaded of {} keys, {} ops per run, mean of {} runs",
+                    args.key_size,
+                    plot::si(args.initial as f64),
+                    plot::si(args.keys as f64),
+                    plot::si(args.ops as f64),
+                    args.runs
+                );
+                charts.push((mix.clone(), skew, Chart::new(caption, "threads", "throughput (ops/s)", "structure")));
+                charts.len() - 1
+            }
+        };
+        charts[at].2.push(&o.name, o.combo.threads as f64, report::mean_median(&o.throughputs).0);
+    }
+    let charts: Vec<Chart> = charts.into_iter().map(|c| c.2).collect();
+    plot::write_svg(path, "tsumiki bench index", &report::footer(), &charts)
 }
 
 fn print_table(args: &IndexArgs, outcomes: &[Outcome]) {

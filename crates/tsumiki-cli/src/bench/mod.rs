@@ -1,10 +1,18 @@
 //! Benchmarks. One runner per benchmark family, one result format, every structure or
 //! protocol behind one trait and monomorphised (no dynamic dispatch per operation).
+//!
+//! Every family shares: progress bars on standard error ([`progress`]), the output schema
+//! (`--json` lines, `--csv FILE`: [`schema`]), `--plot FILE.svg` ([`plot`]), and temporary
+//! databases removed on Ctrl-C ([`cleanup`]).
 
 pub mod cache;
+mod cleanup;
 pub mod fill;
 pub mod index;
+mod plot;
+mod progress;
 mod report;
+mod schema;
 pub mod txn;
 pub mod wal;
 mod workload;
@@ -32,11 +40,15 @@ pub enum BenchCommand {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
-    match cmd {
+    cleanup::install_handler()?;
+    let result = match cmd {
         BenchCommand::Cache(args) => cache::run(&args),
         BenchCommand::Fill(args) => fill::run(&args),
         BenchCommand::Index(args) => index::run(&args),
         BenchCommand::Txn(args) => txn::run(&args),
         BenchCommand::Wal(args) => wal::run(&args),
-    }
+    };
+    // An error caused by the Ctrl-C handler removing the files is not the run's outcome.
+    cleanup::hold_if_interrupted();
+    result
 }

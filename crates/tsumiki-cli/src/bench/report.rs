@@ -1,7 +1,5 @@
-//! The one result format of every benchmark: a human table or one JSON object per line.
-
-use hdrhistogram::Histogram;
-use serde_json::{json, Map, Value};
+//! What every benchmark's human output shares: tables, percentiles, a plot's footer. (The
+//! machine-readable output is [`super::schema`].)
 
 /// Latency percentiles reported: 1 to 99 in steps of 5 (paper 002), plus 50, 99 and 99.9.
 pub fn percentiles() -> Vec<f64> {
@@ -10,15 +8,6 @@ pub fn percentiles() -> Vec<f64> {
     p.sort_by(|a, b| a.partial_cmp(b).unwrap());
     p.dedup();
     p
-}
-
-pub fn latency_json(h: &Histogram<u64>) -> Value {
-    let mut m = Map::new();
-    for p in percentiles() {
-        let key = if p.fract() == 0.0 { format!("{}", p as u64) } else { format!("{p}") };
-        m.insert(key, json!(h.value_at_quantile(p / 100.0)));
-    }
-    Value::Object(m)
 }
 
 /// Mean and median of a sample.
@@ -45,4 +34,19 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
     for r in rows {
         println!("{}", line(r.clone()));
     }
+}
+
+/// A plot's small print: the version and commit, the machine, the date.
+pub fn footer() -> String {
+    let m = super::schema::Machine::detect();
+    let commit = env!("TSUMIKI_GIT_COMMIT");
+    format!(
+        "tsumiki {} ({}) on {} CPUs{}, {}; {}",
+        env!("CARGO_PKG_VERSION"),
+        &commit[..commit.len().min(12)],
+        m.cpus,
+        m.cpu_model.map_or(String::new(), |c| format!(" ({c})")),
+        m.kernel.map_or(m.os.to_string(), |k| format!("Linux {k}")),
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+    )
 }

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rand::RngExt;
-use serde_json::{json, Value};
+use serde::Serialize;
 use tsumiki::cc::si::Si;
 use tsumiki::cc::silo::Silo;
 use tsumiki::cc::tictoc::TicToc;
@@ -21,10 +21,13 @@ use tsumiki::index::BwTreeConfig;
 use tsumiki::wal::storage::DirStorage;
 use tsumiki::{Cc, Device, Durability, Error, Gc, LockWait, LogMode, LogOptions, Release};
 
-use super::report;
+use super::cleanup::TempDir;
+use super::plot::{self, Chart};
+use super::schema::{duration_secs, Family, Latency, OutputArgs, Reporter, ResultRecord};
 use super::workload::{rng, KeyChooser};
+use super::{progress, report};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Serialize)]
 pub struct TxnArgs {
     /// ycsb-a (50% read, 50% update), ycsb-b (95/5), ycsb-c (read only), ycsb-d (read
     /// latest, 5% insert), ycsb-e (short scans, 5% insert), ycsb-f (read-modify-write),
@@ -39,6 +42,7 @@ pub struct TxnArgs {
     pub gc: Vec<String>,
     /// Active-list refresh interval of EPO and EPO-R (and of AOT's oldest timestamp).
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_secs")]
     pub gc_refresh: Duration,
     /// Records loaded before the timed part (default: 1,000,000; batch: 10,000).
     #[arg(long)]
@@ -63,12 +67,14 @@ pub struct TxnArgs {
     pub long_ops: usize,
     /// batch: sleep inside each long transaction.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_secs")]
     pub long_sleep: Duration,
     /// Worker threads; a comma-separated list runs each count.
     #[arg(long, default_value = "2", value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Seconds per run (ignored when --txns-per-thread is given).
     #[arg(long, default_value = "3", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_secs")]
     pub duration: Duration,
     /// Committed transactions per thread per run, instead of a duration.
     #[arg(long)]
@@ -79,9 +85,9 @@ pub struct TxnArgs {
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Print one JSON object per protocol instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub out: OutputArgs,
     /// Logging, comma-separated: none (in memory), pwal, swal. Each logged run opens a
     /// fresh database in a temporary directory (or under --dir).
     #[arg(long, default_value = "none", value_delimiter = ',')]
@@ -102,7 +108,8 @@ pub struct TxnArgs {
     /// What a commit waits for: sync, buffered, none.
     #[arg(long, default_value = "sync")]
     pub durability: String,
-    /// Where logged databases are created (default: the system temp dir).
+    /// Where logged databases are created, each in a fresh temporary directory removed
+    /// afterwards (and on Ctrl-C) (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
     /// Log bytes between checkpoints of logged runs (`LogOptions::checkpoint_bytes`;
@@ -410,7 +417,7 @@ fn retry_pause(attempt: u32) {
 /// the gap before its neighbour's first key while that neighbour committed: with eight
 /// loaders truly in parallel (a 16-core machine) and retries at once, they aborted each
 /// other in lock step and 1M records took minutes instead of a second.
-fn load<P: Protocol>(db: &TypedDb<P>, records: u64, value: &[u8]) -> Result<(), String> {
+fn load<P: Protocol>(db: &TypedDb<P>, records: u64, value: &[u8], bar: &ProgressBar) -> Result<(), String> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8) as u64;
     let slice = records.div_ceil(threads);
     std::thread::scope(|s| {
@@ -434,6 +441,7 @@ fn load<P: Protocol>(db: &TypedDb<P>, records: u64, value: &[u8]) -> Result<(), 
                                 Err(e) => return Err(e),
                             }
                         }
+                        bar.inc((k + 1000).min(end) - k);
                         k += 1000;
                     }
                     Ok(())
@@ -462,9 +470,11 @@ fn run_once<P: Protocol>(
     let stop = AtomicBool::new(false);
     let committed = AtomicU64::new(0);
     let barrier = Barrier::new(threads + 1);
-    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-    bar.set_style(ProgressStyle::with_template("{prefix:>36} {spinner} {pos} txns {per_sec}").unwrap());
-    bar.set_prefix(format!("{label} {threads}t run {}/{}", run + 1, args.runs));
+    let prefix = format!("{label} {threads}t run {}/{}", run + 1, args.runs);
+    let bar = match args.txns_per_thread {
+        Some(n) => progress::bar(args.out.quiet, n * threads as u64, prefix, "txns"),
+        None => progress::spinner(args.out.quiet, prefix, "txns"),
+    };
     std::thread::scope(|s| {
         let handles: Vec<_> = specs
             .iter()
@@ -536,6 +546,16 @@ fn run_once<P: Protocol>(
                 bar.set_position(committed.load(Ordering::Relaxed));
             }
             stop.store(true, Ordering::Relaxed);
+        } else {
+            // The bar follows from a thread of its own: the main thread joins the workers
+            // as soon as they finish, so the run's time is not rounded up to a poll.
+            let (bar, committed, stop) = (&bar, &committed, &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    bar.set_position(committed.load(Ordering::Relaxed));
+                }
+            });
         }
         let mut out = RunResult {
             commits: 0,
@@ -543,33 +563,121 @@ fn run_once<P: Protocol>(
             elapsed: Duration::ZERO,
             latency: Histogram::new_with_bounds(1, 600_000_000_000, 3).unwrap(),
         };
-        for h in handles {
-            let (c, a, hist) = h.join().map_err(|_| "a worker thread panicked".to_string())?;
+        let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        out.elapsed = t0.elapsed();
+        // Also ends the bar's thread, before anything can return.
+        stop.store(true, Ordering::Relaxed);
+        bar.finish_and_clear();
+        for j in joined {
+            let (c, a, hist) = j.map_err(|_| "a worker thread panicked".to_string())?;
             out.commits += c;
             out.aborts += a;
             out.latency.add(hist).map_err(|e| e.to_string())?;
         }
-        out.elapsed = t0.elapsed();
-        bar.finish_and_clear();
         Ok(out)
     })
 }
 
-/// Runs every thread count of one protocol; returns one JSON object per thread count.
+/// The parameters of one result row.
+#[derive(Serialize, Debug)]
+struct TxnParams {
+    workload: String,
+    cc: &'static str,
+    /// MVCC-SI's garbage collector.
+    gc: Option<&'static str>,
+    /// `none` (in memory) or the log variant (`pwal-nlr`, `swal-elr-g16`...).
+    log: String,
+    threads: usize,
+    records: u64,
+    skew: f64,
+    value_size: usize,
+    ops_per_txn: usize,
+    read_ratio: f64,
+    rmw: bool,
+    /// batch only.
+    long_ops: Option<usize>,
+    long_sleep_s: Option<f64>,
+    /// Logged runs only.
+    device: Option<String>,
+    durability: Option<String>,
+    direct_io: Option<bool>,
+    group: Option<usize>,
+    runs: u64,
+    /// Each run's length, or `txns_per_thread` commits per thread.
+    duration_s: Option<f64>,
+    txns_per_thread: Option<u64>,
+}
+
+/// What one row measured.
+#[derive(Serialize, Debug)]
+struct TxnMetrics {
+    /// Committed transactions per second, the mean over runs.
+    tps: f64,
+    tps_median: f64,
+    tps_runs: Vec<f64>,
+    /// Aborted attempts over all attempts.
+    abort_rate: f64,
+    commits: u64,
+    aborts: u64,
+    /// Commit latency (first attempt to commit, retries included), nanoseconds.
+    latency_ns: Latency,
+    gc: Option<GcMetrics>,
+    wal: Option<WalMetrics>,
+    store: Option<StoreMetrics>,
+}
+
+/// MVCC-SI's garbage collection counters (`GcStats`).
+#[derive(Serialize, Debug)]
+struct GcMetrics {
+    reclaimed: u64,
+    traversals: u64,
+    empty_traversals: u64,
+    unreclaimed: u64,
+    chain_max: u64,
+    chain_mean: f64,
+    versions: i64,
+    bytes: i64,
+}
+
+/// The log's counters since the database opened (`WalStats`).
+#[derive(Serialize, Debug)]
+struct WalMetrics {
+    syncs: u64,
+    lsn_cas_misses: u64,
+    checkpoints: u64,
+    stalls: u64,
+    stall_micros: u64,
+}
+
+/// The page store's sizes (`StoreStats`).
+#[derive(Serialize, Debug)]
+struct StoreMetrics {
+    live_bytes: u64,
+    file_bytes: u64,
+    written_bytes: u64,
+}
+
+type TxnRow = ResultRecord<TxnParams, TxnMetrics>;
+
+/// Runs every thread count of one protocol; returns one row per thread count.
 fn run_cc<P: Protocol>(
     db: TypedDb<P>,
     plan: &Plan,
     args: &TxnArgs,
     log: &Option<LogOptions>,
-    gc_name: Option<&str>,
-    gc_stats: impl Fn(&TypedDb<P>) -> Value,
-) -> Result<Vec<Value>, String> {
+    gc_name: Option<&'static str>,
+    gc_stats: impl Fn(&TypedDb<P>) -> Option<GcMetrics>,
+    step: &str,
+) -> Result<Vec<TxnRow>, String> {
     let value = vec![b'v'; plan.value_size];
-    load(&db, plan.records, &value)?;
-    let next_key = AtomicU64::new(plan.records);
     let name = db.protocol().name();
     let log_name = log.as_ref().map_or("none".to_string(), |l| l.name());
-    let label = gc_name.map_or(name.to_string(), |g| format!("{name}/{g}")) + " " + &log_name;
+    let variant = variant_name(name, gc_name, &log_name);
+    let label = format!("{step} {variant}");
+    let bar = progress::bar(args.out.quiet, plan.records, format!("{label} load"), "records");
+    load(&db, plan.records, &value, &bar)?;
+    bar.finish_and_clear();
+    let next_key = AtomicU64::new(plan.records);
     let mut out = Vec::new();
     for &threads in &args.threads {
         let mut tps = Vec::new();
@@ -584,67 +692,81 @@ fn run_cc<P: Protocol>(
             latency.add(&r.latency).map_err(|e| e.to_string())?;
         }
         let (mean, median) = report::mean_median(&tps);
-        let mut v = json!({
-            "cc": name,
-            "gc": gc_name,
-            "workload": plan.name,
-            "threads": threads,
-            "tps": mean,
-            "tps_median": median,
-            "tps_runs": tps,
-            "abort_rate": if commits + aborts == 0 { 0.0 } else { aborts as f64 / (commits + aborts) as f64 },
-            "commits": commits,
-            "aborts": aborts,
-            "records": plan.records,
-            "skew": plan.skew,
-            "value_size": plan.value_size,
-            "ops_per_txn": plan.ops_per_txn,
-            "read_ratio": plan.read_ratio,
-            "rmw": plan.rmw,
-            "latency_ns": report::latency_json(&latency),
-        });
-        if plan.workload == Workload::Batch {
-            v["long_ops"] = json!(plan.long_ops);
-            v["long_sleep_s"] = json!(plan.long_sleep.as_secs_f64());
-        }
-        v["gc_stats"] = gc_stats(&db);
-        v["log"] = json!(log_name);
-        if let (Some(l), Some(w)) = (log, db.wal_stats()) {
-            v["device"] = json!(args.device);
-            v["durability"] = json!(args.durability);
-            v["direct_io"] = json!(l.direct_io);
-            v["group"] = json!(l.group);
-            v["syncs"] = json!(w.syncs);
-            v["lsn_cas_misses"] = json!(w.lsn_cas_misses);
-            v["checkpoints"] = json!(w.checkpoints);
-            v["stalls"] = json!(w.stalls);
-            v["stall_micros"] = json!(w.stall_micros);
-        }
-        if let Some(s) = db.store_stats() {
-            v["store_live_bytes"] = json!(s.live_bytes);
-            v["store_file_bytes"] = json!(s.file_bytes);
-            v["store_written_bytes"] = json!(s.written_bytes);
-        }
-        out.push(v);
+        let batch = plan.workload == Workload::Batch;
+        let wal = db.wal_stats();
+        let params = TxnParams {
+            workload: plan.name.clone(),
+            cc: name,
+            gc: gc_name,
+            log: log_name.clone(),
+            threads,
+            records: plan.records,
+            skew: plan.skew,
+            value_size: plan.value_size,
+            ops_per_txn: plan.ops_per_txn,
+            read_ratio: plan.read_ratio,
+            rmw: plan.rmw,
+            long_ops: batch.then_some(plan.long_ops),
+            long_sleep_s: batch.then_some(plan.long_sleep.as_secs_f64()),
+            device: log.as_ref().map(|_| args.device.clone()),
+            durability: log.as_ref().map(|_| args.durability.clone()),
+            direct_io: log.as_ref().map(|l| l.direct_io),
+            group: log.as_ref().map(|l| l.group),
+            runs: args.runs,
+            duration_s: args.txns_per_thread.is_none().then_some(args.duration.as_secs_f64()),
+            txns_per_thread: args.txns_per_thread,
+        };
+        let metrics = TxnMetrics {
+            tps: mean,
+            tps_median: median,
+            tps_runs: tps,
+            abort_rate: if commits + aborts == 0 { 0.0 } else { aborts as f64 / (commits + aborts) as f64 },
+            commits,
+            aborts,
+            latency_ns: Latency::of(&latency),
+            gc: gc_stats(&db),
+            wal: wal.filter(|_| log.is_some()).map(|w| WalMetrics {
+                syncs: w.syncs,
+                lsn_cas_misses: w.lsn_cas_misses,
+                checkpoints: w.checkpoints,
+                stalls: w.stalls,
+                stall_micros: w.stall_micros,
+            }),
+            store: db.store_stats().map(|s| StoreMetrics {
+                live_bytes: s.live_bytes,
+                file_bytes: s.file_bytes,
+                written_bytes: s.written_bytes,
+            }),
+        };
+        out.push(ResultRecord::new(Family::Txn, variant.clone(), mean, "tx/s", params, metrics));
     }
     Ok(out)
 }
 
-fn no_stats<P: Protocol>(_: &TypedDb<P>) -> Value {
-    Value::Null
+/// `tictoc`, `mvcc-si/epo-r`, `tictoc pwal-nlr-g16`: what a row's line is called.
+fn variant_name(cc: &str, gc: Option<&str>, log: &str) -> String {
+    let mut v = gc.map_or(cc.to_string(), |g| format!("{cc}/{g}"));
+    if log != "none" {
+        v = format!("{v} {log}");
+    }
+    v
 }
 
-fn si_stats(db: &TypedDb<Si>) -> Value {
+fn no_stats<P: Protocol>(_: &TypedDb<P>) -> Option<GcMetrics> {
+    None
+}
+
+fn si_stats(db: &TypedDb<Si>) -> Option<GcMetrics> {
     let s = db.protocol().gc_stats();
-    json!({
-        "reclaimed": s.reclaimed,
-        "traversals": s.traversals,
-        "empty_traversals": s.empty_traversals,
-        "unreclaimed": s.unreclaimed,
-        "chain_max": s.chain_max,
-        "chain_mean": s.chain_mean,
-        "versions": s.versions,
-        "bytes": s.bytes,
+    Some(GcMetrics {
+        reclaimed: s.reclaimed,
+        traversals: s.traversals,
+        empty_traversals: s.empty_traversals,
+        unreclaimed: s.unreclaimed,
+        chain_max: s.chain_max,
+        chain_mean: s.chain_mean,
+        versions: s.versions,
+        bytes: s.bytes,
     })
 }
 
@@ -676,6 +798,9 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
     if args.threads.is_empty() || args.threads.contains(&0) {
         return Err("--threads must be at least 1".into());
     }
+    if args.runs == 0 {
+        return Err("--runs must be at least 1".into());
+    }
     let mut ccs = Vec::new();
     for name in &args.cc {
         if name == "all" {
@@ -693,86 +818,131 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
         .collect::<Result<_, _>>()?;
     let index = BwTreeConfig::default();
     let logs = log_variants(args)?;
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut results = Vec::new();
-    let mut n = 0;
+    let mut reporter = Reporter::start(Family::Txn, &args.out, args)?;
+    // Every (protocol, log) pair that runs, the library's own rules deciding which exist.
+    let mut todo = Vec::new();
     for cc in ccs {
         for log in &logs {
             if let Some(l) = log {
-                // The library's own rules decide which variants exist for this protocol.
                 let opts = tsumiki::Options { cc, log: l.clone(), ..tsumiki::Options::default() };
                 if let Err(e) = opts.validate() {
                     eprintln!("note: skipping {} under {}: {e}", l.name(), cc.name());
                     continue;
                 }
             }
-            n += 1;
-            let dir = base.join(format!("tsumiki-bench-txn-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            let rows = match cc {
-                Cc::TicToc => run_cc(open_db(TicToc::default(), &index, log, &dir)?, &plan, args, log, None, no_stats)?,
-                Cc::Silo => run_cc(open_db(Silo::new(), &index, log, &dir)?, &plan, args, log, None, no_stats)?,
-                Cc::TwoPl(LockWait::NoWait) => {
-                    run_cc(open_db(TwoPl::no_wait(), &index, log, &dir)?, &plan, args, log, None, no_stats)?
-                }
-                Cc::TwoPl(LockWait::WaitDie) => {
-                    run_cc(open_db(TwoPl::wait_die(), &index, log, &dir)?, &plan, args, log, None, no_stats)?
-                }
-                Cc::MvccSi(_) => {
-                    let mut rows = Vec::new();
-                    for &gc in &gcs {
-                        let dir = dir.join(gc.name());
-                        let db = open_db(Si::new(gc, args.gc_refresh), &index, log, &dir)?;
-                        rows.extend(run_cc(db, &plan, args, log, Some(gc.name()), si_stats)?);
-                    }
-                    rows
-                }
-            };
-            let _ = std::fs::remove_dir_all(&dir);
-            for r in rows {
-                if args.json {
-                    println!("{r}");
-                }
-                results.push(r);
-            }
+            todo.push((cc, log));
         }
     }
-    if !args.json {
-        let header = [
-            "cc",
-            "gc",
-            "log",
-            "workload",
-            "threads",
-            "tps",
-            "median",
-            "abort %",
-            "p50 µs",
-            "p99 µs",
-            "versions",
-            "unreclaimed",
-        ];
-        let rows: Vec<Vec<String>> = results
-            .iter()
-            .map(|r| {
-                let g = &r["gc_stats"];
-                vec![
-                    r["cc"].as_str().unwrap_or("").to_string(),
-                    r["gc"].as_str().unwrap_or("-").to_string(),
-                    r["log"].as_str().unwrap_or("-").to_string(),
-                    r["workload"].as_str().unwrap_or("").to_string(),
-                    r["threads"].to_string(),
-                    format!("{:.0}", r["tps"].as_f64().unwrap_or(0.0)),
-                    format!("{:.0}", r["tps_median"].as_f64().unwrap_or(0.0)),
-                    format!("{:.2}", 100.0 * r["abort_rate"].as_f64().unwrap_or(0.0)),
-                    format!("{:.1}", r["latency_ns"]["50"].as_f64().unwrap_or(0.0) / 1e3),
-                    format!("{:.1}", r["latency_ns"]["99"].as_f64().unwrap_or(0.0) / 1e3),
-                    if g.is_null() { "-".into() } else { g["versions"].to_string() },
-                    if g.is_null() { "-".into() } else { g["unreclaimed"].to_string() },
-                ]
-            })
-            .collect();
-        report::table(&header, &rows);
+    let steps = todo.len();
+    let mut results = Vec::new();
+    for (n, (cc, log)) in todo.into_iter().enumerate() {
+        let step = format!("[{}/{steps}]", n + 1);
+        // Logged databases live in a temporary directory, removed afterwards or on Ctrl-C.
+        let tmp = match log {
+            Some(_) => Some(TempDir::new("tsumiki-bench-txn-", args.dir.as_deref())?),
+            None => None,
+        };
+        let dir = tmp.as_ref().map_or_else(std::path::PathBuf::new, |t| t.path().join("db"));
+        let rows = match cc {
+            Cc::TicToc => {
+                run_cc(open_db(TicToc::default(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+            }
+            Cc::Silo => run_cc(open_db(Silo::new(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?,
+            Cc::TwoPl(LockWait::NoWait) => {
+                run_cc(open_db(TwoPl::no_wait(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+            }
+            Cc::TwoPl(LockWait::WaitDie) => {
+                run_cc(open_db(TwoPl::wait_die(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+            }
+            Cc::MvccSi(_) => {
+                let mut rows = Vec::new();
+                for &gc in &gcs {
+                    let dir = dir.join(gc.name());
+                    let db = open_db(Si::new(gc, args.gc_refresh), &index, log, &dir)?;
+                    rows.extend(run_cc(db, &plan, args, log, Some(gc.name()), si_stats, &step)?);
+                }
+                rows
+            }
+        };
+        if let Some(t) = tmp {
+            t.close()?;
+        }
+        for r in rows {
+            reporter.row(&r)?;
+            results.push(r);
+        }
+    }
+    reporter.finish()?;
+    if !args.out.json {
+        print_table(&results);
+    }
+    if let Some(path) = &args.out.plot {
+        plot_rows(path, &plan, args, &results)?;
     }
     Ok(())
+}
+
+fn print_table(results: &[TxnRow]) {
+    let header = [
+        "cc",
+        "gc",
+        "log",
+        "workload",
+        "threads",
+        "tps",
+        "median",
+        "abort %",
+        "p50 µs",
+        "p99 µs",
+        "versions",
+        "unreclaimed",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let (p, m) = (&r.params, &r.metrics);
+            vec![
+                p.cc.to_string(),
+                p.gc.unwrap_or("-").to_string(),
+                p.log.clone(),
+                p.workload.clone(),
+                p.threads.to_string(),
+                format!("{:.0}", m.tps),
+                format!("{:.0}", m.tps_median),
+                format!("{:.2}", 100.0 * m.abort_rate),
+                format!("{:.1}", m.latency_ns.at(50.0) as f64 / 1e3),
+                format!("{:.1}", m.latency_ns.at(99.0) as f64 / 1e3),
+                m.gc.as_ref().map_or("-".into(), |g| g.versions.to_string()),
+                m.gc.as_ref().map_or("-".into(), |g| g.unreclaimed.to_string()),
+            ]
+        })
+        .collect();
+    report::table(&header, &rows);
+}
+
+/// Throughput against threads, one line per protocol (and log variant), as papers 000 and
+/// 001 draw it.
+fn plot_rows(path: &std::path::Path, plan: &Plan, args: &TxnArgs, rows: &[TxnRow]) -> Result<(), String> {
+    let length = match args.txns_per_thread {
+        Some(n) => format!("{n} txns/thread"),
+        None => format!("{} s", args.duration.as_secs_f64()),
+    };
+    let mut caption = format!(
+        "{}: {} records, zipf {}, {} ops/txn, read ratio {}, {}-byte values; mean of {} run(s) of {length}",
+        plan.name,
+        plot::si(plan.records as f64),
+        plan.skew,
+        plan.ops_per_txn,
+        plan.read_ratio,
+        plan.value_size,
+        args.runs,
+    );
+    if args.log.iter().any(|l| l != "none") {
+        caption += &format!("; log on {}, {}", args.device, args.durability);
+    }
+    let mut chart = Chart::new(caption, "worker threads", "throughput (committed tx/s)", "protocol");
+    for r in rows {
+        chart.push(&r.variant, r.params.threads as f64, r.throughput);
+    }
+    plot::write_svg(path, &format!("tsumiki bench txn — {}", plan.name), &report::footer(), &[chart])
 }

@@ -10,9 +10,9 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rand::RngExt;
-use serde_json::{json, Value};
+use serde::Serialize;
 use tsumiki::cc::twopl::TwoPl;
 use tsumiki::db::TypedDb;
 use tsumiki::index::BwTreeConfig;
@@ -20,10 +20,13 @@ use tsumiki::wal::format::{BLOCK, PAYLOAD, RECORD_HEADER};
 use tsumiki::wal::storage::{DirStorage, NvmStorage, Storage, StorageFile};
 use tsumiki::{Device, Durability, LogMode, LogOptions, Release};
 
-use super::report;
+use super::cleanup::TempDir;
+use super::plot::{self, Chart};
+use super::schema::{Family, OutputArgs, Reporter, ResultRecord};
 use super::workload::rng;
+use super::{progress, report};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Serialize)]
 pub struct WalArgs {
     /// Log modes, comma-separated: pwal, swal, raw-sync (preallocated files, a write and an
     /// fdatasync per commit or group), raw-append (a growing file).
@@ -61,15 +64,16 @@ pub struct WalArgs {
     /// NVM emulation: latency per write, in nanoseconds.
     #[arg(long, default_value_t = 50)]
     pub nvm_latency_ns: u64,
-    /// Directory for the databases (default: a fresh one under the system temp dir).
+    /// Directory under which a fresh temporary directory holds the databases, removed
+    /// afterwards and on Ctrl-C (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Seed of the workload generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Print one JSON object per setting instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -136,7 +140,13 @@ fn log_options(args: &WalArgs, mode: LogMode, group: usize) -> Result<LogOptions
 }
 
 /// One timed run of the engine; returns (elapsed, syncs, CAS misses).
-fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Duration, u64, u64), String> {
+fn run_engine(
+    args: &WalArgs,
+    s: &Setting,
+    dir: &Path,
+    run: usize,
+    bar: &ProgressBar,
+) -> Result<(Duration, u64, u64), String> {
     let mode = if s.log == "pwal" { LogMode::PWal } else { LogMode::SWal };
     let opts = log_options(args, mode, s.group)?;
     let storage = DirStorage::new(dir).map_err(|e| e.to_string())?;
@@ -151,13 +161,16 @@ fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Du
     let (value_size, _) = volume(s.mix, args.record_size);
     let value = vec![b'w'; value_size];
     let mut loader = db.worker();
+    let load = progress::bar(args.out.quiet, args.rows, format!("{} load", bar.prefix()), "rows");
     for chunk in (0..args.rows).collect::<Vec<_>>().chunks(1000) {
         let mut t = loader.begin();
         for &k in chunk {
             t.put(&k.to_be_bytes(), &value).map_err(|e| e.to_string())?;
         }
         t.commit().map_err(|e| e.to_string())?;
+        load.inc(chunk.len() as u64);
     }
+    load.finish_and_clear();
     drop(loader);
     let before = db.wal_stats().unwrap_or_default();
     let per_thread = args.txns / s.threads as u64;
@@ -176,7 +189,10 @@ fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Du
             }
         }
         ready();
-        for _ in 0..per_thread {
+        for i in 0..per_thread {
+            if i % 1024 == 1023 {
+                bar.inc(1024);
+            }
             let keys: Vec<u64> = (0..s.mix.reads + s.mix.updates).map(|_| r.random_range(0..args.rows)).collect();
             let ticket = loop {
                 let mut txn = w.begin();
@@ -223,7 +239,13 @@ fn run_engine(args: &WalArgs, s: &Setting, dir: &Path, run: usize) -> Result<(Du
 
 /// The upper bound: each thread writes the same log volume to its own file, a commit (or
 /// a group of them) per write, rounded to whole 4 KiB blocks, each followed by fdatasync.
-fn run_raw(args: &WalArgs, s: &Setting, dir: &Path, preallocate: bool) -> Result<(Duration, u64, u64), String> {
+fn run_raw(
+    args: &WalArgs,
+    s: &Setting,
+    dir: &Path,
+    preallocate: bool,
+    bar: &ProgressBar,
+) -> Result<(Duration, u64, u64), String> {
     let (_, bytes) = volume(s.mix, args.record_size);
     let per_thread = args.txns / s.threads as u64;
     let storage: Box<dyn Storage> = match args.device.as_str() {
@@ -257,6 +279,9 @@ fn run_raw(args: &WalArgs, s: &Setting, dir: &Path, preallocate: bool) -> Result
         for i in 0..flushes {
             f.write_at(&buf, i * write_len as u64).map_err(|e| e.to_string())?;
             f.sync_data().map_err(|e| e.to_string())?;
+            if i % 64 == 63 {
+                bar.inc(64 * s.group as u64);
+            }
         }
         Ok(())
     })?;
@@ -305,81 +330,158 @@ pub fn run(args: &WalArgs) -> Result<(), String> {
     log_options(args, LogMode::PWal, 1)?;
     let mixes: Vec<(String, Mix)> =
         args.mix.iter().map(|m| parse_mix(m).map(|x| (m.clone(), x))).collect::<Result<_, _>>()?;
-    let base = match &args.dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("tsumiki-bench-wal-{}", std::process::id())),
-    };
+    let base = TempDir::new("tsumiki-bench-wal-", args.dir.as_deref())?;
+    let mut reporter = Reporter::start(Family::Wal, &args.out, args)?;
     let mut rows = Vec::new();
     for (mix_name, mix) in &mixes {
         for &group in &args.group {
             for &threads in &args.threads {
                 for log in &args.log {
                     let s = Setting { log, threads, group, mix: *mix };
-                    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-                    bar.set_style(ProgressStyle::with_template("{prefix} {spinner}").unwrap());
-                    bar.set_prefix(format!("{log} {mix_name} {threads}t group {group}"));
-                    bar.enable_steady_tick(Duration::from_millis(200));
+                    let done = args.txns / threads as u64 * threads as u64;
+                    let bar = progress::bar(
+                        args.out.quiet,
+                        done * args.runs as u64,
+                        format!("{log} {mix_name} {threads}t group {group}"),
+                        "txns",
+                    );
                     let mut tps = Vec::new();
                     let (mut syncs, mut misses) = (0, 0);
                     for run in 0..args.runs {
-                        let dir = base.join(format!("{log}-{threads}-{group}-{mix_name}-{run}"));
-                        let _ = std::fs::remove_dir_all(&dir);
+                        let dir = base.path().join(format!("{log}-{threads}-{group}-{mix_name}-{run}"));
                         let r = match log.as_str() {
-                            "raw-sync" => run_raw(args, &s, &dir, true),
-                            "raw-append" => run_raw(args, &s, &dir, false),
-                            _ => run_engine(args, &s, &dir, run),
+                            "raw-sync" => run_raw(args, &s, &dir, true, &bar),
+                            "raw-append" => run_raw(args, &s, &dir, false, &bar),
+                            _ => run_engine(args, &s, &dir, run, &bar),
                         };
                         let _ = std::fs::remove_dir_all(&dir);
                         let (elapsed, sy, mi) = r?;
-                        let done = args.txns / threads as u64 * threads as u64;
                         tps.push(done as f64 / elapsed.as_secs_f64());
                         syncs += sy;
                         misses += mi;
+                        bar.set_position(done * (run as u64 + 1));
                     }
                     bar.finish_and_clear();
                     let (_, median) = report::mean_median(&tps);
                     let (_, bytes) = volume(*mix, args.record_size);
-                    let v = json!({
-                        "bench": "wal",
-                        "log": log,
-                        "release": if log.starts_with("raw") { Value::Null } else { json!(args.release) },
-                        "device": args.device,
-                        "mix": mix_name,
-                        "threads": threads,
-                        "group": group,
-                        "txns": args.txns / threads as u64 * threads as u64,
-                        "tps": median,
-                        "tps_runs": tps,
-                        "log_bytes_per_txn": bytes,
-                        "syncs_per_run": syncs / args.runs as u64,
-                        "lsn_cas_misses_per_run": misses / args.runs as u64,
-                    });
-                    if args.json {
-                        println!("{v}");
-                    }
-                    rows.push(v);
+                    let params = WalParams {
+                        log: log.clone(),
+                        release: (!log.starts_with("raw")).then(|| args.release.clone()),
+                        device: args.device.clone(),
+                        mix: mix_name.clone(),
+                        threads,
+                        group,
+                        txns: done,
+                        record_size: args.record_size,
+                        rows: args.rows,
+                        runs: args.runs,
+                    };
+                    let metrics = WalMetrics {
+                        tps: median,
+                        tps_runs: tps,
+                        log_bytes_per_txn: bytes,
+                        syncs_per_run: syncs / args.runs as u64,
+                        lsn_cas_misses_per_run: misses / args.runs as u64,
+                    };
+                    let row = ResultRecord::new(Family::Wal, log.clone(), median, "tx/s", params, metrics);
+                    reporter.row(&row)?;
+                    rows.push(row);
                 }
             }
         }
     }
-    let _ = std::fs::remove_dir(&base);
-    if !args.json {
+    base.close()?;
+    reporter.finish()?;
+    if !args.out.json {
         let header = ["log", "mix", "threads", "group", "tps (median)", "syncs/run", "CAS misses/run"];
         let table: Vec<Vec<String>> = rows
             .iter()
             .map(|r| {
                 vec![
-                    r["log"].as_str().unwrap_or("").into(),
-                    r["mix"].as_str().unwrap_or("").into(),
-                    r["threads"].to_string(),
-                    r["group"].to_string(),
-                    format!("{:.0}", r["tps"].as_f64().unwrap_or(0.0)),
-                    r["syncs_per_run"].to_string(),
-                    r["lsn_cas_misses_per_run"].to_string(),
+                    r.params.log.clone(),
+                    r.params.mix.clone(),
+                    r.params.threads.to_string(),
+                    r.params.group.to_string(),
+                    format!("{:.0}", r.metrics.tps),
+                    r.metrics.syncs_per_run.to_string(),
+                    r.metrics.lsn_cas_misses_per_run.to_string(),
                 ]
             })
             .collect();
         report::table(&header, &table);
     }
+    if let Some(path) = &args.out.plot {
+        plot_rows(path, args, &rows)?;
+    }
     Ok(())
+}
+
+/// The parameters of one result row.
+#[derive(Serialize, Debug)]
+struct WalParams {
+    /// pwal, swal, raw-sync, raw-append.
+    log: String,
+    /// The engine's lock release (null for the raw writers).
+    release: Option<String>,
+    device: String,
+    mix: String,
+    threads: usize,
+    group: usize,
+    /// Transactions per run (over all threads).
+    txns: u64,
+    record_size: usize,
+    rows: u64,
+    runs: usize,
+}
+
+/// What one row measured.
+#[derive(Serialize, Debug)]
+struct WalMetrics {
+    /// Transactions per second, the median over runs.
+    tps: f64,
+    tps_runs: Vec<f64>,
+    log_bytes_per_txn: usize,
+    syncs_per_run: u64,
+    lsn_cas_misses_per_run: u64,
+}
+
+type WalRow = ResultRecord<WalParams, WalMetrics>;
+
+/// Throughput against threads (or, with one thread count, against the group size), one
+/// line per log mode, one panel per mix: paper 003's figures.
+fn plot_rows(path: &Path, args: &WalArgs, rows: &[WalRow]) -> Result<(), String> {
+    let by_threads = args.threads.len() > 1 || args.group.len() <= 1;
+    let mut charts: Vec<Chart> = Vec::new();
+    for mix in &args.mix {
+        let fixed = if by_threads {
+            format!("group commit {}", args.group.iter().map(|g| g.to_string()).collect::<Vec<_>>().join("/"))
+        } else {
+            format!("{} threads", args.threads[0])
+        };
+        let caption = format!(
+            "{mix}: {} txns per run, {}-byte log records, {fixed}, {} device, release {}; median of {} runs",
+            args.txns, args.record_size, args.device, args.release, args.runs
+        );
+        let (x_label, legend) = if by_threads {
+            ("worker threads", "log (group)")
+        } else {
+            ("group commit size (commits per flush)", "log")
+        };
+        let mut chart = Chart::new(caption, x_label, "throughput (committed tx/s)", legend);
+        for r in rows.iter().filter(|r| &r.params.mix == mix) {
+            let (name, x) = if by_threads {
+                let name = if args.group.len() > 1 {
+                    format!("{} g{}", r.params.log, r.params.group)
+                } else {
+                    r.params.log.clone()
+                };
+                (name, r.params.threads as f64)
+            } else {
+                (r.params.log.clone(), r.params.group as f64)
+            };
+            chart.push(&name, x, r.throughput);
+        }
+        charts.push(chart);
+    }
+    plot::write_svg(path, "tsumiki bench wal", &report::footer(), &charts)
 }

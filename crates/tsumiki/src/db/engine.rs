@@ -524,10 +524,7 @@ impl<P: Protocol> Engine<P> {
 
     /// Runs `f` while no commit is between its log append and the end of its install.
     fn quiesced(&self, f: &mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error> {
-        self.close_gate();
-        let r = f();
-        self.gate.fetch_sub(1, Ordering::Release);
-        r
+        self.exclusive_reads(f)
     }
 
     /// Closes the commit gate and waits until no commit is past it.
@@ -541,9 +538,10 @@ impl<P: Protocol> Engine<P> {
         }
     }
 
-    /// Runs `f` while no transaction commits writes: the state it reads cannot change, so
-    /// an optimistic protocol's read-only transaction run inside validates. The fallback
-    /// of [`crate::Db::view`] for long reads that keep meeting writers.
+    /// Runs `f` while no transaction commits writes (the gate opens again when `f` ends,
+    /// even by a panic): the state it reads cannot change, so an optimistic protocol's
+    /// read-only transaction run inside validates. The fallback of [`crate::Db::view`] for
+    /// long reads that keep meeting writers; a checkpoint's switch of generations.
     pub(crate) fn exclusive_reads<T>(&self, f: impl FnOnce() -> T) -> T {
         struct Open<'e>(&'e AtomicUsize);
         impl Drop for Open<'_> {
@@ -1021,8 +1019,6 @@ impl<P: Protocol> Engine<P> {
         self.counters.records_evicted.fetch_add(recs.len() as u64, Ordering::Relaxed);
     }
 
-    /// Whether `rec` is the sentinel (the gap owner after the last key).
-    #[inline]
     /// The low keys of a reverse scan's windows over `start..end`, ascending, the first
     /// being `start`: every [`SCAN_CHUNK`]th key in the index, and the low of every key
     /// range (loaded or not) in between.
@@ -1039,6 +1035,8 @@ impl<P: Protocol> Engine<P> {
         lows
     }
 
+    /// Whether `rec` is the sentinel (the gap owner after the last key).
+    #[inline]
     fn is_sentinel(&self, rec: &P::Record) -> bool {
         std::ptr::eq(rec, &*self.sentinel)
     }
@@ -1055,6 +1053,12 @@ impl<P: Protocol> Engine<P> {
 
     /// Unlinks a deleted (absent) record, if it can latch it and its follower now.
     fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
+        // An unlink rewrites the follower's word (a new timestamp): not while the gate is
+        // closed, where an exclusive reader's validation expects no word to change.
+        if self.gate.load(Ordering::Acquire) != 0 {
+            self.put_off_unlink(key);
+            return false;
+        }
         // SAFETY: pinned by `guard`.
         let r = unsafe { &*rec };
         match self.proto.try_latch_absent(r) {
@@ -1120,7 +1124,7 @@ impl<P: Protocol> Engine<P> {
     }
 
     fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
-        if !self.has_pending.load(Ordering::Acquire) {
+        if !self.has_pending.load(Ordering::Acquire) || self.gate.load(Ordering::Acquire) != 0 {
             return;
         }
         let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
@@ -2113,6 +2117,10 @@ pub(crate) struct ScanCursor {
     /// yet (ascending: the next window is the last), listed at the first step.
     windows: Option<Vec<Vec<u8>>>,
     reverse: bool,
+    /// A step has run.
+    started: bool,
+    /// The scan returned its last record, or an error: `None` from now on.
+    done: bool,
 }
 
 impl ScanCursor {
@@ -2120,13 +2128,42 @@ impl ScanCursor {
     pub(crate) fn new(start: Vec<u8>, end: Option<Vec<u8>>, reverse: bool) -> Self {
         if end.as_ref().is_some_and(|e| *e <= start) {
             // Empty: nothing to read (and no window to list).
-            return ScanCursor { next: None, end, buf: Vec::new(), pos: 0, windows: Some(Vec::new()), reverse };
+            return ScanCursor {
+                next: None,
+                end,
+                buf: Vec::new(),
+                pos: 0,
+                windows: Some(Vec::new()),
+                reverse,
+                started: false,
+                done: true,
+            };
         }
-        ScanCursor { next: Some(start), end, buf: Vec::new(), pos: 0, windows: None, reverse }
+        ScanCursor {
+            next: Some(start),
+            end,
+            buf: Vec::new(),
+            pos: 0,
+            windows: None,
+            reverse,
+            started: false,
+            done: false,
+        }
     }
 
-    /// Makes the scan descending (before its first step).
+    /// Makes the scan descending. After a first step it goes on descending over what is
+    /// left of the range (the records not returned yet).
     pub(crate) fn reverse(&mut self) {
+        if self.started && !self.reverse && !self.done {
+            let rest = if self.pos < self.buf.len() { Some(self.buf[self.pos].0.clone()) } else { self.next.take() };
+            match rest {
+                Some(start) => {
+                    let end = self.end.take();
+                    *self = ScanCursor::new(start, end, true);
+                }
+                None => self.done = true,
+            }
+        }
         self.reverse = true;
     }
 
@@ -2137,19 +2174,25 @@ impl ScanCursor {
                 self.pos += 1;
                 return Some(Ok(std::mem::take(&mut self.buf[self.pos - 1])));
             }
-            if let Err(e) = txn.check_active() {
-                self.next = None;
-                self.windows = Some(Vec::new());
-                return Some(Err(e));
+            if self.done {
+                return None;
             }
+            self.started = true;
             self.pos = 0;
-            let step = if self.reverse { self.step_back(txn) } else { self.step(txn) };
+            let step = match txn.check_active() {
+                Ok(()) if self.reverse => self.step_back(txn),
+                Ok(()) => self.step(txn),
+                Err(e) => Err(e),
+            };
             match step {
                 Ok(true) => {}
-                Ok(false) => return None,
+                Ok(false) => {
+                    self.done = true;
+                    return None;
+                }
                 Err(e) => {
-                    self.next = None;
-                    self.windows = Some(Vec::new());
+                    // The scan ends with its error (fused: `None` after it).
+                    self.done = true;
                     return Some(Err(e));
                 }
             }

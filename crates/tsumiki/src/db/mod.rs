@@ -15,7 +15,7 @@
 //! .unwrap();
 //! let mut txn = db.begin();
 //! assert_eq!(txn.get(b"apple").unwrap().as_deref(), Some(&b"red"[..]));
-//! let keys: Vec<_> = txn.scan(b"a", None).map(|r| r.unwrap().0).collect();
+//! let keys: Vec<_> = txn.range(b"a"..).map(|r| r.unwrap().0).collect();
 //! assert_eq!(keys, vec![b"apple".to_vec(), b"banana".to_vec()]);
 //! txn.commit().unwrap();
 //! ```
@@ -616,7 +616,8 @@ impl Db {
     /// back only for its own length, once.
     ///
     /// `f` may run more than once: it must not have effects outside the transaction that
-    /// a retry would repeat.
+    /// a retry would repeat. It must not commit writes to the same database (they would
+    /// wait for it while it holds commits).
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
@@ -673,17 +674,18 @@ impl Db {
 
     /// Copies the database, as one consistent state, into a new database in directory
     /// `dir` (which must not hold one), while transactions go on; returns the records
-    /// copied. The copy is read in one [`view`](Self::view) and written in transactions of
-    /// a few thousand records, then closed (durable when this returns). Any protocol
-    /// opens it.
+    /// copied. `dir` must be missing or empty. The copy is read in one
+    /// [`view`](Self::view) and written in transactions of a few thousand records, then
+    /// closed (durable when this returns; a failed backup removes what it wrote). Any
+    /// protocol opens it.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
     /// let dir = tempfile::tempdir().unwrap();
     /// let db = Db::create(dir.path().join("live"), Options::default()).unwrap();
     /// db.run(|t| { t.put("a", 0u64.to_be_bytes())?; t.put("b", 0u64.to_be_bytes()) }).unwrap();
+    /// let stop = std::sync::atomic::AtomicBool::new(false);
     /// std::thread::scope(|s| {
-    ///     let stop = std::sync::atomic::AtomicBool::new(false);
     ///     // A writer keeps a == b, changing both in each transaction.
     ///     s.spawn(|| {
     ///         let mut n = 0u64;
@@ -701,16 +703,24 @@ impl Db {
     /// ```
     pub fn backup_to(&self, dir: impl AsRef<std::path::Path>) -> Result<u64, Error> {
         let dir = dir.as_ref();
-        if dir.join(crate::wal::recovery::MASTER).exists() {
-            return Err(Error::Config(format!("{} already holds a database", dir.display())));
-        }
-        let existed = dir.exists();
+        // Only a missing or empty directory: what a failed attempt leaves is then all ours
+        // to remove.
+        let existed = match std::fs::read_dir(dir) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(Error::Config(format!("backup: {} is not empty", dir.display())));
+                }
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io(format!("backup: reading {}", dir.display()), e)),
+        };
         let opts = Options {
             log: LogOptions { durability: crate::wal::Durability::Buffered, ..LogOptions::default() },
             ..Options::default()
         };
         let mut started = false;
-        self.view(|r| {
+        let copied = self.view(|r| {
             // A retry starts the copy over.
             if std::mem::replace(&mut started, true) {
                 remove_partial_copy(dir, existed)?;
@@ -729,7 +739,12 @@ impl Db {
             txn.commit()?;
             copy.close()?;
             Ok(n)
-        })
+        });
+        if copied.is_err() && started {
+            // A failed backup leaves nothing that looks like one.
+            let _ = remove_partial_copy(dir, existed);
+        }
+        copied
     }
 
     /// The protocol's short name.
@@ -767,15 +782,23 @@ fn backoff(attempt: u32) {
     }
 }
 
-/// Removes what an abandoned attempt of [`Db::backup_to`] wrote: the directory if it made
-/// it, else the files in it.
+/// Removes what an abandoned attempt of [`Db::backup_to`] wrote in `dir` (empty before
+/// it): the directory if it made it, else everything in it.
 fn remove_partial_copy(dir: &std::path::Path, existed: bool) -> Result<(), Error> {
     let io = |e| Error::io(format!("removing the partial copy in {}", dir.display()), e);
     if !existed {
-        return std::fs::remove_dir_all(dir).map_err(io);
+        return match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+            _ => Ok(()),
+        };
     }
     for entry in std::fs::read_dir(dir).map_err(io)? {
-        std::fs::remove_file(entry.map_err(io)?.path()).map_err(io)?;
+        let path = entry.map_err(io)?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(io)?;
+        } else {
+            std::fs::remove_file(&path).map_err(io)?;
+        }
     }
     Ok(())
 }
@@ -1126,9 +1149,21 @@ pub struct Scan<'t, 'a> {
 }
 
 impl Scan<'_, '_> {
-    /// The same records in descending key order. The index links its leaves rightward
-    /// only, so a reverse scan first walks the range's keys in the index once to cut it
-    /// into windows of about 64 records, then reads the windows from the last.
+    /// The same records in descending key order (called after some `next()`, what is
+    /// left of the range, descending). The index links its leaves rightward only, so a
+    /// reverse scan first walks the range's keys in the index once to cut it into windows
+    /// of about 64 records, then reads the windows from the last.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// # db.run(|t| (0..200u32).try_for_each(|i| t.put(i.to_be_bytes(), b""))).unwrap();
+    /// let txn = db.begin();
+    /// let mut scan = txn.iter();
+    /// assert_eq!(scan.next().unwrap().unwrap().0, 0u32.to_be_bytes());
+    /// let rest: Vec<_> = scan.rev().map(|r| u32::from_be_bytes(r.unwrap().0.try_into().unwrap())).collect();
+    /// assert_eq!(rest, (1..200).rev().collect::<Vec<u32>>());
+    /// ```
     #[allow(clippy::should_implement_trait)]
     pub fn rev(mut self) -> Self {
         self.cursor.reverse();

@@ -37,7 +37,7 @@ impl FillEngine for Tsumiki {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let mut t = self.0.begin();
+        let t = self.0.begin();
         let v = t.get(key).map_err(err("tsumiki get"))?;
         t.commit().map_err(err("tsumiki get"))?;
         Ok(v)
