@@ -25,7 +25,7 @@ def bench_fill(records, per_txn):
          "--sync", "--rounds", "1", "--json", "--quiet"],
         check=True, capture_output=True, text=True)
     rows = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
-    return [r for r in rows if r.get("record") == "result"][0]["throughput"]
+    return [r for r in rows if r.get("record") == "result"][0]["metrics"]["tx_per_s"]
 
 
 for records, per_txn in cases:
