@@ -1031,20 +1031,17 @@ impl<P: Protocol> Engine<P> {
         self.counters.records_evicted.fetch_add(recs.len() as u64, Ordering::Relaxed);
     }
 
-    /// The low keys of a reverse scan's windows over `start..end`, ascending, the first
-    /// being `start`: every [`SCAN_CHUNK`]th key in the index, and the low of every key
-    /// range (loaded or not) in between.
-    fn window_lows(&self, start: &[u8], end: Option<&[u8]>) -> Vec<Vec<u8>> {
-        let mut lows: Vec<Vec<u8>> = self.index.scan(start, end).step_by(SCAN_CHUNK).map(|(k, _)| k).collect();
+    /// The low key of the next window of a reverse scan of `start..end`: the window
+    /// ends at `end` and holds at most one leaf of the index and one key range of the
+    /// cache, and it starts no lower than `start`. A hint only: the windows are read as
+    /// forward scans, so any bounds that tile the range are right.
+    fn window_low(&self, start: &[u8], end: Option<&[u8]>) -> Vec<u8> {
+        let probe = key_at_or_above_all_below(end);
+        let mut low = self.index.leaf_low(&probe);
         if let Some(r) = &self.residency {
-            lows.extend(r.lows_in(start, end, &epoch::pin()));
-            lows.sort_unstable();
-            lows.dedup();
+            low = low.max(r.range_low_of(&probe, &epoch::pin()));
         }
-        if lows.first().is_none_or(|l| l.as_slice() != start) {
-            lows.insert(0, start.to_vec());
-        }
-        lows
+        low.max(start.to_vec())
     }
 
     /// Whether `rec` is the sentinel (the gap owner after the last key).
@@ -2091,6 +2088,24 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
     }
 }
 
+/// A key at or above every key below `end` (every key when `end` is `None`), and itself
+/// below `end`: keys are at most [`MAX_KEY_LEN`] bytes, so one byte longer leaves no key
+/// between it and `end`.
+fn key_at_or_above_all_below(end: Option<&[u8]>) -> Vec<u8> {
+    match end.map(<[u8]>::split_last) {
+        None => vec![0xff; MAX_KEY_LEN + 1],
+        Some(None) => Vec::new(),
+        // Below "x\0" only "x" and what is below it.
+        Some(Some((0, init))) => init.to_vec(),
+        Some(Some((&b, init))) => {
+            let mut k = init.to_vec();
+            k.push(b - 1);
+            k.resize(MAX_KEY_LEN + 1, 0xff);
+            k
+        }
+    }
+}
+
 fn successor_key(k: &[u8]) -> Vec<u8> {
     let mut s = Vec::with_capacity(k.len() + 1);
     s.extend_from_slice(k);
@@ -2119,15 +2134,12 @@ impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
 /// only while it reads a chunk, so the transaction can serve other reads between steps.
 pub(crate) struct ScanCursor {
     /// Forward: where the next chunk starts (`None` once the range is done).
-    /// Reverse: the low end of the range until the windows are listed.
+    /// Reverse: the low end of the range.
     next: Option<Vec<u8>>,
     end: Option<Vec<u8>>,
     /// Records read and not yet returned, in the order they are returned.
     buf: Vec<(Vec<u8>, Vec<u8>)>,
     pos: usize,
-    /// Reverse scans: `None` while forward. Otherwise the low keys of the windows not read
-    /// yet (ascending: the next window is the last), listed at the first step.
-    windows: Option<Vec<Vec<u8>>>,
     reverse: bool,
     /// A step has run.
     started: bool,
@@ -2140,27 +2152,9 @@ impl ScanCursor {
     pub(crate) fn new(start: Vec<u8>, end: Option<Vec<u8>>, reverse: bool) -> Self {
         if end.as_ref().is_some_and(|e| *e <= start) {
             // Empty: nothing to read (and no window to list).
-            return ScanCursor {
-                next: None,
-                end,
-                buf: Vec::new(),
-                pos: 0,
-                windows: Some(Vec::new()),
-                reverse,
-                started: false,
-                done: true,
-            };
+            return ScanCursor { next: None, end, buf: Vec::new(), pos: 0, reverse, started: false, done: true };
         }
-        ScanCursor {
-            next: Some(start),
-            end,
-            buf: Vec::new(),
-            pos: 0,
-            windows: None,
-            reverse,
-            started: false,
-            done: false,
-        }
+        ScanCursor { next: Some(start), end, buf: Vec::new(), pos: 0, reverse, started: false, done: false }
     }
 
     /// Makes the scan descending. After a first step it goes on descending over what is
@@ -2219,21 +2213,17 @@ impl ScanCursor {
     }
 
     /// Reads the next window backward: the whole window forward (the index links leaves
-    /// to the right only), then reversed. The windows are listed once, at the first step:
-    /// every [`SCAN_CHUNK`]th key in the index and every key range's low (so a window over
-    /// ranges not in memory stays about a page long). Each window is read as a forward
+    /// to the right only), then reversed. A window ends where the previous one began and
+    /// starts at the low key of the index leaf (or cache key range) below that
+    /// ([`Engine::window_low`]): one descent per window. Each window is read as a forward
     /// scan of the transaction, so the windows together cover the range with the same
     /// protection (no phantoms) as a forward scan.
     fn step_back<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Result<bool, Error> {
-        let windows = match &mut self.windows {
-            Some(w) => w,
-            None => {
-                let Some(start) = self.next.take() else { return Ok(false) };
-                let w = txn.eng.window_lows(&start, self.end.as_deref());
-                self.windows.insert(w)
-            }
-        };
-        let Some(low) = windows.pop() else { return Ok(false) };
+        let Some(start) = self.next.as_deref() else { return Ok(false) };
+        if self.end.as_deref().is_some_and(|e| e <= start) {
+            return Ok(false);
+        }
+        let low = txn.eng.window_low(start, self.end.as_deref());
         let high = self.end.take();
         self.buf.clear();
         let mut chunk = Vec::new();

@@ -1151,8 +1151,8 @@ pub struct Scan<'t, 'a> {
 impl Scan<'_, '_> {
     /// The same records in descending key order (called after some `next()`, what is
     /// left of the range, descending). The index links its leaves rightward only, so a
-    /// reverse scan first walks the range's keys in the index once to cut it into windows
-    /// of about 64 records, then reads the windows from the last.
+    /// reverse scan reads the range a window at a time from the top, each window (about a
+    /// leaf of the index) forward and then reversed: one descent per window.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};

@@ -331,16 +331,9 @@ impl Residency {
         std::iter::once(first).chain(ranges.take_while(|r| to.is_none_or(|t| &*r.low <= t))).find(|r| !r.is_loaded())
     }
 
-    /// The low keys of the ranges that start inside `from..end` (`end` exclusive;
-    /// `None`: to the end), loaded or not, in key order.
-    pub(crate) fn lows_in(&self, from: &[u8], end: Option<&[u8]>, guard: &Guard) -> Vec<Vec<u8>> {
-        self.current(guard)
-            .iter_from_key(from)
-            .map(|r| &*r.low)
-            .skip_while(|l| *l < from)
-            .take_while(|l| end.is_none_or(|e| *l < e))
-            .map(<[u8]>::to_vec)
-            .collect()
+    /// The low key of the range `key` is in (loaded or not).
+    pub(crate) fn range_low_of(&self, key: &[u8], guard: &Guard) -> Vec<u8> {
+        self.current(guard).iter_from_key(key).next().expect("the map covers every key").low.to_vec()
     }
 
     /// Whether every range overlapping `from..end` (`end` exclusive; `None`: to the end)

@@ -251,6 +251,12 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         self.first_from_with(key, exclusive, |r| r.map(|(k, v)| (k.to_vec(), v.clone())))
     }
 
+    /// The low key of the leaf covering `key`: at or below `key`, with at most a leaf's
+    /// records from it up to `key` (what a reverse scan reads as one window).
+    pub fn leaf_low(&self, key: &[u8]) -> Vec<u8> {
+        self.tree.leaf_low(key, &epoch::pin()).into_vec()
+    }
+
     /// Calls `f` with the first record at or after `key` (strictly after when `exclusive`
     /// is set), or `None` if there is none, and returns what `f` returns.
     ///
