@@ -389,7 +389,7 @@ impl Dbm {
     /// conflict) when none is open.
     fn with_txn<T>(&mut self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Failure> {
         match &mut self.txn {
-            TxnState::None => Ok(run_bounded(&self.db, f)?),
+            TxnState::None => Ok(self.db.run_within(RETRY_FOR, f)?),
             TxnState::Open(t) => match f(t) {
                 Ok(v) => Ok(v),
                 Err(e) => {
@@ -771,34 +771,14 @@ pub unsafe extern "C" fn tsumiki_dbm_errmsg(db: *mut Dbm) -> *const c_char {
     unsafe { (*db).msg.as_ptr() }
 }
 
-/// The exported functions called as C calls them. (`.ci/capi.sh` runs the C test,
-/// `tests/c/dbm_test.c`, against the installed library and gdbm's ndbm; these run in
-/// `cargo test`, which does not build the C library itself.)
 /// How long a call outside a transaction retries its conflicts before it reports
 /// `TSUMIKI_DBM_CONFLICT`: a transaction of another handle of the same thread (2PL's locks,
 /// MVCC-SI's pending versions) would otherwise make it wait forever.
 const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// [`Db::run`] with its retries bounded by [`RETRY_FOR`].
-fn run_bounded<T>(db: &Db, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Error> {
-    let deadline = std::time::Instant::now() + RETRY_FOR;
-    let mut attempt = 0u32;
-    loop {
-        let mut txn = db.begin();
-        match f(&mut txn).and_then(|v| txn.commit().map(|()| v)) {
-            Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
-                attempt = attempt.saturating_add(1);
-                if attempt > 4 {
-                    std::thread::sleep(std::time::Duration::from_micros(1 << attempt.min(10)));
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            r => return r,
-        }
-    }
-}
-
+/// The exported functions called as C calls them. (`.ci/capi.sh` runs the C test,
+/// `tests/c/dbm_test.c`, against the installed library and gdbm's ndbm; these run in
+/// `cargo test`, which does not build the C library itself.)
 #[cfg(test)]
 mod tests {
     use super::*;

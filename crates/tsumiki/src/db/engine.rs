@@ -531,12 +531,7 @@ impl<P: Protocol> Engine<P> {
     fn checkpoint(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
         self.cache_pressure.store(false, Ordering::Release);
-        d.checkpoint(|switch| self.quiesced(switch), self)
-    }
-
-    /// Runs `f` while no commit is between its log append and the end of its install.
-    fn quiesced(&self, f: &mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error> {
-        self.exclusive_reads(f)
+        d.checkpoint(|switch| self.exclusive_reads(switch), self)
     }
 
     /// Closes the commit gate and waits until no commit is past it.
@@ -567,7 +562,7 @@ impl<P: Protocol> Engine<P> {
     }
 
     /// Marks `slot` as committing, waiting while a checkpoint holds the gate. With
-    /// [`quiesced`](Self::quiesced): each side sets its flag, then reads the other's
+    /// [`close_gate`](Self::close_gate): each side sets its flag, then reads the other's
     /// (sequentially consistent), so either the commit waits or the checkpoint does.
     #[inline]
     fn enter_commit(&self, slot: &Slot<P>) {

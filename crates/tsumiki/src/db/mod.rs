@@ -590,13 +590,38 @@ impl Db {
     /// });
     /// assert_eq!(moved, Ok(false)); // "b" was not there
     /// ```
-    pub fn run<T>(&self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Error> {
+    pub fn run<T>(&self, f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        self.run_until(None, f)
+    }
+
+    /// [`run`](Self::run), but returning the conflict once `limit` has passed instead of
+    /// running `f` again (for callers that must not wait forever, such as a transaction
+    /// of the same thread holding what `f` needs).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run_within(std::time::Duration::from_secs(1), |txn| txn.put("k", "v")).unwrap();
+    /// ```
+    pub fn run_within<T>(
+        &self,
+        limit: std::time::Duration,
+        f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.run_until(Some(std::time::Instant::now() + limit), f)
+    }
+
+    fn run_until<T>(
+        &self,
+        deadline: Option<std::time::Instant>,
+        mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let mut attempt = 0u32;
         loop {
             let mut txn = self.begin();
             let r = f(&mut txn).and_then(|v| txn.commit().map(|()| v));
             match r {
-                Err(e) if e.is_retryable() => {
+                Err(e) if e.is_retryable() && deadline.is_none_or(|d| std::time::Instant::now() < d) => {
                     attempt = attempt.saturating_add(1);
                     backoff(attempt);
                 }

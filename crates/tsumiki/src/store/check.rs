@@ -264,17 +264,8 @@ impl Storage for ReadOnlyDir {
     }
 
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
-        // The same lock the database takes (on the directory itself), through a read-only
-        // handle: an open database holds it.
-        let f = std::fs::File::open(&self.dir)?;
-        match f.try_lock() {
-            Ok(()) => Ok(Box::new(f)),
-            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("database {} is open (another process or handle holds its lock)", self.dir.display()),
-            )),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
-        }
+        // The same lock the database takes: an open database holds it.
+        Ok(Box::new(crate::wal::storage::lock_directory(&self.dir)?))
     }
 }
 

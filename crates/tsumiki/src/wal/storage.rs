@@ -266,17 +266,22 @@ impl Storage for DirStorage {
     }
 
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
-        // The lock is on the directory itself, not on a file in it: a file can be deleted
-        // and created again, letting a second process lock the new one.
-        let f = std::fs::File::open(&self.dir)?;
-        match f.try_lock() {
-            Ok(()) => Ok(Box::new(f)),
-            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("database {} is already open (another process or handle holds its lock)", self.dir.display()),
-            )),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
-        }
+        Ok(Box::new(lock_directory(&self.dir)?))
+    }
+}
+
+/// Takes the database's lock: an exclusive flock on the directory itself, not on a file in
+/// it (a file can be deleted and created again, letting a second process lock the new
+/// one). Held while the returned handle lives; `WouldBlock` when another holds it.
+pub(crate) fn lock_directory(dir: &std::path::Path) -> io::Result<std::fs::File> {
+    let f = std::fs::File::open(dir)?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("database {} is already open (another process or handle holds its lock)", dir.display()),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
