@@ -1057,12 +1057,6 @@ impl<P: Protocol> Engine<P> {
 
     /// Unlinks a deleted (absent) record, if it can latch it and its follower now.
     fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
-        // An unlink rewrites the follower's word (a new timestamp): not while the gate is
-        // closed, where an exclusive reader's validation expects no word to change.
-        if self.gate.load(Ordering::Acquire) != 0 {
-            self.put_off_unlink(key);
-            return false;
-        }
         // SAFETY: pinned by `guard`.
         let r = unsafe { &*rec };
         match self.proto.try_latch_absent(r) {
@@ -1128,7 +1122,7 @@ impl<P: Protocol> Engine<P> {
     }
 
     fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
-        if !self.has_pending.load(Ordering::Acquire) || self.gate.load(Ordering::Acquire) != 0 {
+        if !self.has_pending.load(Ordering::Acquire) {
             return;
         }
         let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
