@@ -227,7 +227,8 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// Whether `rec` was never written by a committed transaction: a placeholder whose
     /// creator has not committed (or aborted). An insert next to one must also write the
     /// gap owner beyond it, which readers before the placeholder existed relied on.
-    /// Protocols whose gap locks exclude such readers return `false`.
+    /// Protocols whose gap locks exclude such readers return `false`. Timestamps cannot
+    /// answer this: an unlink or a read may move them without a commit.
     fn is_fresh(&self, rec: &Self::Record) -> bool;
     /// Ends [`latch_gap`](Self::latch_gap).
     fn unlatch_gap(&self, st: &mut Self::TxnState, next: &Self::Record);
@@ -285,28 +286,34 @@ pub trait Protocol: Send + Sync + Sized + 'static {
 /// with an acquire fence, and `store` issues a release fence before it writes inline bytes,
 /// so a reader that saw any of them also sees the writer's lock (the seqlock argument).
 pub(crate) struct ValueCell {
-    /// `ABSENT`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`), or a heap
-    /// buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0).
+    /// `UNWRITTEN`, `DELETED`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`),
+    /// or a heap buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0).
     state: AtomicUsize,
     inline: AtomicU64,
 }
 
 /// The longest value kept inline in its record.
 pub(crate) const INLINE_MAX: usize = 8;
-const ABSENT: usize = 0;
+/// Absent, and no commit ever stored a value here: a placeholder whose creator has not
+/// committed, or the sentinel. Kept apart from `DELETED` because a record's timestamps
+/// can move without a commit (an unlink hands it a gap, a reader extends it), so they
+/// cannot tell whether one did ([`Protocol::is_fresh`]).
+const UNWRITTEN: usize = 0;
 const REMOVED: usize = 1;
 const INLINE: usize = 2;
+/// Absent, stored so by a commit (a delete).
+const DELETED: usize = 3;
 const TAG_MASK: usize = 7;
 
 /// A state word that names a heap buffer.
 #[inline]
 fn is_heap(state: usize) -> bool {
-    state != ABSENT && state & TAG_MASK == 0
+    state != UNWRITTEN && state & TAG_MASK == 0
 }
 
 impl ValueCell {
     pub(crate) fn absent() -> Self {
-        ValueCell { state: AtomicUsize::new(ABSENT), inline: AtomicU64::new(0) }
+        ValueCell { state: AtomicUsize::new(UNWRITTEN), inline: AtomicU64::new(0) }
     }
 
     /// Copies the value into `out`; returns whether it is present.
@@ -343,7 +350,13 @@ impl ValueCell {
     #[inline]
     pub(crate) fn is_present(&self, _guard: &Guard) -> bool {
         let s = self.state.load(Ordering::Acquire);
-        s != ABSENT && s != REMOVED
+        is_heap(s) || s & TAG_MASK == INLINE
+    }
+
+    /// Whether no commit has stored a value (or a deletion) here yet.
+    #[inline]
+    pub(crate) fn is_unwritten(&self) -> bool {
+        self.state.load(Ordering::Acquire) == UNWRITTEN
     }
 
     #[inline]
@@ -368,7 +381,7 @@ impl ValueCell {
                 unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.as_mut_ptr().cast::<u8>(), v.len()) };
                 buf.into_usize()
             }
-            None => ABSENT,
+            None => DELETED,
         };
         let old = self.state.swap(new, Ordering::AcqRel);
         if is_heap(old) {

@@ -178,8 +178,9 @@ impl Protocol for Silo {
     }
 
     fn is_fresh(&self, rec: &SiloRecord) -> bool {
-        // Commit TIDs are at least 1 << 32; placeholders start at 0.
-        rec.word.load(Ordering::Acquire) & !LOCK == 0
+        // Not `TID == 0`: an unlink that hands a placeholder its gap gives it a TID with
+        // no commit in between.
+        rec.value.is_unwritten()
     }
 
     fn unlatch_gap(&self, _st: &mut SiloState, next: &SiloRecord) {

@@ -143,8 +143,9 @@ impl Protocol for TicToc {
     }
 
     fn is_fresh(&self, rec: &TicTocRecord) -> bool {
-        // Commits give wts >= 1; placeholders start at 0.
-        wts(rec.word.load(Ordering::Acquire)) == 0
+        // Not `wts == 0`: an unlink that hands a placeholder its gap raises wts, and so
+        // does a reader whose extension overflows the delta, with no commit in between.
+        rec.value.is_unwritten()
     }
 
     fn unlatch_gap(&self, _st: &mut TicTocState, next: &TicTocRecord) {
