@@ -25,6 +25,13 @@ bash "$src/install.sh" "$prefix"
 for f in lib/libtsumiki.so lib/libtsumiki.a include/tsumiki/ndbm.h lib/pkgconfig/tsumiki.pc; do
     test -f "$prefix/$f" || { echo "not installed: $f" >&2; exit 1; }
 done
+# The shared library carries a soname, and programs linked against it name that.
+soname=$(readelf -d "$prefix/lib/libtsumiki.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+case $soname in
+    libtsumiki.so.[0-9]*) test -e "$prefix/lib/$soname" || { echo "no $soname installed" >&2; exit 1; } ;;
+    *) echo "libtsumiki.so has no versioned soname: '$soname'" >&2; exit 1 ;;
+esac
+echo "soname: $soname"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 echo "pkg-config: tsumiki $(pkg-config --modversion tsumiki): $(pkg-config --cflags --libs tsumiki)"
 
@@ -41,6 +48,10 @@ echo "-- build the C test: tsumiki (shared, static) and gdbm's ndbm"
 "$CC" "${warn[@]}" -o "$bin/dbm_test" "$src/tests/c/dbm_test.c" "${tsumiki_flags[@]}" "$rpath" -pthread
 "$CC" "${warn[@]}" -o "$bin/dbm_test_static" "$src/tests/c/dbm_test.c" "${static_flags[@]}" -pthread
 "$CC" "${warn[@]}" -DUSE_GDBM -o "$bin/dbm_test_gdbm" "$src/tests/c/dbm_test.c" -lgdbm_compat -lgdbm
+if ! readelf -d "$bin/dbm_test" | grep -q "(NEEDED).*\[$soname\]"; then
+    echo "dbm_test does not name $soname" >&2
+    exit 1
+fi
 if ldd "$bin/dbm_test_static" | grep -q libtsumiki; then
     echo "dbm_test_static links libtsumiki.so" >&2
     exit 1

@@ -1,7 +1,7 @@
 //! Temporary databases that do not outlive an interrupted benchmark.
 //!
 //! Every temporary directory a benchmark creates is a [`TempDir`] (a `tempfile` directory
-//! registered here while it lives), and every child process a [`ChildGuard`]. On SIGINT or
+//! registered here while it lives), and every child process is waited for by [`wait_child`]. On SIGINT or
 //! SIGTERM the handler installed by [`install_handler`] sends SIGTERM to the registered
 //! children, removes the registered directories and exits with status 130, so a Ctrl-C
 //! leaves no database behind in the temp directory.
@@ -11,8 +11,9 @@
 //! So once interrupted, a panicking thread waits instead of unwinding, and the benchmark's
 //! return waits ([`hold_if_interrupted`]) until the handler exits.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
@@ -59,15 +60,17 @@ pub fn hold_if_interrupted() {
 
 fn on_signal() {
     INTERRUPTED.store(true, Ordering::SeqCst);
-    let (dirs, children) = {
+    let dirs = {
         let mut l = live();
-        (std::mem::take(&mut l.dirs), std::mem::take(&mut l.children))
+        // Under the registry's lock: `wait_child` unregisters a child under it before it
+        // reaps the child, so every id here is a live child or an unreaped zombie.
+        for pid in std::mem::take(&mut l.children) {
+            // SAFETY: a plain system call on a process id this process spawned and has not
+            // reaped (so the id cannot have been reused by another process).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+        std::mem::take(&mut l.dirs)
     };
-    for pid in &children {
-        // SAFETY: a plain system call on a process id this process spawned and still
-        // waits for (so the id cannot have been reused by another process).
-        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGTERM) };
-    }
     // Threads of the benchmark (or a child) may still be writing inside a directory while it
     // is removed: retry until it stays gone, for a few seconds at most.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -134,19 +137,39 @@ fn unregister_dir(path: &Path) {
     live().dirs.retain(|d| d != path);
 }
 
-/// A child process this benchmark waits for: sent SIGTERM on Ctrl-C.
-pub struct ChildGuard(u32);
-
-impl ChildGuard {
-    pub fn new(pid: u32) -> Self {
-        live().children.push(pid);
-        ChildGuard(pid)
-    }
+/// Waits for `child`, which is sent SIGTERM on Ctrl-C meanwhile, and returns its output
+/// (its stdout, when piped; stderr is left to the caller's setup).
+///
+/// The child is unregistered only once it has exited and before it is reaped, under the
+/// registry's lock: the handler, which signals under that lock, can never send SIGTERM to
+/// an id that a reaped child left for another process to reuse.
+pub fn wait_child(mut child: Child) -> std::io::Result<Output> {
+    let pid = child.id();
+    live().children.push(pid);
+    let mut stdout = Vec::new();
+    let read = child.stdout.take().map_or(Ok(0), |mut s| s.read_to_end(&mut stdout));
+    let exited = wait_exit_unreaped(pid);
+    live().children.retain(|p| *p != pid);
+    let status = child.wait()?;
+    read?;
+    exited?;
+    Ok(Output { status, stdout, stderr: Vec::new() })
 }
 
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        live().children.retain(|p| *p != self.0);
+/// Blocks until child `pid` has exited, leaving it a zombie (not reaped).
+fn wait_exit_unreaped(pid: u32) -> std::io::Result<()> {
+    loop {
+        // SAFETY: `siginfo_t` is plain data that `waitid` fills in; all zeroes is valid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable `siginfo_t`; WNOWAIT leaves the child unreaped.
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -165,5 +188,30 @@ mod tests {
         assert!(!pa.exists() && !live().dirs.contains(&pa));
         drop(b);
         assert!(!pb.exists() && !live().dirs.contains(&pb));
+    }
+
+    #[test]
+    fn children_are_registered_until_they_exit() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read _; echo out; exit 3"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut stdin = child.stdin.take().unwrap();
+        let waiter = std::thread::spawn(move || wait_child(child).unwrap());
+        // Still running (it waits for a line): registered.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !live().children.contains(&pid) {
+            assert!(Instant::now() < deadline, "the child was never registered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        writeln!(stdin, "go").unwrap();
+        drop(stdin);
+        let out = waiter.join().unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert!(!live().children.contains(&pid), "an exited child stays registered");
     }
 }

@@ -24,7 +24,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use self::peers::{Batch, FillConfig, FillEngine, ENGINES};
-use super::cleanup::{ChildGuard, TempDir};
+use super::cleanup::{wait_child, TempDir};
 use super::plot::{self, Chart};
 use super::schema::{Family, OutputArgs, Reporter, ResultRecord};
 use super::workload::rng;
@@ -217,8 +217,7 @@ fn spawn_child<T: for<'de> Deserialize<'de>>(
     let child = child_command(exe, engine, per_txn, label, extra, base, args)
         .spawn()
         .map_err(|e| format!("running {}: {e}", exe.display()))?;
-    let _guard = ChildGuard::new(child.id());
-    let out = child.wait_with_output().map_err(|e| format!("{label}: waiting for the child: {e}"))?;
+    let out = wait_child(child).map_err(|e| format!("{label}: waiting for the child: {e}"))?;
     if !out.status.success() {
         return Err(format!("{label}: the child process failed ({})", out.status));
     }
@@ -278,9 +277,7 @@ fn crash_reopen(
     let child = child_command(exe, engine, per_txn, &label, &phase("fill"), base, args)
         .spawn()
         .map_err(|e| format!("running {}: {e}", exe.display()))?;
-    let guard = ChildGuard::new(child.id());
-    let out = child.wait_with_output().map_err(|e| format!("{label}: waiting for the child: {e}"))?;
-    drop(guard);
+    let out = wait_child(child).map_err(|e| format!("{label}: waiting for the child: {e}"))?;
     if out.status.signal() != Some(libc::SIGKILL) {
         return Err(format!("{label}: the child was to be killed after its fill, but ended with {}", out.status));
     }
