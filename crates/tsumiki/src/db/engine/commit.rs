@@ -1,0 +1,257 @@
+//! Committing and rolling back a transaction: the protocol's validation and install, the
+//! logging step that appends the record while the locks are held, unlinks of what it deleted.
+
+use super::*;
+
+/// The logging step of one commit: appends the record while the locks are held; under
+/// NLR also makes it durable before the protocol installs anything.
+struct LogHook<'w> {
+    wal: &'w Wal,
+    /// Marks the ranges of written keys dirty (databases with pages).
+    residency: Option<&'w Residency>,
+    guard: &'w Guard,
+    lane: &'w Lane,
+    private: bool,
+    /// NLR group commit: locks stay held until the group is durable.
+    hold: bool,
+    kept: Vec<(*const AtomicU64, u64)>,
+    /// Lane sequence number and LSN / timestamp of the appended record.
+    done: Option<(u64, u64)>,
+    err: Option<Error>,
+}
+
+impl<R> CommitLog<R> for LogHook<'_> {
+    fn hold(&self) -> bool {
+        self.hold
+    }
+
+    fn keep_locked(&mut self, word: &AtomicU64, release: u64) {
+        self.kept.push((word, release));
+    }
+
+    fn log(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> bool {
+        if let Some(res) = self.residency {
+            // The records are locked here, and checkpoints wait for this commit: the
+            // generation is the one its record goes to.
+            let generation = self.wal.generation();
+            for w in writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(_))) {
+                res.mark_dirty(&w.key, generation, self.guard);
+            }
+        }
+        let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
+            self.done = Some((seq, order));
+            if self.wal.opts.release == Release::Nlr && !self.hold {
+                self.wal.flush_to(self.lane, seq, self.private)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.err = Some(e);
+                false
+            }
+        }
+    }
+}
+
+impl<'a, P: Protocol> TypedTxn<'a, P> {
+    /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
+    /// Returns once the commit is durable (per the database's durability setting).
+    pub fn commit(self) -> Result<(), Error> {
+        let eng = self.eng;
+        let r = self.commit_inner(false).and_then(CommitTicket::wait);
+        eng.throttle_log();
+        r
+    }
+
+    /// Commits without waiting for durability; see [`crate::db::Txn::commit_deferred`].
+    pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
+        let eng = self.eng;
+        let r = self.commit_inner(true);
+        eng.throttle_log();
+        r
+    }
+
+    pub(super) fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {
+        self.check_active()?;
+        let eng: &'a Engine<P> = self.eng;
+        let worker = self.worker() as *const P::Worker;
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        let worker = unsafe { &*worker };
+        let guard = &self.pin();
+        match self.rebind_evicted(guard) {
+            Ok(()) => {}
+            Err(Access::Conflict(c)) => return self.fail(c),
+            Err(Access::Removed) => return self.fail(Conflict::WriteWrite),
+            Err(Access::Failed) => return self.failed(),
+        }
+        let b = self.bufs.as_mut().expect("buffers");
+        b.writes.sort_unstable_by_key(|w| w.rec as usize);
+        let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.opts.mode != LogMode::None);
+        let logged = wal.is_some() && b.writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        let mut ticket = CommitTicket::ready();
+        if logged {
+            let wal = wal.expect("logged implies a log");
+            // SAFETY: as for `worker`.
+            let slot = unsafe { &*self.slot };
+            let lane = match wal.lane_for(&slot.lane) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.rollback();
+                    return Err(e);
+                }
+            };
+            let private = wal.opts.mode == LogMode::PWal;
+            let hold = wal.holds_locks();
+            let mut hook = LogHook {
+                wal,
+                residency: eng.residency.as_ref(),
+                guard,
+                lane: &lane,
+                private,
+                hold,
+                kept: Vec::new(),
+                done: None,
+                err: None,
+            };
+            let b = self.bufs.as_mut().expect("buffers");
+            eng.enter_commit(slot);
+            let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
+            slot.committing.store(false, Ordering::Release);
+            if r.is_ok() && hold {
+                let (seq, order) = hook.done.expect("a logged commit appended its record");
+                for &(word, release) in &hook.kept {
+                    // SAFETY: the record is locked (so never unlinked) and pinned.
+                    wal.hold_lock(&lane, seq, unsafe { &*word }, release);
+                }
+                let r = if deferred { wal.maybe_flush(&lane) } else { wal.flush_to(&lane, seq, true) };
+                if let Err(e) = r {
+                    hook.err = Some(e);
+                }
+                ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, order)) };
+            } else if r.is_ok() && wal.opts.release == Release::Elr {
+                let (seq, lsn) = hook.done.expect("a logged commit appended its record");
+                if deferred {
+                    if let Err(e) = wal.maybe_flush(&lane) {
+                        hook.err = Some(e);
+                    }
+                } else if let Err(e) = wal.flush_to(&lane, seq, private) {
+                    hook.err = Some(e);
+                }
+                ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
+            }
+            match (r, hook.err.take()) {
+                (Err(CommitFail::Conflict(c)), _) => return self.fail(c),
+                (Err(CommitFail::Log), e) => {
+                    // Nothing was installed: roll back.
+                    self.rollback();
+                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new()))));
+                }
+                (Ok(()), Some(e)) => {
+                    // Installed and released (ELR), but the flush failed: never acknowledged,
+                    // and the poisoned log refuses every later commit.
+                    self.active = false;
+                    return Err(e);
+                }
+                (Ok(()), None) => {}
+            }
+        } else {
+            // SAFETY: as for `worker`.
+            let slot = unsafe { &*self.slot };
+            // Writes wait at the gate as logged ones do (an exclusive reader may hold it).
+            let gated = !b.writes.is_empty();
+            if gated {
+                eng.enter_commit(slot);
+            }
+            let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut NoLog);
+            if gated {
+                slot.committing.store(false, Ordering::Release);
+            }
+            match r {
+                Err(CommitFail::Conflict(c)) => return self.fail(c),
+                Err(CommitFail::Log) => unreachable!("NoLog never fails"),
+                Ok(()) => {}
+            }
+            if let (Some(wal), Some(lane), false) = (wal, slot.lane.get(), deferred) {
+                if let Some((seq, lsn)) = wal.pending_of(lane) {
+                    ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
+                }
+            }
+        }
+        self.active = false;
+        eng.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let b = self.bufs.as_mut().expect("buffers");
+        // Deleted keys leave the index now (or soon, if a neighbour is busy).
+        for w in &b.writes {
+            if let WriteKind::Value(None) = w.kind {
+                eng.try_unlink(worker, &w.key, w.rec, guard);
+            }
+        }
+        for (key, rec) in b.created() {
+            match b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize) {
+                Ok(i) => {
+                    if let (Some(res), Some(v)) = (&eng.residency, b.writes[i].kind.value()) {
+                        res.credit(key, v.len() as i64, guard);
+                    }
+                }
+                Err(_) => {
+                    eng.try_unlink(worker, key, rec, guard);
+                }
+            }
+        }
+        eng.drain_pending_unlinks(worker, guard);
+        if logged && eng.checkpoint_due() {
+            if let Some(t) = eng.checkpointer.get() {
+                t.unpark();
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Rolls back: nothing the transaction wrote becomes visible.
+    pub fn abort(mut self) {
+        if self.active {
+            self.rollback();
+        }
+    }
+
+    pub(super) fn rollback(&mut self) {
+        self.active = false;
+        let eng = self.eng;
+        let worker = self.worker() as *const P::Worker;
+        // SAFETY: as in `commit`.
+        let worker = unsafe { &*worker };
+        let guard = &self.pin();
+        let b = self.bufs.as_mut().expect("buffers");
+        eng.proto.abort(&mut b.st, &b.writes);
+        eng.counters.aborts.fetch_add(1, Ordering::Relaxed);
+        for (key, rec) in b.created() {
+            eng.try_unlink(worker, key, rec, guard);
+        }
+    }
+}
+
+impl<P: Protocol> Drop for TypedTxn<'_, P> {
+    fn drop(&mut self) {
+        if self.active {
+            self.rollback();
+        }
+        if self.eng.durable.as_ref().is_some_and(|d| d.wal.holds_locks()) {
+            crate::cc::set_lock_waiter(None);
+        }
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        let slot = unsafe { &*self.slot };
+        // Still inside the slot: records are freed only once every slot entered before
+        // their retirement is left (`Engine::reclaim`), so the records the eviction meets
+        // in the index stay allocated while it reads and latches them.
+        self.eng.evict_over_budget(&slot.worker);
+        self.eng.leave(slot);
+        let bufs = self.bufs.take();
+        match self.home.take() {
+            Some(Home::Worker(slot)) => *slot = bufs,
+            Some(Home::Pool(s)) => self.eng.return_slot(s, bufs),
+            None => {}
+        }
+    }
+}

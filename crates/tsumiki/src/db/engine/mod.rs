@@ -1,0 +1,421 @@
+//! The generic engine: one index of records, any [`Protocol`], monomorphized.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_epoch::{self as epoch, Guard};
+use parking_lot::Mutex;
+
+use crate::cc::{
+    Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
+};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
+use crate::store::pages::StoreStats;
+use crate::store::{self, CommittedState, Durable};
+use crate::wal::storage::Storage;
+use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
+
+use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
+use super::{Error, MAX_VALUE_LEN};
+
+mod cache;
+mod commit;
+mod durable;
+mod scan;
+mod slots;
+mod txn;
+mod unlink;
+
+pub(crate) use scan::ScanCursor;
+pub use scan::TypedScan;
+pub(crate) use txn::Home;
+pub use txn::TypedTxn;
+use txn::{collect_garbage, IndexEdit, LOAD_BATCH};
+
+/// A record pointer as the index stores it. Records are freed only through the epoch after
+/// they leave the index, so a pinned thread may dereference any pointer it loaded.
+pub(crate) struct RecPtr<R>(*const R);
+
+impl<R> Clone for RecPtr<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for RecPtr<R> {}
+// SAFETY: records are `Send + Sync` (a `Protocol` bound); the pointer is only a name.
+unsafe impl<R: Send + Sync> Send for RecPtr<R> {}
+// SAFETY: as above.
+unsafe impl<R: Send + Sync> Sync for RecPtr<R> {}
+
+/// A worker slot: the protocol's per-worker state.
+pub(crate) struct Slot<P: Protocol> {
+    pub(crate) worker: P::Worker,
+    /// The slot's log lane, made at its first logged commit.
+    lane: OnceLock<Arc<Lane>>,
+    /// The record clock when the slot's running transaction began ([`IDLE`] between
+    /// transactions): records retired at or after it stay allocated (see [`Engine::retire`]).
+    since: AtomicU64,
+    /// Set from a commit's log append to the end of its install; a checkpoint waits for
+    /// every slot to clear it before the lanes move to a new generation.
+    committing: AtomicBool,
+}
+
+/// A pooled slot and the buffers its last transaction left.
+type IdleSlot<P> = (Arc<Slot<P>>, Option<Box<TxnBufs<P>>>);
+
+/// [`Slot::since`] of a slot with no transaction running.
+const IDLE: u64 = u64::MAX;
+
+/// Reusable buffers of one transaction at a time.
+pub(crate) struct TxnBufs<P: Protocol> {
+    st: P::TxnState,
+    writes: Vec<WriteEntry<P::Record>>,
+    /// Position in `writes` by record address, kept once `writes` outgrows a linear scan.
+    write_pos: AddrMap<usize>,
+    /// Placeholders this transaction put into the index (unlinked if they end absent):
+    /// the record and its key's range in `created_keys`.
+    created: Vec<(u32, u32, *const P::Record)>,
+    created_keys: Vec<u8>,
+    /// Key and value buffers of earlier write sets, reused so that a write allocates
+    /// nothing in the steady state.
+    spare: Vec<Vec<u8>>,
+    /// A follower's key, copied out of the index without allocating.
+    key_buf: Vec<u8>,
+    /// The leaf the last put reached: the next put starts there when its key falls in it
+    /// (an ascending fill skips the descent).
+    leaf_hint: Option<LeafHint>,
+    /// Puts in a row whose key was not in the hinted leaf: past a few (random keys), the
+    /// hint is tried only now and then, since each miss costs a look at that leaf.
+    hint_misses: u32,
+    /// Whether the last put made a new record: the next one then looks for its key's
+    /// successor at once (what an insert needs) instead of first looking the key up.
+    last_put_new: bool,
+    /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
+    /// unchanged, no record of the write set left memory.
+    evict_mark: u64,
+    /// Position in `writes` by key, built only once a record of the write set may have
+    /// left memory (see [`TypedTxn::own_rebound`]).
+    key_pos: std::collections::HashMap<Vec<u8>, usize>,
+}
+
+/// Where [`TypedTxn::place`] found or put a key's record.
+enum Place<'a, R> {
+    /// The key has a record (present or not).
+    Existing(&'a R),
+    /// A placeholder this transaction just put into the index.
+    New(&'a R),
+    /// Another transaction's record appeared meanwhile: look again.
+    Retry,
+}
+
+// SAFETY: the raw pointers name records kept alive by the epoch while a transaction runs;
+// between transactions the buffers hold none that are dereferenced.
+unsafe impl<P: Protocol> Send for TxnBufs<P> {}
+
+const WRITE_SCAN_MAX: usize = 8;
+/// Spare write-set buffers kept between transactions, and the largest one kept.
+const SPARE_MAX: usize = 4096;
+const SPARE_BYTES: usize = 4096;
+/// The largest write set whose buffers are kept for the next transaction.
+const KEEP_ENTRIES: usize = 1 << 14;
+
+/// A write as the engine's callers ask for it (the write set keeps its own copies).
+#[derive(Clone, Copy)]
+enum Write<'v> {
+    /// Set the value (`None` deletes).
+    Value(Option<&'v [u8]>),
+    /// Write the gap before the record (an insert next to it).
+    Gap,
+}
+
+impl<P: Protocol> TxnBufs<P> {
+    pub(crate) fn new(proto: &P) -> Self {
+        TxnBufs {
+            st: proto.new_txn_state(),
+            writes: Vec::new(),
+            write_pos: AddrMap::default(),
+            created: Vec::new(),
+            created_keys: Vec::new(),
+            spare: Vec::new(),
+            key_buf: Vec::new(),
+            leaf_hint: None,
+            hint_misses: 0,
+            last_put_new: false,
+            evict_mark: 0,
+            key_pos: std::collections::HashMap::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        for w in self.writes.drain(..) {
+            Self::recycle(&mut self.spare, w.key);
+            if let WriteKind::Value(Some(v)) = w.kind {
+                Self::recycle(&mut self.spare, v);
+            }
+        }
+        self.write_pos.clear();
+        self.key_pos.clear();
+        self.created.clear();
+        self.created_keys.clear();
+        // A huge transaction does not leave its write set's memory behind in the pool.
+        if self.writes.capacity() > KEEP_ENTRIES {
+            self.writes = Vec::new();
+            self.write_pos = AddrMap::default();
+            self.key_pos = std::collections::HashMap::new();
+            self.created = Vec::new();
+            self.created_keys = Vec::new();
+        }
+    }
+
+    /// Keeps a small buffer for the next write set (bounded: a huge transaction does not
+    /// leave its memory behind).
+    fn recycle(spare: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
+        if spare.len() < SPARE_MAX && buf.capacity() <= SPARE_BYTES {
+            spare.push(buf);
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`, reused when one is spare.
+    fn copy_of(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// The placeholders this transaction created, with their keys.
+    fn created(&self) -> impl Iterator<Item = (&[u8], *const P::Record)> {
+        self.created.iter().map(|&(at, len, rec)| (&self.created_keys[at as usize..(at + len) as usize], rec))
+    }
+
+    fn own(&self, rec: *const P::Record) -> Option<usize> {
+        if self.writes.len() <= WRITE_SCAN_MAX {
+            self.writes.iter().position(|w| w.rec == rec)
+        } else {
+            self.write_pos.get(&(rec as usize)).copied()
+        }
+    }
+}
+
+/// Counters of one engine.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) commits: AtomicU64,
+    pub(crate) aborts: AtomicU64,
+    pub(crate) unlinked: AtomicU64,
+    /// Key ranges read from the pages, and those that left memory (with their records).
+    pub(crate) ranges_loaded: AtomicU64,
+    pub(crate) ranges_evicted: AtomicU64,
+    pub(crate) records_evicted: AtomicU64,
+}
+
+/// The engine for one protocol.
+pub struct Engine<P: Protocol> {
+    index: BwTree<RecPtr<P::Record>>,
+    sentinel: Box<P::Record>,
+    pub(crate) proto: P,
+    /// Idle slots, each with the buffers of its last transaction (reused: a pooled
+    /// transaction then allocates no write set).
+    free_slots: Mutex<Vec<IdleSlot<P>>>,
+    /// Keys of deleted records whose unlink could not latch what it needed; retried later.
+    pending_unlinks: Mutex<VecDeque<Box<[u8]>>>,
+    /// Whether `pending_unlinks` may hold keys: checked by every commit without touching
+    /// the mutex's cache line.
+    has_pending: AtomicBool,
+    pub(crate) counters: Counters,
+    pub(crate) durable: Option<Durable>,
+    /// Every slot ever made (slots are pooled, never dropped before the engine): scanned
+    /// for the oldest running transaction before retired records are freed.
+    slots: Mutex<Vec<Arc<Slot<P>>>>,
+    /// Ticks at every record retirement; a transaction publishes its value at begin.
+    record_clock: AtomicU64,
+    /// Records out of the index, with the clock value of their retirement, waiting for
+    /// every transaction that began before it to end. In clock order (the clock ticks
+    /// under the mutex), so freeing stops at the first one still held: a long transaction
+    /// (a checkpoint's slot) made a scan of the whole list per transaction end otherwise.
+    retired: Mutex<VecDeque<(u64, RecPtr<P::Record>)>>,
+    /// Whether `retired` may hold records (spares transactions its mutex).
+    has_retired: AtomicBool,
+    /// Closed (above zero) by a checkpoint while the lanes move to a new generation, and by
+    /// a read-only transaction that runs alone ([`Engine::exclusive_reads`]): commits wait
+    /// before their log append (see [`Slot::committing`]). A count, as both may hold it.
+    gate: Gate,
+    /// The thread that takes checkpoints; commits wake it when one is due.
+    pub(crate) checkpointer: OnceLock<std::thread::Thread>,
+    /// The slot checkpoints enter: never pooled, so a checkpoint never takes the slot a
+    /// worker's next transaction would get (a commit is a barrier for the deferred commits
+    /// of its own slot's lane).
+    checkpoint_slot: OnceLock<Arc<Slot<P>>>,
+    /// Held by the checkpoint that uses `checkpoint_slot` (an explicit one and the
+    /// background thread's must not enter and leave the one slot at once).
+    checkpointing: Mutex<()>,
+    /// Databases with pages: which key ranges are in the index, and the cache budget
+    /// (`None`: everything is in memory for good).
+    residency: Option<Residency>,
+    /// `Options::cache_bytes`, for [`open_durable`](Self::open_durable).
+    pub(crate) cache_bytes: usize,
+    /// `Options::read_only`: every write is refused.
+    pub(crate) read_only: bool,
+    /// The newest stamp of the records evicted so far: reloaded records start there
+    /// ([`Protocol::new_loaded`]).
+    reload_stamp: AtomicU64,
+    /// Set when the records in memory pass the budget and none can leave before a
+    /// checkpoint: makes one due.
+    cache_pressure: AtomicBool,
+}
+
+/// The commit gate's count, on a cache line of its own: every commit reads it, and the
+/// engine's fields beside it are written often.
+#[repr(align(128))]
+struct Gate(AtomicUsize);
+
+impl std::ops::Deref for Gate {
+    type Target = AtomicUsize;
+    fn deref(&self) -> &AtomicUsize {
+        &self.0
+    }
+}
+
+impl<P: Protocol> Engine<P> {
+    pub(crate) fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
+        let sentinel = Box::new(proto.new_sentinel());
+        Ok(Engine {
+            index: BwTree::with_config(index).map_err(Error::Index)?,
+            sentinel,
+            proto,
+            free_slots: Mutex::new(Vec::new()),
+            pending_unlinks: Mutex::new(VecDeque::new()),
+            has_pending: AtomicBool::new(false),
+            counters: Counters::default(),
+            durable: None,
+            slots: Mutex::new(Vec::new()),
+            record_clock: AtomicU64::new(0),
+            retired: Mutex::new(VecDeque::new()),
+            has_retired: AtomicBool::new(false),
+            gate: Gate(AtomicUsize::new(0)),
+            checkpointer: OnceLock::new(),
+            checkpoint_slot: OnceLock::new(),
+            checkpointing: Mutex::new(()),
+            residency: None,
+            cache_bytes: usize::MAX,
+            read_only: false,
+            reload_stamp: AtomicU64::new(0),
+            cache_pressure: AtomicBool::new(false),
+        })
+    }
+    /// The record stored under `key`. The caller runs a transaction (or has the engine to
+    /// itself), which keeps every record it can load allocated (see [`Engine::retire`]).
+    #[inline]
+    fn lookup(&self, key: &[u8], _guard: &Guard) -> Option<&P::Record> {
+        // SAFETY: records are freed only after every transaction that began before they left
+        // the index has ended; the caller's transaction is running.
+        self.index.get(key).ok().flatten().map(|p| unsafe { &*p.0 })
+    }
+
+    /// The first record at or after `key` (after, when `exclusive`), or the sentinel, and
+    /// whether its key is `key` itself. Its key is copied into `key_out` when given (left
+    /// empty for the sentinel): a buffer the caller reuses, so a lookup allocates nothing.
+    #[inline]
+    fn next_record(
+        &self,
+        key: &[u8],
+        exclusive: bool,
+        key_out: Option<&mut Vec<u8>>,
+        _guard: &Guard,
+    ) -> (bool, &P::Record) {
+        self.index.first_from_with(key, exclusive, |found| self.found_record(key, found, key_out))
+    }
+
+    /// The first record at or past `stop` (`None`: the sentinel), its key into `nk`.
+    fn record_at_or_past(&self, stop: Option<&[u8]>, nk: Option<&mut Vec<u8>>, guard: &Guard) -> &P::Record {
+        match stop {
+            Some(e) => self.next_record(e, false, nk, guard).1,
+            None => &self.sentinel,
+        }
+    }
+
+    /// [`Engine::next_record`] (not exclusive) from a cursor at `key`'s leaf: no descent.
+    #[inline]
+    fn next_record_at(
+        &self,
+        at: &Cursor<'_, '_, RecPtr<P::Record>>,
+        key: &[u8],
+        key_out: Option<&mut Vec<u8>>,
+    ) -> (bool, &P::Record) {
+        self.found_record(key, at.first_from(false), key_out)
+    }
+
+    /// What [`Engine::next_record`] makes of the index's answer.
+    #[inline]
+    fn found_record(
+        &self,
+        key: &[u8],
+        found: Option<(&[u8], &RecPtr<P::Record>)>,
+        key_out: Option<&mut Vec<u8>>,
+    ) -> (bool, &P::Record) {
+        if let Some(out) = key_out {
+            out.clear();
+            if let Some((k, _)) = found {
+                out.extend_from_slice(k);
+            }
+        }
+        match found {
+            // SAFETY: as in `lookup`.
+            Some((k, p)) => (k == key, unsafe { &*p.0 }),
+            None => (false, &*self.sentinel),
+        }
+    }
+
+    /// Whether `rec` is the sentinel (the gap owner after the last key).
+    #[inline]
+    fn is_sentinel(&self, rec: &P::Record) -> bool {
+        std::ptr::eq(rec, &*self.sentinel)
+    }
+
+    /// The protocol.
+    pub fn protocol(&self) -> &P {
+        &self.proto
+    }
+
+    /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
+    pub(crate) fn index_len(&self) -> usize {
+        self.index.scan(b"", None).count()
+    }
+}
+
+/// Frees the records of an index no transaction can reach.
+fn free_records<R: Send + Sync + 'static>(index: &BwTree<RecPtr<R>>) {
+    for (_, p) in index.scan(b"", None) {
+        // SAFETY: the caller owns the index exclusively; each record is owned by its entry.
+        drop(unsafe { Box::from_raw(p.0 as *mut R) });
+    }
+}
+
+impl<P: Protocol> Drop for Engine<P> {
+    fn drop(&mut self) {
+        if let Some(d) = &self.durable {
+            // Held lock words live in the records freed below.
+            d.wal.release_all_held();
+        }
+        free_records(&self.index);
+        for (_, p) in self.retired.get_mut().drain(..) {
+            // SAFETY: as above; retired records are out of the index and owned by the list.
+            drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+        }
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<(), Error> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}

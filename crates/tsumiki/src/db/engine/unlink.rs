@@ -1,0 +1,95 @@
+//! Unlinking deleted records from the index (handing their gap to the follower), now or
+//! put off until the latches are free.
+
+use super::*;
+
+impl<P: Protocol> Engine<P> {
+    /// Unlinks a deleted (absent) record, if it can latch it and its follower now.
+    pub(super) fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
+        // SAFETY: pinned by `guard`.
+        let r = unsafe { &*rec };
+        match self.proto.try_latch_absent(r) {
+            UnlinkLatch::Latched => {}
+            UnlinkLatch::NotAbsent => return false,
+            UnlinkLatch::Busy => {
+                self.put_off_unlink(key);
+                return false;
+            }
+        }
+        let mut nk = Vec::new();
+        loop {
+            // The follower found stands only if no range came back since (see `Residency`).
+            let since = self.load_count();
+            let next = if self.proto.gap_protection() {
+                self.next_record(key, true, self.residency.is_some().then_some(&mut nk), guard).1
+            } else {
+                &*self.sentinel
+            };
+            // The unlink hands the deleted record's gap to its follower; a range loaded
+            // between them later would own part of that gap without what it was handed.
+            // Wait until the ranges between are loaded (transactions load them).
+            if let Some(res) = self.residency.as_ref().filter(|res| self.proto.gap_protection() && !res.all_loaded()) {
+                if res.first_missing(key, (!self.is_sentinel(next)).then_some(nk.as_slice()), guard).is_some() {
+                    self.proto.unlatch_absent(r);
+                    self.put_off_unlink(key);
+                    return false;
+                }
+            }
+            match self.proto.latch_next(next) {
+                Ok(()) => {}
+                Err(Access::Removed) => continue,
+                Err(Access::Conflict(_) | Access::Failed) => {
+                    self.proto.unlatch_absent(r);
+                    self.put_off_unlink(key);
+                    return false;
+                }
+            }
+            if self.proto.gap_protection()
+                && (!std::ptr::eq(self.next_record(key, true, None, guard).1, next) || !self.no_load_since(since))
+            {
+                self.proto.unlatch_next(next);
+                continue;
+            }
+            self.proto.unlink(worker, r, next, guard);
+            let removed = self.index.delete(key).unwrap_or(false);
+            // (The planted unmarked eviction takes records out from under their holders.)
+            let planted = self.residency.as_ref().is_some_and(|r| r.evict_unmarked);
+            debug_assert!(removed || planted, "a latched record stays in the index until its unlink");
+            self.retire(RecPtr(rec));
+            if let Some(res) = &self.residency {
+                res.credit(key, -((key.len() + RECORD_OVERHEAD) as i64), guard);
+            }
+            self.counters.unlinked.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+
+    /// Retries a few unlinks that were put off.
+    pub(super) fn put_off_unlink(&self, key: &[u8]) {
+        self.pending_unlinks.lock().push_back(key.into());
+        self.has_pending.store(true, Ordering::Release);
+    }
+
+    pub(super) fn drain_pending_unlinks(&self, worker: &P::Worker, guard: &Guard) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let batch: Vec<Box<[u8]>> = match self.pending_unlinks.try_lock() {
+            // Oldest first: those are the likeliest to be unlinkable by now.
+            Some(mut p) => {
+                let n = p.len().min(8);
+                let batch = p.drain(..n).collect();
+                if p.is_empty() {
+                    self.has_pending.store(false, Ordering::Release);
+                }
+                batch
+            }
+            None => return,
+        };
+        for key in batch {
+            if let Some(rec) = self.lookup(&key, guard) {
+                self.try_unlink(worker, &key, rec, guard);
+            }
+        }
+    }
+}
