@@ -5,8 +5,6 @@
 //!
 //! Run: `cargo test -p tsumiki --release --features shuttle --test shuttle`.
 #![cfg(feature = "shuttle")]
-// The planted-bug build runs only the test that expects a failure.
-#![cfg_attr(feature = "planted-bug", allow(dead_code, unused_imports))]
 
 mod common;
 
@@ -122,18 +120,18 @@ fn batch_race(cfg: BwTreeConfig) {
 }
 
 /// With the planted non-atomic install, shuttle must find a lost update.
-#[cfg(feature = "planted-bug")]
 #[test]
 fn shuttle_catches_planted_bug() {
+    tsumiki::index::plant_nonatomic_install(true);
     let caught = std::panic::catch_unwind(|| {
         shuttle::check_random(|| insert_race(BwTreeConfig::tiny()), ITERATIONS);
     });
+    tsumiki::index::plant_nonatomic_install(false);
     assert!(caught.is_err(), "shuttle did not catch the planted non-atomic delta install");
 }
 
 /// Explores `scenario` for every improvement combination, with the random scheduler or
 /// with PCT (depth 3).
-#[cfg(not(feature = "planted-bug"))]
 /// Two threads insert the same keys through cursors that first looked each key up (an
 /// insert at the head where that lookup found the key absent skips its own lookup): every
 /// key is inserted by exactly one of them, and holds that one's value, while the leaf
@@ -175,49 +173,41 @@ fn explore(scenario: fn(BwTreeConfig), pct: bool) {
     }
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_insert_race_random() {
     explore(insert_race, false);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_insert_race_pct() {
     explore(insert_race, true);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_merge_split_race_random() {
     explore(merge_split_race, false);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_merge_split_race_pct() {
     explore(merge_split_race, true);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_cursor_insert_race_random() {
     explore(cursor_insert_race, false);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_cursor_insert_race_pct() {
     explore(cursor_insert_race, true);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_batch_race_random() {
     explore(batch_race, false);
 }
 
-#[cfg(not(feature = "planted-bug"))]
 #[test]
 fn shuttle_batch_race_pct() {
     explore(batch_race, true);

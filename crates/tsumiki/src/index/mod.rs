@@ -28,6 +28,8 @@ mod bulk;
 mod mapping;
 mod node;
 mod sched;
+#[cfg(feature = "shuttle")]
+pub use sched::plant_nonatomic_install;
 mod tree;
 
 use crossbeam_epoch::{self as epoch, Guard};

@@ -11,3 +11,26 @@ pub(crate) fn point() {
     #[cfg(feature = "shuttle")]
     shuttle::thread::yield_now();
 }
+
+#[cfg(feature = "shuttle")]
+std::thread_local! {
+    /// The planted bug of [`plant_nonatomic_install`]. Per OS thread: shuttle runs every
+    /// thread of one test on the test's own OS thread, so a plant reaches that test's model
+    /// threads and no other test running beside it.
+    static PLANTED_NONATOMIC_INSTALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Test only (shuttle builds): replaces the delta-install CAS by a racy check-then-store on
+/// this thread, so a test can show that the shuttle tests catch a broken CAS protocol.
+#[cfg(feature = "shuttle")]
+#[doc(hidden)]
+pub fn plant_nonatomic_install(on: bool) {
+    PLANTED_NONATOMIC_INSTALL.with(|p| p.set(on));
+}
+
+/// Whether [`plant_nonatomic_install`] is on for this thread.
+#[cfg(feature = "shuttle")]
+#[inline]
+pub(crate) fn planted_nonatomic_install() -> bool {
+    PLANTED_NONATOMIC_INSTALL.with(|p| p.get())
+}

@@ -386,9 +386,8 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
         delta.next.store(ip.expected, Ordering::Relaxed);
         sched::point();
-        #[cfg(feature = "planted-bug")]
-        #[allow(clippy::needless_return)]
-        {
+        #[cfg(feature = "shuttle")]
+        if sched::planted_nonatomic_install() {
             // Test-only planted bug: a check-then-store instead of a CAS, so concurrent
             // installs can overwrite each other. The shuttle tests must catch it.
             if ip.at.load(Ordering::Acquire, guard) != ip.expected {
@@ -399,7 +398,6 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             ip.at.store(d, Ordering::Release);
             return Ok(d);
         }
-        #[cfg(not(feature = "planted-bug"))]
         ip.at.compare_exchange(ip.expected, delta, Ordering::AcqRel, Ordering::Acquire, guard).map_err(|e| e.new)
     }
 
