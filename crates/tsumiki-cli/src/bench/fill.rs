@@ -439,18 +439,22 @@ macro_rules! match_engine {
                 type $E = peers::c_kv::RocksDb;
                 $body
             }
+            #[cfg(feature = "peers")]
             "lmdb" => {
                 type $E = peers::lmdb::Lmdb;
                 $body
             }
+            #[cfg(feature = "peers")]
             "sqlite" => {
                 type $E = peers::sqlite::Sqlite;
                 $body
             }
+            #[cfg(feature = "peers")]
             "redb" => {
                 type $E = peers::redb::Redb;
                 $body
             }
+            #[cfg(feature = "peers")]
             "fjall" => {
                 type $E = peers::fjall::Fjall;
                 $body

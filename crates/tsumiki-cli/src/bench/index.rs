@@ -194,114 +194,122 @@ impl BenchIndex for BTreeRwLock {
     }
 }
 
-pub struct SkipList(crossbeam_skiplist::SkipMap<Vec<u8>, u64>);
+/// The peers built from crates (the default feature `peers`).
+#[cfg(feature = "peers")]
+mod peer_indexes {
+    use super::*;
 
-impl BenchIndex for SkipList {
-    fn get(&self, k: &[u8]) -> bool {
-        self.0.get(k).is_some()
-    }
-    fn scan(&self, k: &[u8], n: usize) -> usize {
-        self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded)).take(n).count()
-    }
-    fn upsert(&self, k: &[u8], v: u64) {
-        self.0.insert(k.to_vec(), v);
-    }
-    fn insert(&self, k: &[u8], v: u64) -> bool {
-        if self.0.contains_key(k) {
-            return false;
+    pub struct SkipList(crossbeam_skiplist::SkipMap<Vec<u8>, u64>);
+
+    impl BenchIndex for SkipList {
+        fn get(&self, k: &[u8]) -> bool {
+            self.0.get(k).is_some()
         }
-        self.0.get_or_insert(k.to_vec(), v);
-        true
-    }
-    fn update(&self, k: &[u8], v: u64) -> bool {
-        if !self.0.contains_key(k) {
-            return false;
+        fn scan(&self, k: &[u8], n: usize) -> usize {
+            self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded)).take(n).count()
         }
-        self.0.insert(k.to_vec(), v);
-        true
-    }
-    fn delete(&self, k: &[u8]) -> bool {
-        self.0.remove(k).is_some()
-    }
-}
-
-pub struct Scc(scc::TreeIndex<Vec<u8>, u64>);
-
-impl BenchIndex for Scc {
-    fn get(&self, k: &[u8]) -> bool {
-        self.0.read_sync(k, |_, v| *v).is_some()
-    }
-    fn scan(&self, k: &[u8], n: usize) -> usize {
-        let guard = scc::Guard::new();
-        self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded), &guard).take(n).count()
-    }
-    fn upsert(&self, k: &[u8], v: u64) {
-        self.0.upsert_sync(k.to_vec(), v);
-    }
-    fn insert(&self, k: &[u8], v: u64) -> bool {
-        self.0.insert_sync(k.to_vec(), v).is_ok()
-    }
-    fn update(&self, k: &[u8], v: u64) -> bool {
-        // TreeIndex values are immutable in place: an update replaces the entry.
-        if self.0.read_sync(k, |_, _| ()).is_none() {
-            return false;
+        fn upsert(&self, k: &[u8], v: u64) {
+            self.0.insert(k.to_vec(), v);
         }
-        self.0.upsert_sync(k.to_vec(), v);
-        true
+        fn insert(&self, k: &[u8], v: u64) -> bool {
+            if self.0.contains_key(k) {
+                return false;
+            }
+            self.0.get_or_insert(k.to_vec(), v);
+            true
+        }
+        fn update(&self, k: &[u8], v: u64) -> bool {
+            if !self.0.contains_key(k) {
+                return false;
+            }
+            self.0.insert(k.to_vec(), v);
+            true
+        }
+        fn delete(&self, k: &[u8]) -> bool {
+            self.0.remove(k).is_some()
+        }
     }
-    fn delete(&self, k: &[u8]) -> bool {
-        self.0.remove_sync(k)
+
+    pub struct Scc(scc::TreeIndex<Vec<u8>, u64>);
+
+    impl BenchIndex for Scc {
+        fn get(&self, k: &[u8]) -> bool {
+            self.0.read_sync(k, |_, v| *v).is_some()
+        }
+        fn scan(&self, k: &[u8], n: usize) -> usize {
+            let guard = scc::Guard::new();
+            self.0.range::<[u8], _>((Bound::Included(k), Bound::Unbounded), &guard).take(n).count()
+        }
+        fn upsert(&self, k: &[u8], v: u64) {
+            self.0.upsert_sync(k.to_vec(), v);
+        }
+        fn insert(&self, k: &[u8], v: u64) -> bool {
+            self.0.insert_sync(k.to_vec(), v).is_ok()
+        }
+        fn update(&self, k: &[u8], v: u64) -> bool {
+            // TreeIndex values are immutable in place: an update replaces the entry.
+            if self.0.read_sync(k, |_, _| ()).is_none() {
+                return false;
+            }
+            self.0.upsert_sync(k.to_vec(), v);
+            true
+        }
+        fn delete(&self, k: &[u8]) -> bool {
+            self.0.remove_sync(k)
+        }
+    }
+
+    /// An adaptive radix tree (congee); keys are the 8-byte big-endian integers of the table.
+    pub struct Art(congee::Congee<usize, usize>);
+
+    fn art_key(k: &[u8]) -> usize {
+        usize::from_be_bytes(k[k.len() - 8..].try_into().unwrap())
+    }
+
+    impl BenchIndex for Art {
+        fn get(&self, k: &[u8]) -> bool {
+            let g = self.0.pin();
+            self.0.get(&art_key(k), &g).is_some()
+        }
+        fn scan(&self, k: &[u8], n: usize) -> usize {
+            let g = self.0.pin();
+            let mut buf = vec![(0usize, 0usize); n];
+            self.0.range(&art_key(k), &usize::MAX, &mut buf, &g)
+        }
+        fn upsert(&self, k: &[u8], v: u64) {
+            let g = self.0.pin();
+            self.0.insert(art_key(k), v as usize, &g).expect("congee out of memory");
+        }
+        fn insert(&self, k: &[u8], v: u64) -> bool {
+            let g = self.0.pin();
+            let mut inserted = false;
+            self.0
+                .compute_or_insert(
+                    art_key(k),
+                    |old| match old {
+                        Some(o) => o,
+                        None => {
+                            inserted = true;
+                            v as usize
+                        }
+                    },
+                    &g,
+                )
+                .expect("congee out of memory");
+            inserted
+        }
+        fn update(&self, k: &[u8], v: u64) -> bool {
+            let g = self.0.pin();
+            self.0.compute_if_present(&art_key(k), |_| Some(v as usize), &g).is_some()
+        }
+        fn delete(&self, k: &[u8]) -> bool {
+            let g = self.0.pin();
+            self.0.remove(&art_key(k), &g).is_some()
+        }
     }
 }
-
-/// An adaptive radix tree (congee); keys are the 8-byte big-endian integers of the table.
-pub struct Art(congee::Congee<usize, usize>);
-
-fn art_key(k: &[u8]) -> usize {
-    usize::from_be_bytes(k[k.len() - 8..].try_into().unwrap())
-}
-
-impl BenchIndex for Art {
-    fn get(&self, k: &[u8]) -> bool {
-        let g = self.0.pin();
-        self.0.get(&art_key(k), &g).is_some()
-    }
-    fn scan(&self, k: &[u8], n: usize) -> usize {
-        let g = self.0.pin();
-        let mut buf = vec![(0usize, 0usize); n];
-        self.0.range(&art_key(k), &usize::MAX, &mut buf, &g)
-    }
-    fn upsert(&self, k: &[u8], v: u64) {
-        let g = self.0.pin();
-        self.0.insert(art_key(k), v as usize, &g).expect("congee out of memory");
-    }
-    fn insert(&self, k: &[u8], v: u64) -> bool {
-        let g = self.0.pin();
-        let mut inserted = false;
-        self.0
-            .compute_or_insert(
-                art_key(k),
-                |old| match old {
-                    Some(o) => o,
-                    None => {
-                        inserted = true;
-                        v as usize
-                    }
-                },
-                &g,
-            )
-            .expect("congee out of memory");
-        inserted
-    }
-    fn update(&self, k: &[u8], v: u64) -> bool {
-        let g = self.0.pin();
-        self.0.compute_if_present(&art_key(k), |_| Some(v as usize), &g).is_some()
-    }
-    fn delete(&self, k: &[u8]) -> bool {
-        let g = self.0.pin();
-        self.0.remove(&art_key(k), &g).is_some()
-    }
-}
+#[cfg(feature = "peers")]
+use peer_indexes::{Art, Scc, SkipList};
 
 /// One point of the grid that runs on a loaded structure.
 #[derive(Clone)]
@@ -476,6 +484,8 @@ fn bwtree(args: &IndexArgs, a: bool, b: bool) -> Result<BwTree<u64>, String> {
 }
 
 const ALL: &[&str] = &["bwtree", "bwtree-opt", "btree-rwlock", "skiplist", "scc", "art"];
+/// The structures of the feature `peers`.
+const PEERS: &[&str] = &["skiplist", "scc", "art"];
 const KNOWN: &[&str] = &["bwtree", "bwtree-opt", "bwtree-a", "bwtree-b", "btree-rwlock", "skiplist", "scc", "art"];
 
 pub fn run(args: &IndexArgs) -> Result<(), String> {
@@ -501,6 +511,14 @@ pub fn run(args: &IndexArgs) -> Result<(), String> {
         }
     }
     names.dedup();
+    if !cfg!(feature = "peers") {
+        if let Some(n) = names.iter().find(|n| PEERS.contains(n)) {
+            if !args.index.split(',').any(|i| i.trim() == "all") {
+                return Err(format!("{n}: not built in; build with the default feature `peers`"));
+            }
+        }
+        names.retain(|n| !PEERS.contains(n));
+    }
     if args.key_size != 8 && names.contains(&"art") {
         if args.index.split(',').any(|n| n.trim() == "art") {
             return Err("art (congee) supports 8-byte keys only".into());
@@ -531,8 +549,11 @@ pub fn run(args: &IndexArgs) -> Result<(), String> {
             "bwtree-a" => bench_one(name, bwtree(args, true, false)?, args, &keys, g, r),
             "bwtree-b" => bench_one(name, bwtree(args, false, true)?, args, &keys, g, r),
             "btree-rwlock" => bench_one(name, BTreeRwLock(RwLock::new(BTreeMap::new())), args, &keys, g, r),
+            #[cfg(feature = "peers")]
             "skiplist" => bench_one(name, SkipList(crossbeam_skiplist::SkipMap::new()), args, &keys, g, r),
+            #[cfg(feature = "peers")]
             "scc" => bench_one(name, Scc(scc::TreeIndex::new()), args, &keys, g, r),
+            #[cfg(feature = "peers")]
             "art" => bench_one(name, Art(congee::Congee::default()), args, &keys, g, r),
             _ => unreachable!(),
         }?;

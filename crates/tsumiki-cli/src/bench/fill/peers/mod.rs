@@ -6,10 +6,14 @@ use std::path::Path;
 
 #[cfg(any(have_leveldb, have_rocksdb))]
 pub mod c_kv;
+#[cfg(feature = "peers")]
 pub mod fjall;
+#[cfg(feature = "peers")]
 pub mod lmdb;
 pub mod raw;
+#[cfg(feature = "peers")]
 pub mod redb;
+#[cfg(feature = "peers")]
 pub mod sqlite;
 pub mod tsumiki;
 
@@ -22,6 +26,10 @@ pub fn missing(engine: &str) -> Option<String> {
     let (built, package) = match engine {
         "leveldb" => (cfg!(have_leveldb), "libleveldb-dev"),
         "rocksdb" => (cfg!(have_rocksdb), "librocksdb-dev"),
+        "lmdb" | "sqlite" | "redb" | "fjall" => {
+            return (!cfg!(feature = "peers"))
+                .then(|| format!("{engine}: not built in; build with the default feature `peers`"));
+        }
         _ => (true, ""),
     };
     (!built).then(|| format!("{engine}: not built in; install {package} and rebuild"))
