@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 /// The longest value accepted.
-pub const MAX_VALUE_LEN: usize = 16 << 20;
+pub use crate::limits::MAX_VALUE_LEN;
 
 /// Errors of the index.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -42,6 +42,7 @@ pub mod db;
 pub mod error;
 #[doc(hidden)]
 pub mod index;
+pub mod limits;
 #[doc(hidden)]
 pub mod mvcc;
 pub(crate) mod store;

@@ -39,7 +39,7 @@ pub use tree::LeafHint;
 use tree::{LeafPos, Tree, WriteOp};
 
 /// The longest key the tree accepts, in bytes.
-pub const MAX_KEY_LEN: usize = 4096;
+pub use crate::limits::MAX_KEY_LEN;
 
 pub use crate::error::IndexError;
 

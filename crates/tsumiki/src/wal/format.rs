@@ -15,7 +15,7 @@ pub use crate::block::{
 pub const RESERVED_LANES: u16 = 0xFFFE;
 
 /// The longest record body accepted (a transaction's whole write set).
-pub const MAX_RECORD: usize = 1 << 30;
+pub const MAX_RECORD: usize = crate::limits::MAX_WRITE_SET_BYTES;
 /// Record header: crc (4), body length (4).
 pub const RECORD_HEADER: usize = 8;
 
