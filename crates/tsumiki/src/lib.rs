@@ -45,6 +45,10 @@ pub mod index;
 pub mod limits;
 #[doc(hidden)]
 pub mod mvcc;
+#[cfg(feature = "test-plants")]
+pub mod plants;
+#[cfg(not(feature = "test-plants"))]
+pub(crate) mod plants;
 pub(crate) mod store;
 #[doc(hidden)]
 pub mod wal;

@@ -38,7 +38,7 @@ fn audit(txn: &mut tsumiki::Txn<'_>) -> Result<(u64, u64), Error> {
 
 fn bank(cc: Cc, planted: bool, threads: usize, txns_per_thread: usize) -> Result<(), String> {
     let mut opts = Options::with_cc(cc);
-    opts.skip_validation_for_tests = planted;
+    opts.plants.skip_validation = planted;
     let db = Db::open_in_memory(opts).unwrap();
     let bad_audits = AtomicU64::new(0);
     db.run(|t| {

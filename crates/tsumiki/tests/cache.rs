@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use tsumiki::plants::Plants;
 use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
 
 fn key(n: u64) -> Vec<u8> {
@@ -24,13 +25,9 @@ fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
 
 /// A small cache, frequent checkpoints, buffered commits (the test is about the cache).
 fn opts(cc: Cc, cache_bytes: usize, evict_dirty: bool) -> Options {
-    let log = LogOptions {
-        durability: Durability::Buffered,
-        checkpoint_bytes: 256 << 10,
-        evict_dirty_for_tests: evict_dirty,
-        ..LogOptions::default()
-    };
-    Options { cc, cache_bytes, log, ..Options::default() }
+    let log = LogOptions { durability: Durability::Buffered, checkpoint_bytes: 256 << 10, ..LogOptions::default() };
+    let plants = Plants { evict_dirty, ..Plants::NONE };
+    Options { cc, cache_bytes, log, plants, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -236,7 +233,7 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(cc, 1, false);
     o.log.checkpoint_bytes = 8 << 10;
-    o.log.scan_gap_unguarded_for_tests = unguarded;
+    o.plants.scan_gap_unguarded = unguarded;
     // The planted run writes faster.
     let think = if unguarded { 200 } else { 2000 };
     let db = Db::create(dir.path(), o).unwrap();

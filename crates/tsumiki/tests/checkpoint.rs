@@ -242,11 +242,11 @@ fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
     const KEYS: u32 = 20_000;
     let dir = tempfile::tempdir().unwrap();
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 20);
-    o.log.skip_sync_for_tests = true;
+    o.plants.skip_sync = true;
     o.log.segment_size = 256 << 10;
     o.log.page_segment_size = 128 << 10;
-    o.log.checkpoint_delay_for_tests = std::time::Duration::from_millis(400);
-    o.log.no_throttle_for_tests = no_throttle;
+    o.plants.checkpoint_delay = std::time::Duration::from_millis(400);
+    o.plants.no_throttle = no_throttle;
     let db = Db::create(dir.path(), o).unwrap();
     fill_keys(&db, KEYS);
     let log_bytes = || wal_bytes(dir.path());

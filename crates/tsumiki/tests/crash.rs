@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tsumiki::plants::Plants;
 use tsumiki::wal::storage::{SimRng, SimStorage};
 use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
 
@@ -80,9 +81,9 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
     let mut opts = pick(seed);
     match planted {
         Planted::None => {}
-        Planted::SkipSync => opts.log.skip_sync_for_tests = true,
+        Planted::SkipSync => opts.plants.skip_sync = true,
         Planted::EarlyLogRemoval => {
-            opts.log.early_log_removal_for_tests = true;
+            opts.plants.early_log_removal = true;
             opts.log.checkpoint_bytes = 12 << 10;
         }
     }
@@ -202,12 +203,15 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
         checkpoint_interval: Duration::ZERO,
         // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
         page_segment_size: 8 << 10,
-        early_segment_reuse_for_tests: planted == SweepBug::EarlyReuse,
-        milestone_skips_replay_for_tests: planted == SweepBug::MilestoneSkipsReplay,
-        first_logged_value_for_tests: planted == SweepBug::FirstLoggedValue,
         ..LogOptions::default()
     };
-    let opts = Options { cc: Cc::TicToc, log, ..Options::default() };
+    let plants = Plants {
+        early_segment_reuse: planted == SweepBug::EarlyReuse,
+        milestone_skips_replay: planted == SweepBug::MilestoneSkipsReplay,
+        first_logged_value: planted == SweepBug::FirstLoggedValue,
+        ..Plants::NONE
+    };
+    let opts = Options { cc: Cc::TicToc, log, plants, ..Options::default() };
     let disk = SimStorage::new(7);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("open: {e}"))?;
     if let Some(k) = crash_at {
@@ -339,7 +343,7 @@ fn serial_iteration(seed: u64, drop_tail: bool) -> Result<(), String> {
     let buffered = drop_tail || seed % 3 == 2;
     if buffered {
         opts.log.durability = Durability::Buffered;
-        opts.log.repack_drops_tail_for_tests = drop_tail;
+        opts.plants.repack_drops_tail = drop_tail;
     }
     let what = format!("seed {seed} ({}, {}, {:?})", opts.cc.name(), opts.log.name(), opts.log.durability);
     let mut rng = SimRng::new(seed ^ 0x1234);

@@ -184,14 +184,14 @@ fn with_sessions(
 ) -> Result<(), String> {
     let store = STORE.with(|s| s.get());
     let mut opts = Options::with_cc(cc);
-    opts.skip_validation_for_tests = planted;
+    opts.plants.skip_validation = planted;
     let dir = tempfile::tempdir().unwrap();
     let db = match store {
         Store::Memory => Db::open_in_memory(opts).unwrap(),
         Store::TinyCache => {
             opts.cache_bytes = 1;
             opts.log.durability = tsumiki::Durability::Buffered;
-            opts.log.evict_unmarked_for_tests = UNMARKED.with(|u| u.get());
+            opts.plants.evict_unmarked = UNMARKED.with(|u| u.get());
             Db::create(dir.path(), opts).unwrap()
         }
     };

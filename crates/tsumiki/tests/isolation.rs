@@ -172,7 +172,7 @@ fn history(cc: Cc, planted: bool, threads: usize, txns: usize, seed: u64) -> Vec
 
 fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, seed: u64) -> Vec<TxnRecord> {
     let mut opts = Options::with_cc(cc);
-    opts.skip_validation_for_tests = planted;
+    opts.plants.skip_validation = planted;
     let dir = tempfile::tempdir().unwrap();
     let pause = matches!(store, Store::TinyCache { .. } | Store::PausedMisses { .. });
     let db = match store {
@@ -185,15 +185,15 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
             // make that about ten times as common as at 8 KiB (4 and 6 of 200 histories
             // under TicToc and Silo, against 1 and 0).
             opts.log.checkpoint_bytes = if unmarked { 1 << 10 } else { 8 << 10 };
-            opts.log.evict_unmarked_for_tests = unmarked;
+            opts.plants.evict_unmarked = unmarked;
             Db::create(dir.path(), opts).unwrap()
         }
         Store::PausedMisses { unchecked } => {
             opts.cache_bytes = 1;
             opts.log.durability = tsumiki::Durability::Buffered;
             opts.log.checkpoint_bytes = 8 << 10;
-            opts.log.lookup_pause_for_tests = true;
-            opts.log.load_count_unchecked_for_tests = unchecked;
+            opts.plants.lookup_pause = true;
+            opts.plants.load_count_unchecked = unchecked;
             Db::create(dir.path(), opts).unwrap()
         }
     };

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tsumiki::plants::Plants;
 use tsumiki::wal::storage::SimRng;
 use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release};
 
@@ -71,10 +72,10 @@ fn options(variant: u64, child: Child) -> Options {
         durability,
         segment_size: 1 << 20,
         checkpoint_bytes,
-        repack_drops_tail_for_tests: child == Child::DropTail,
         ..LogOptions::default()
     };
-    Options { cc, log, ..Options::default() }
+    let plants = Plants { repack_drops_tail: child == Child::DropTail, ..Plants::NONE };
+    Options { cc, log, plants, ..Options::default() }
 }
 
 /// The child: runs until killed. Does nothing unless started by `sigkill_recovery`.

@@ -9,6 +9,7 @@ use std::sync::Barrier;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use tsumiki::plants::Plants;
 use tsumiki::{Cc, Db, LogOptions, Options};
 
 fn key(n: u64) -> Vec<u8> {
@@ -219,8 +220,8 @@ fn gap_through_a_loaded_range(cc: Cc, planted: bool) -> bool {
     })
     .unwrap();
     db.close().unwrap();
-    let log = LogOptions { lazy_gaps_unchecked_for_tests: planted, ..LogOptions::default() };
-    let db = Db::create(dir.path(), Options { cc, log, ..Options::default() }).unwrap();
+    let plants = Plants { lazy_gaps_unchecked: planted, ..Plants::NONE };
+    let db = Db::create(dir.path(), Options { cc, plants, ..Options::default() }).unwrap();
     assert_eq!(db.store_stats().unwrap().pages, 3, "the test needs one page per key");
     let mut t1 = db.begin();
     assert_eq!(t1.get(b"b").unwrap(), None);

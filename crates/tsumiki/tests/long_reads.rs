@@ -5,11 +5,12 @@
 //! `TSUMIKI_SCAN_SECS` sets how long each protocol runs (2 s by default; the closing note
 //! of issue 14 counts scans over 20 s). Under TicToc and Silo a view falls back to running
 //! with commits held after a few conflicts; the planted bug
-//! (`Options::view_without_fallback_for_tests`) shows that without it no scan finishes.
+//! (`Plants::view_without_fallback`) shows that without it no scan finishes.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tsumiki::plants::Plants;
 use tsumiki::{Cc, Db, Error, Options};
 
 const ACCOUNTS: u32 = 100_000;
@@ -40,8 +41,7 @@ struct Outcome {
 fn run(cc: Cc, dur: Duration, fallback: bool, skip_validation: bool) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
-        view_without_fallback_for_tests: !fallback,
-        skip_validation_for_tests: skip_validation,
+        plants: Plants { view_without_fallback: !fallback, skip_validation, ..Plants::NONE },
         ..Options::with_cc(cc)
     };
     let db = Db::create(dir.path().join("db"), opts).unwrap();

@@ -199,7 +199,7 @@ impl BenchIndex for BTreeRwLock {
 mod peer_indexes {
     use super::*;
 
-    pub struct SkipList(crossbeam_skiplist::SkipMap<Vec<u8>, u64>);
+    pub struct SkipList(pub crossbeam_skiplist::SkipMap<Vec<u8>, u64>);
 
     impl BenchIndex for SkipList {
         fn get(&self, k: &[u8]) -> bool {
@@ -230,7 +230,7 @@ mod peer_indexes {
         }
     }
 
-    pub struct Scc(scc::TreeIndex<Vec<u8>, u64>);
+    pub struct Scc(pub scc::TreeIndex<Vec<u8>, u64>);
 
     impl BenchIndex for Scc {
         fn get(&self, k: &[u8]) -> bool {
@@ -260,7 +260,7 @@ mod peer_indexes {
     }
 
     /// An adaptive radix tree (congee); keys are the 8-byte big-endian integers of the table.
-    pub struct Art(congee::Congee<usize, usize>);
+    pub struct Art(pub congee::Congee<usize, usize>);
 
     fn art_key(k: &[u8]) -> usize {
         usize::from_be_bytes(k[k.len() - 8..].try_into().unwrap())

@@ -141,8 +141,7 @@ unsafe impl Send for SiState {}
 /// MVCC with snapshot isolation and a version garbage collector.
 pub struct Si {
     /// Test only: writes skip the first-committer-wins check (a planted bug).
-    #[doc(hidden)]
-    pub skip_validation: bool,
+    pub(crate) skip_validation: bool,
     gc: Gc,
     refresh: Duration,
     clock: AtomicU64,

@@ -56,8 +56,7 @@ pub struct Silo {
     shared: Arc<EpochShared>,
     ticker: Option<JoinHandle<()>>,
     /// Test only: skip read validation (a planted bug for the isolation checker).
-    #[doc(hidden)]
-    pub skip_validation: bool,
+    pub(crate) skip_validation: bool,
 }
 
 impl Default for Silo {

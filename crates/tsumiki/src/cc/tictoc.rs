@@ -64,8 +64,7 @@ pub struct TicTocState {
 #[derive(Default)]
 pub struct TicToc {
     /// Test only: skip read validation (a planted bug for the isolation checker).
-    #[doc(hidden)]
-    pub skip_validation: bool,
+    pub(crate) skip_validation: bool,
 }
 
 impl Protocol for TicToc {

@@ -37,6 +37,7 @@ use crate::cc::twopl::TwoPl;
 use crate::cc::Protocol;
 use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
+use crate::plants::Plants;
 use crate::store::pages::StoreStats;
 use crate::wal::recovery::RecoveryStats;
 use crate::wal::storage::{DirStorage, Storage};
@@ -119,10 +120,6 @@ pub struct Options {
     /// MVCC-SI: how often each worker rebuilds its list of active transactions (100 ms as
     /// paper 000; the original EPO used 5 ms).
     pub gc_refresh: std::time::Duration,
-    /// Test only: TicToc and Silo skip read validation, MVCC-SI skips first-committer-wins
-    /// (planted bugs that the isolation tests must catch). Never set it otherwise.
-    #[doc(hidden)]
-    pub skip_validation_for_tests: bool,
     /// Logging, for databases opened with a path ([`Db::open`]): P-WAL with NLR and
     /// fdatasync at every commit by default.
     pub log: LogOptions,
@@ -137,10 +134,10 @@ pub struct Options {
     /// database to exist. Opening still takes the database's lock and recovers what a
     /// crash left (which writes to its files), so the directory must be writable.
     pub read_only: bool,
-    /// Test only: [`Db::view`] never runs with commits held, retrying optimistically
-    /// forever (the planted bug the long-read tests must catch). Never set it otherwise.
-    #[doc(hidden)]
-    pub view_without_fallback_for_tests: bool,
+    /// Test only (the cargo feature `test-plants`, which only the tests enable): planted
+    /// bugs and delays for the checkers.
+    #[cfg(feature = "test-plants")]
+    pub plants: crate::plants::Plants,
 }
 
 /// The record cache of a database with pages ([`Db::cache_stats`]).
@@ -175,11 +172,11 @@ impl Default for Options {
             cc: Cc::default(),
             index: BwTreeConfig::default(),
             gc_refresh: DEFAULT_REFRESH,
-            skip_validation_for_tests: false,
             log: LogOptions::default(),
             cache_bytes: DEFAULT_CACHE_BYTES,
             read_only: false,
-            view_without_fallback_for_tests: false,
+            #[cfg(feature = "test-plants")]
+            plants: crate::plants::Plants::NONE,
         }
     }
 }
@@ -198,6 +195,14 @@ impl Options {
             return Err(Error::Config("gc_refresh must be above zero".into()));
         }
         CommitMode::resolve(&self.log, self.cc.name(), self.cc.can_hold_locks())
+    }
+
+    /// The test plants: [`Plants::NONE`] in every build without the feature `test-plants`.
+    pub(crate) fn plants(&self) -> Plants {
+        #[cfg(feature = "test-plants")]
+        return self.plants;
+        #[cfg(not(feature = "test-plants"))]
+        Plants::NONE
     }
 }
 
@@ -259,7 +264,7 @@ impl<P: Protocol> TypedDb<P> {
         log: LogOptions,
         cache_bytes: usize,
     ) -> Result<Self, Error> {
-        Self::open_durable_as(proto, index, storage, log, cache_bytes, false)
+        Self::open_durable_as(proto, index, storage, log, cache_bytes, false, Plants::NONE)
     }
 
     /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
@@ -270,11 +275,12 @@ impl<P: Protocol> TypedDb<P> {
         log: LogOptions,
         cache_bytes: usize,
         read_only: bool,
+        plants: Plants,
     ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
         eng.cache_bytes = cache_bytes;
         eng.read_only = read_only;
-        eng.open_durable(storage, log)?;
+        eng.open_durable(storage, log, plants)?;
         let eng = Arc::new(eng);
         let checkpointer = Some(Checkpointer::start(&eng));
         Ok(TypedDb { eng, checkpointer })
@@ -498,25 +504,26 @@ impl Db {
                     opts.log.clone(),
                     opts.cache_bytes,
                     opts.read_only,
+                    opts.plants(),
                 ),
             }
         }
         let inner = match opts.cc {
-            Cc::TicToc => AnyDb::TicToc(mk(TicToc { skip_validation: opts.skip_validation_for_tests }, opts, storage)?),
+            Cc::TicToc => AnyDb::TicToc(mk(TicToc { skip_validation: opts.plants().skip_validation }, opts, storage)?),
             Cc::Silo => {
                 let mut p = Silo::new();
-                p.skip_validation = opts.skip_validation_for_tests;
+                p.skip_validation = opts.plants().skip_validation;
                 AnyDb::Silo(mk(p, opts, storage)?)
             }
             Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(mk(TwoPl::no_wait(), opts, storage)?),
             Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(mk(TwoPl::wait_die(), opts, storage)?),
             Cc::MvccSi(gc) => {
                 let mut p = Si::new(gc, opts.gc_refresh);
-                p.skip_validation = opts.skip_validation_for_tests;
+                p.skip_validation = opts.plants().skip_validation;
                 AnyDb::Si(mk(p, opts, storage)?)
             }
         };
-        let view_fallback = matches!(opts.cc, Cc::TicToc | Cc::Silo) && !opts.view_without_fallback_for_tests;
+        let view_fallback = matches!(opts.cc, Cc::TicToc | Cc::Silo) && !opts.plants().view_without_fallback;
         Ok(Db { inner, view_fallback })
     }
 
@@ -539,9 +546,9 @@ impl Db {
         dispatch!(&self.inner, db => db.wal_stats())
     }
 
-    /// Test only: drops the handle as a crash would (no final flush, no page write), so the
-    /// next open runs recovery. Never use it otherwise.
-    #[doc(hidden)]
+    /// Test only (the cargo feature `test-plants`): drops the handle as a crash would (no
+    /// final flush, no page write), so the next open runs recovery.
+    #[cfg(feature = "test-plants")]
     pub fn abandon_for_tests(self) {
         dispatch!(&self.inner, db => db.eng.abandon());
     }

@@ -270,17 +270,17 @@ pub(crate) struct Residency {
     /// Ranges marked loaded so far (see the module's notes).
     loads: AtomicU64,
     /// Test only: spans are checked at their start only (the planted bug of
-    /// `LogOptions::lazy_gaps_unchecked_for_tests`).
+    /// `Plants::lazy_gaps_unchecked`).
     unchecked_gaps: bool,
-    /// Test only: `LogOptions::evict_dirty_for_tests`.
+    /// Test only: `Plants::evict_dirty`.
     pub(crate) evict_dirty: bool,
-    /// Test only: `LogOptions::evict_unmarked_for_tests`.
+    /// Test only: `Plants::evict_unmarked`.
     pub(crate) evict_unmarked: bool,
-    /// Test only: `LogOptions::load_count_unchecked_for_tests`.
+    /// Test only: `Plants::load_count_unchecked`.
     pub(crate) load_count_unchecked: bool,
-    /// Test only: `LogOptions::lookup_pause_for_tests`.
+    /// Test only: `Plants::lookup_pause`.
     pub(crate) lookup_pause: bool,
-    /// Test only: `LogOptions::scan_gap_unguarded_for_tests`.
+    /// Test only: `Plants::scan_gap_unguarded`.
     pub(crate) scan_gap_unguarded: bool,
 }
 

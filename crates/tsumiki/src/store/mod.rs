@@ -24,6 +24,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::Error;
+use crate::plants::Plants;
 use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, Logged, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
@@ -130,6 +131,7 @@ fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     log: LogOptions,
+    plants: Plants,
     protocol: &str,
     can_hold_locks: bool,
     load: &mut Loader<'_>,
@@ -144,7 +146,7 @@ pub(crate) fn open(
     // Opening must not need free space: on a full disk the database opens read-only.
     let mut read_only: Option<Error> = None;
     let seg_bytes = log.page_segment_size;
-    let early_reuse = log.early_segment_reuse_for_tests;
+    let early_reuse = plants.early_segment_reuse;
     // Pages stay on disk until used when a checkpoint can tell the changed keys from the
     // log (it writes only those, all of them in memory); otherwise it rewrites every page
     // from memory, which needs them all there.
@@ -285,7 +287,7 @@ pub(crate) fn open(
         Device::File => storage.clone(),
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
-    let wal = Arc::new(Wal::new(log_storage, log, generation));
+    let wal = Arc::new(Wal::new(log_storage, log, plants, generation));
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
     wal.set_echo_budget(checkpoint_buffer(replay_bytes));
@@ -458,7 +460,7 @@ impl Durable {
                 self.wal.flush_all()?;
             }
             // Recovery from this record replays the ended generation's logs too.
-            let named = if opts.milestone_skips_replay_for_tests { g } else { *generation };
+            let named = if self.wal.plants.milestone_skips_replay { g } else { *generation };
             recovery::write_master(&*self.storage, &master(named, Some(t), false, opts))?;
             *table = Some(t);
             p.commit();
@@ -471,7 +473,7 @@ impl Durable {
                 *generation,
                 opts.segment_size,
                 self.value_budget,
-                opts.first_logged_value_for_tests,
+                self.wal.plants.first_logged_value,
                 &echoes,
             )?;
             self.wal.recycle_echoes(echoes);
@@ -545,7 +547,7 @@ impl Durable {
         state: &dyn CommittedState,
     ) -> Result<(), Error> {
         self.wal.check()?;
-        std::thread::sleep(self.wal.opts.checkpoint_delay_for_tests);
+        std::thread::sleep(self.wal.plants.checkpoint_delay);
         let g = current
             .generation
             .checked_add(1)
@@ -564,7 +566,7 @@ impl Durable {
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
         let m = master(g, Some(t), false, opts);
-        if opts.early_log_removal_for_tests {
+        if self.wal.plants.early_log_removal {
             recovery::remove_stale(&self.storage, g).map_err(poison)?;
         }
         recovery::write_master(&*self.storage, &m).map_err(poison)?;
@@ -584,6 +586,7 @@ impl Durable {
 
     /// Marks the database closed without flushing or writing anything (a simulated crash
     /// for tests).
+    #[cfg(feature = "test-plants")]
     pub(crate) fn abandon(&self) {
         self.closed.store(true, Ordering::Release);
     }

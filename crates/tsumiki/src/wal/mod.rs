@@ -26,6 +26,7 @@ pub mod recovery;
 mod segments;
 pub mod storage;
 
+use crate::plants::Plants;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -131,72 +132,10 @@ pub struct LogOptions {
     /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
     /// least 8 KiB): the unit cleaning frees and reuses.
     pub page_segment_size: u64,
-    /// Test only: a segment the page store no longer needs is reused before the master
-    /// record that stops naming it is durable (a planted bug for the crash tests).
-    #[doc(hidden)]
-    pub early_segment_reuse_for_tests: bool,
-    /// Test only: a checkpoint deletes the older logs before the master record naming its
-    /// table is durable (a planted bug for the crash tests). Never set it otherwise.
-    #[doc(hidden)]
-    pub early_log_removal_for_tests: bool,
-    /// Test only: a checkpoint's milestone master record names the new generation, so
-    /// recovery from it replays only the new generation's logs over a table that lacks
-    /// part of the old one's writes (a planted bug for the crash tests). Never set it
-    /// otherwise.
-    #[doc(hidden)]
-    pub milestone_skips_replay_for_tests: bool,
-    /// Test only: a checkpoint writes to the pages the first value the ended generation
-    /// logged for a key rather than the last (a planted bug for the crash tests). Never
-    /// set it otherwise.
-    #[doc(hidden)]
-    pub first_logged_value_for_tests: bool,
-    /// Test only: each checkpoint waits this long before it starts (commits go on), so
-    /// that commits outpace checkpoints. Never set it otherwise.
-    #[doc(hidden)]
-    pub checkpoint_delay_for_tests: Duration,
-    /// Test only: commits are never held back when the log runs ahead of the checkpoints
-    /// (a planted bug: the logs on disk then grow with the lead). Never set it otherwise.
-    #[doc(hidden)]
-    pub no_throttle_for_tests: bool,
-    /// Test only: a lazily opened database trusts the record after a missing key without
-    /// loading the key ranges between them (a planted bug for the isolation tests).
-    #[doc(hidden)]
-    pub lazy_gaps_unchecked_for_tests: bool,
-    /// Test only: key ranges written since the last checkpoint may leave memory (their
-    /// newest writes are then lost until recovery; a planted bug for the cache tests).
-    #[doc(hidden)]
-    pub evict_dirty_for_tests: bool,
-    /// Test only: evicted records are not marked (a transaction that read one can still
-    /// validate it; a planted bug for the isolation tests under a tiny cache).
-    #[doc(hidden)]
-    pub evict_unmarked_for_tests: bool,
-    /// Test only: a key found missing is trusted once its range is loaded, even if the range
-    /// left and came back since the lookup (the load count is not compared; a planted bug
-    /// for the isolation tests under a tiny cache).
-    #[doc(hidden)]
-    pub load_count_unchecked_for_tests: bool,
-    /// Test only: a lookup that finds a key missing sleeps before it checks the key's range,
-    /// so that ranges leave and come back in between (makes the race the load count closes
-    /// common enough for tests to meet).
-    #[doc(hidden)]
-    pub lookup_pause_for_tests: bool,
-    /// Test only: a scan chunk that stops where a key range is not in memory leaves the gap
-    /// before that range to the next chunk, unguarded in between (a planted bug for the
-    /// phantom test under a tiny cache).
-    #[doc(hidden)]
-    pub scan_gap_unguarded_for_tests: bool,
-    /// Test only: a lane's partly filled last block is written again without the records
-    /// it held (a planted bug for the crash and kill tests: buffered commits are lost).
-    #[doc(hidden)]
-    pub repack_drops_tail_for_tests: bool,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
     pub lsn_order: bool,
-    /// Test only: report syncs as done without doing them (a planted bug for the crash
-    /// tests). Never set it otherwise.
-    #[doc(hidden)]
-    pub skip_sync_for_tests: bool,
     /// Log segments are written with direct I/O (`O_DIRECT`, bypassing the OS page cache)
     /// when every write is synced at once (`Durability::Sync` on real files) and the file
     /// system allows it; true by default. The fdatasync of a commit then only flushes the
@@ -218,21 +157,7 @@ impl Default for LogOptions {
             checkpoint_interval: Duration::from_secs(60),
             checkpoint_helpers: 0,
             page_segment_size: 4 << 20,
-            early_segment_reuse_for_tests: false,
-            early_log_removal_for_tests: false,
-            milestone_skips_replay_for_tests: false,
-            first_logged_value_for_tests: false,
-            checkpoint_delay_for_tests: Duration::ZERO,
-            no_throttle_for_tests: false,
-            lazy_gaps_unchecked_for_tests: false,
-            evict_dirty_for_tests: false,
-            evict_unmarked_for_tests: false,
-            load_count_unchecked_for_tests: false,
-            lookup_pause_for_tests: false,
-            scan_gap_unguarded_for_tests: false,
-            repack_drops_tail_for_tests: false,
             lsn_order: false,
-            skip_sync_for_tests: false,
             direct_io: true,
         }
     }
@@ -512,6 +437,8 @@ pub struct WalStats {
 pub(crate) struct Wal {
     storage: Arc<dyn Storage>,
     pub(crate) opts: LogOptions,
+    /// The test plants ([`Plants::NONE`] outside the tests).
+    pub(crate) plants: Plants,
     /// The generation new lanes write into.
     generation: AtomicU64,
     /// `grown` when the last checkpoint switched generations (or one failed): the log since
@@ -579,13 +506,14 @@ fn io_err(what: &str, e: io::Error) -> String {
 }
 
 impl Wal {
-    pub(crate) fn new(storage: Arc<dyn Storage>, opts: LogOptions, generation: u64) -> Wal {
+    pub(crate) fn new(storage: Arc<dyn Storage>, opts: LogOptions, plants: Plants, generation: u64) -> Wal {
         let recycled: Arc<Recycled> = Arc::default();
         Wal {
             preparer: Preparer::new(storage.clone(), recycled.clone()),
             recycled,
             storage,
             opts,
+            plants,
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
             checkpoint_written: AtomicU64::new(0),
@@ -937,7 +865,7 @@ impl Wal {
                 io.off -= BLOCK as u64;
                 io.seq -= 1;
                 self.rewritten.fetch_add(1, Ordering::Relaxed);
-                if self.opts.repack_drops_tail_for_tests {
+                if self.plants.repack_drops_tail {
                     t.payload.clear();
                     t.ends.clear();
                 }
@@ -1048,7 +976,7 @@ impl Wal {
 
     fn sync(&self, f: &dyn StorageFile) -> Result<(), Error> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        if self.opts.skip_sync_for_tests {
+        if self.plants.skip_sync {
             return Ok(());
         }
         f.sync_data().map_err(|e| self.poison(io_err("log fdatasync failed; the database is poisoned", e)))
@@ -1082,7 +1010,7 @@ impl Wal {
                 io.file = Some(file);
                 io.off = 0;
                 if matches!(self.opts.device, Device::File) {
-                    let (size, sync) = (format::segment_len(io.seg + 1, max), !self.opts.skip_sync_for_tests);
+                    let (size, sync) = (format::segment_len(io.seg + 1, max), !self.plants.skip_sync);
                     io.next = Some(self.preparer.start(name(io.seg + 1), size, sync));
                 }
             }
@@ -1106,7 +1034,7 @@ impl Wal {
     fn prepare(&self, name: String, seg: u64) -> io::Result<Box<dyn StorageFile>> {
         let prealloc = matches!(self.opts.device, Device::File);
         let size = format::segment_len(seg, self.opts.segment_size);
-        prepare_segment(&*self.storage, &self.recycled, &name, size, prealloc, !self.opts.skip_sync_for_tests)
+        prepare_segment(&*self.storage, &self.recycled, &name, size, prealloc, !self.plants.skip_sync)
     }
 
     /// Once the master record naming generation `keep` is durable: keeps the older
@@ -1311,7 +1239,7 @@ impl Wal {
         if self.opts.checkpoint_bytes == 0
             || self.opts.device != Device::File
             || self.holds_locks()
-            || self.opts.no_throttle_for_tests
+            || self.plants.no_throttle
         {
             return;
         }

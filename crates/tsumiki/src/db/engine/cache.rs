@@ -48,7 +48,7 @@ impl<P: Protocol> Engine<P> {
         self.residency.as_ref().is_none_or(|r| r.no_load_since(since))
     }
 
-    /// Test only (`LogOptions::lookup_pause_for_tests`): waits between a lookup that found a
+    /// Test only (`Plants::lookup_pause`): waits between a lookup that found a
     /// key missing and the check of its range.
     #[inline]
     pub(super) fn pause_after_miss(&self) {

@@ -57,11 +57,16 @@ impl<P: Protocol> CommittedState for Engine<P> {
 impl<P: Protocol> Engine<P> {
     /// Opens the database in `storage`: recovers what its files hold into this (empty)
     /// engine, bulk-loaded in key order, then starts a new log.
-    pub(crate) fn open_durable(&mut self, storage: Arc<dyn Storage>, log: LogOptions) -> Result<(), Error> {
+    pub(crate) fn open_durable(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        log: LogOptions,
+        plants: Plants,
+    ) -> Result<(), Error> {
         let (unchecked_gaps, evict_dirty, evict_unmarked) =
-            (log.lazy_gaps_unchecked_for_tests, log.evict_dirty_for_tests, log.evict_unmarked_for_tests);
-        let (load_count_unchecked, lookup_pause) = (log.load_count_unchecked_for_tests, log.lookup_pause_for_tests);
-        let scan_gap_unguarded = log.scan_gap_unguarded_for_tests;
+            (plants.lazy_gaps_unchecked, plants.evict_dirty, plants.evict_unmarked);
+        let (load_count_unchecked, lookup_pause) = (plants.load_count_unchecked, plants.lookup_pause);
+        let scan_gap_unguarded = plants.scan_gap_unguarded;
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         // Replay holds at most a quarter of the cache's worth of writes before it moves them
@@ -70,6 +75,7 @@ impl<P: Protocol> Engine<P> {
         let opened = store::open(
             storage,
             log,
+            plants,
             proto.name(),
             proto.can_hold_locks(),
             &mut |k, v| {
@@ -220,6 +226,7 @@ impl<P: Protocol> Engine<P> {
 
     /// Marks the database closed without flushing or writing pages (a simulated
     /// crash for tests).
+    #[cfg(feature = "test-plants")]
     pub(crate) fn abandon(&self) {
         if let Some(d) = &self.durable {
             d.abandon();

@@ -11,6 +11,7 @@ use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
+use crate::plants::Plants;
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable};
 use crate::wal::storage::Storage;

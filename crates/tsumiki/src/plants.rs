@@ -1,0 +1,84 @@
+//! Test plants: deliberate bugs and delays that a test switches on to show that its checker
+//! (isolation, crash recovery, cleaning, checkpoints, the cache) catches what it should.
+//!
+//! They exist only in builds with the cargo feature `test-plants`, which only the tests
+//! enable (through a dev-dependency): a user's build has no `Options::plants` and every
+//! check below is the constant [`Plants::NONE`], folded away by the compiler.
+
+use std::time::Duration;
+
+/// Every planted bug and delay, all off by default. Never set one outside a test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plants {
+    /// TicToc and Silo skip read validation, MVCC-SI skips first-committer-wins (the
+    /// isolation tests must catch it).
+    pub skip_validation: bool,
+    /// [`crate::Db::view`] never runs with commits held, retrying optimistically forever
+    /// (the long-read tests must catch it).
+    pub view_without_fallback: bool,
+    /// Report syncs as done without doing them (the crash tests).
+    pub skip_sync: bool,
+    /// A lane's partly filled last block is written again without the records it held:
+    /// buffered commits are lost (the crash and kill tests).
+    pub repack_drops_tail: bool,
+    /// A segment the page store no longer needs is reused before the master record that
+    /// stops naming it is durable (the crash tests).
+    pub early_segment_reuse: bool,
+    /// A checkpoint deletes the older logs before the master record naming its table is
+    /// durable (the crash tests).
+    pub early_log_removal: bool,
+    /// A checkpoint's milestone master record names the new generation, so recovery from it
+    /// replays only the new generation's logs over a table that lacks part of the old one's
+    /// writes (the crash tests).
+    pub milestone_skips_replay: bool,
+    /// A checkpoint writes to the pages the first value the ended generation logged for a
+    /// key rather than the last (the crash tests).
+    pub first_logged_value: bool,
+    /// Each checkpoint waits this long before it starts (commits go on), so that commits
+    /// outpace checkpoints (the checkpoint tests; a delay, not a bug).
+    pub checkpoint_delay: Duration,
+    /// Commits are never held back when the log runs ahead of the checkpoints: the logs on
+    /// disk then grow with the lead (the checkpoint tests).
+    pub no_throttle: bool,
+    /// A lazily opened database trusts the record after a missing key without loading the
+    /// key ranges between them (the isolation tests).
+    pub lazy_gaps_unchecked: bool,
+    /// Key ranges written since the last checkpoint may leave memory: their newest writes
+    /// are then lost until recovery (the cache tests).
+    pub evict_dirty: bool,
+    /// Evicted records are not marked: a transaction that read one can still validate it
+    /// (the isolation tests under a tiny cache).
+    pub evict_unmarked: bool,
+    /// A key found missing is trusted once its range is loaded, even if the range left and
+    /// came back since the lookup (the isolation tests under a tiny cache).
+    pub load_count_unchecked: bool,
+    /// A lookup that finds a key missing sleeps before it checks the key's range, so that
+    /// ranges leave and come back in between (makes the race the load count closes common
+    /// enough for tests to meet; a delay, not a bug).
+    pub lookup_pause: bool,
+    /// A scan chunk that stops where a key range is not in memory leaves the gap before that
+    /// range to the next chunk, unguarded in between (the phantom test under a tiny cache).
+    pub scan_gap_unguarded: bool,
+}
+
+impl Plants {
+    /// Nothing planted.
+    pub const NONE: Plants = Plants {
+        skip_validation: false,
+        view_without_fallback: false,
+        skip_sync: false,
+        repack_drops_tail: false,
+        early_segment_reuse: false,
+        early_log_removal: false,
+        milestone_skips_replay: false,
+        first_logged_value: false,
+        checkpoint_delay: Duration::ZERO,
+        no_throttle: false,
+        lazy_gaps_unchecked: false,
+        evict_dirty: false,
+        evict_unmarked: false,
+        load_count_unchecked: false,
+        lookup_pause: false,
+        scan_gap_unguarded: false,
+    };
+}
