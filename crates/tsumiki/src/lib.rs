@@ -49,6 +49,8 @@ pub mod mvcc;
 pub mod plants;
 #[cfg(not(feature = "test-plants"))]
 pub(crate) mod plants;
+#[doc(hidden)]
+pub mod storage;
 pub(crate) mod store;
 #[doc(hidden)]
 pub mod wal;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use tsumiki::storage::{SimImage, SimRng, SimStorage};
 use tsumiki::wal::format::{self, LoggedWrite, Master, RecordEncoder, Trailer, BLOCK};
 use tsumiki::wal::recovery;
-use tsumiki::wal::storage::{SimImage, SimRng, SimStorage};
 use tsumiki::{Db, Error, LogMode, LogOptions, Options, Release};
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -256,7 +256,7 @@ proptest! {
 fn master_superblocks_alternate_and_survive_a_torn_write() {
     use tsumiki::wal::recovery::{read_master, write_master, MASTER_FILE_LEN};
     let dir = tempfile::tempdir().unwrap();
-    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let path = dir.path().join("MASTER");
     let m = |generation| Master {
         generation,
@@ -298,7 +298,7 @@ fn master_superblocks_alternate_and_survive_a_torn_write() {
 #[test]
 fn a_single_record_master_of_the_earlier_format_is_named() {
     let dir = tempfile::tempdir().unwrap();
-    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let m = Master { generation: 3, table: Some((0, 0, 64, 7)), last_exit: true, elr: false, segment_size: 1 << 20 };
     std::fs::write(dir.path().join("MASTER"), m.encode()).unwrap();
     match recovery::read_master(&storage) {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tsumiki::plants::Plants;
-use tsumiki::wal::storage::{SimRng, SimStorage};
+use tsumiki::storage::{SimRng, SimStorage};
 use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
 
 fn iterations(default: u64) -> u64 {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use tsumiki::wal::storage::SimStorage;
+use tsumiki::storage::SimStorage;
 use tsumiki::{Db, Error, LogOptions, Options};
 
 fn opts() -> Options {

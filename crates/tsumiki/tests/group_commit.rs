@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tsumiki::wal::storage::SimStorage;
+use tsumiki::storage::SimStorage;
 use tsumiki::{Cc, Db, LogOptions, Options};
 
 /// NLR group commit (Algorithm 3): a deferred commit keeps its locks until its group is

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tsumiki::plants::Plants;
-use tsumiki::wal::storage::SimRng;
+use tsumiki::storage::SimRng;
 use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release};
 
 const SLOTS: u64 = 8;

@@ -134,7 +134,7 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     db.abandon_for_tests();
     let before = names(dir.path());
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
-    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
     drop(storage);
     for has_table in [false, true] {
@@ -285,7 +285,7 @@ fn a_clean_master_with_commits_logged_after_it_is_refused() {
     db.abandon_for_tests();
     let path = dir.path().join("MASTER");
     let real = std::fs::read(&path).unwrap();
-    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
     assert!(!newest.last_exit);
     // Zero whichever superblock holds the newest record.

@@ -18,7 +18,7 @@ use tsumiki::cc::twopl::TwoPl;
 use tsumiki::cc::Protocol;
 use tsumiki::db::{TypedDb, TypedTxn};
 use tsumiki::index::BwTreeConfig;
-use tsumiki::wal::storage::DirStorage;
+use tsumiki::storage::DirStorage;
 use tsumiki::{Cc, Device, Durability, Error, Gc, LockWait, LogMode, LogOptions, Release};
 
 use super::cleanup::TempDir;

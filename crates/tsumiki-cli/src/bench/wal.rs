@@ -16,8 +16,8 @@ use serde::Serialize;
 use tsumiki::cc::twopl::TwoPl;
 use tsumiki::db::TypedDb;
 use tsumiki::index::BwTreeConfig;
+use tsumiki::storage::{DirStorage, NvmStorage, Storage, StorageFile};
 use tsumiki::wal::format::{BLOCK, PAYLOAD, RECORD_HEADER};
-use tsumiki::wal::storage::{DirStorage, NvmStorage, Storage, StorageFile};
 use tsumiki::{Device, Durability, LogMode, LogOptions, Release};
 
 use super::cleanup::TempDir;

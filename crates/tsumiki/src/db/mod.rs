@@ -38,9 +38,9 @@ use crate::cc::Protocol;
 use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
 use crate::plants::Plants;
+use crate::storage::{DirStorage, Storage};
 use crate::store::pages::StoreStats;
 use crate::wal::recovery::RecoveryStats;
-use crate::wal::storage::{DirStorage, Storage};
 use crate::wal::{CommitMode, CommitTicket, LogOptions, WalStats};
 
 pub use crate::error::{Error, MAX_VALUE_LEN};

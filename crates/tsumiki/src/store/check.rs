@@ -40,9 +40,9 @@ use super::pages::{parse_segment_file, segment_file, ImageRef, PageStore, STORE_
 use crate::block::{open_block, BLOCK, PAYLOAD};
 use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
+use crate::storage::{read_all, Storage, StorageFile};
 use crate::wal::format::{self, Master, MASTER_LEN};
 use crate::wal::recovery::{self, MASTER, MASTER_FILE_LEN};
-use crate::wal::storage::{read_all, Storage, StorageFile};
 use crate::wal::Release;
 
 // The page store's on-disk layout, restated (see `store::pages`): an independent reader.
@@ -265,7 +265,7 @@ impl Storage for ReadOnlyDir {
 
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
         // The same lock the database takes: an open database holds it.
-        Ok(Box::new(crate::wal::storage::lock_directory(&self.dir)?))
+        Ok(Box::new(crate::storage::lock_directory(&self.dir)?))
     }
 }
 

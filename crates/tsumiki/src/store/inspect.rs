@@ -8,9 +8,9 @@ use std::path::Path;
 
 use crate::block::{open_block, BLOCK, FLAG_FLUSH_END};
 use crate::error::Error;
+use crate::storage::Storage;
 use crate::wal::format::{parse_registry_name, parse_segment_name};
 use crate::wal::recovery::{read_master, read_registry, MASTER};
-use crate::wal::storage::Storage;
 
 use super::check::ReadOnlyDir;
 use super::pages::{parse_segment_file, PageStore, STORE_LANE};

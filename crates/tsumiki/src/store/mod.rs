@@ -25,9 +25,9 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::plants::Plants;
+use crate::storage::{NvmStorage, Storage};
 use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, Logged, RecoveryStats};
-use crate::wal::storage::{NvmStorage, Storage};
 use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
 use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
 

@@ -34,7 +34,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
 use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
-use crate::wal::storage::{create_fresh, Storage, StorageFile};
+use crate::storage::{create_fresh, Storage, StorageFile};
 
 mod entries;
 mod table;
@@ -1540,7 +1540,7 @@ fn range_end(pages: &[Arc<Page>], i: usize, changes: &dyn Changes, at: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::storage::DirStorage;
+    use crate::storage::DirStorage;
 
     fn key(i: u64) -> Vec<u8> {
         format!("key{i:08}").into_bytes()
@@ -1580,7 +1580,7 @@ mod tests {
         let mut table = store.write_table().unwrap();
         store.commit();
         assert!(store.pages.len() > 2 * PARALLEL_MIN_PAGES, "{} pages", store.pages.len());
-        let mut rng = crate::wal::storage::SimRng::new(7);
+        let mut rng = crate::storage::SimRng::new(7);
         for gen in 2..12u64 {
             let mut changes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
             for _ in 0..10_000 {

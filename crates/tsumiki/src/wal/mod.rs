@@ -24,7 +24,9 @@
 pub mod format;
 pub mod recovery;
 mod segments;
-pub mod storage;
+/// The storage floor moved to [`crate::storage`]; this name stays for older imports.
+#[doc(hidden)]
+pub use crate::storage;
 
 use crate::plants::Plants;
 use std::io;
@@ -36,11 +38,11 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
 use crate::error::Error;
+use crate::storage::{Storage, StorageFile};
 use format::{
     RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
 };
 use segments::{prepare_segment, Prepared, Preparer, Recycled};
-use storage::{Storage, StorageFile};
 
 /// Where commit records go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
-use super::storage::{read_all, Storage, StorageFile};
 use super::Release;
 use crate::error::Error;
+use crate::storage::{read_all, Storage, StorageFile};
 
 /// The master record's file name.
 pub const MASTER: &str = "MASTER";

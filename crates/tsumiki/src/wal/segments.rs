@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use super::storage::{self, Storage, StorageFile};
+use crate::storage::{self, Storage, StorageFile};
 
 static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 

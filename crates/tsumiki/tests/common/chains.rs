@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use tsumiki::wal::storage::SimRng;
+use tsumiki::storage::SimRng;
 use tsumiki::{Db, Error};
 
 /// The key of shared slot `k`.

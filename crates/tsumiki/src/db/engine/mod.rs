@@ -12,9 +12,9 @@ use crate::cc::{
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
 use crate::plants::Plants;
+use crate::storage::Storage;
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable};
-use crate::wal::storage::Storage;
 use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
 
 use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};

@@ -65,7 +65,7 @@ impl<const DIRECT: bool> FillEngine for RawFile<DIRECT> {
         }
         if DIRECT {
             // A file system that refuses O_DIRECT writes through the page cache.
-            ::tsumiki::wal::storage::set_direct_io(&file, true);
+            ::tsumiki::storage::set_direct_io(&file, true);
         }
         let mem = vec![0; unit + BLOCK];
         let start = mem.as_ptr().align_offset(BLOCK);

@@ -1,4 +1,5 @@
-//! The storage layer the log writes through: real files in a directory ([`DirStorage`]),
+//! The storage floor under the log and the page store: real files in a directory
+//! ([`DirStorage`]: files 0600, O_NOFOLLOW, new files O_EXCL, flock on the directory),
 //! an in-memory disk that can lose power ([`SimStorage`]), and an NVM emulation that only
 //! charges a latency per write ([`NvmStorage`]).
 //!
