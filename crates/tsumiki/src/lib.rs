@@ -56,11 +56,13 @@ pub(crate) mod store;
 pub mod wal;
 
 pub use db::{
-    CacheStats, Cc, Db, KeyRange, LockWait, Options, ReadTxn, Scan, Txn, DEFAULT_CACHE_BYTES, VIEW_OPTIMISTIC_TRIES,
+    CacheStats, Cc, Db, KeyRange, LockWait, Options, ReadTxn, Resolved, Scan, Txn, DEFAULT_CACHE_BYTES,
+    VIEW_OPTIMISTIC_TRIES,
 };
 pub use error::{Conflict, Error, MAX_VALUE_LEN};
 pub use index::MAX_KEY_LEN;
 pub use mvcc::{Gc, GcStats};
+pub use store::budget::CacheBudget;
 pub use store::check::{check, CheckReport, Finding, Severity};
 pub use store::inspect::{inspect, FileReport, Inspection};
 pub use store::pages::StoreStats;

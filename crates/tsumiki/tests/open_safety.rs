@@ -220,7 +220,7 @@ fn refused_configurations_create_nothing() {
     let o = Options { cc: Cc::Silo, log: LogOptions { group: 8, ..LogOptions::default() }, ..Options::default() };
     assert!(o.validate().is_err());
     let o = Options { cc: Cc::TwoPl(tsumiki::LockWait::WaitDie), log: o.log.clone(), ..Options::default() };
-    assert!(o.validate().unwrap().holds_locks, "2PL runs Algorithm 3");
+    assert!(o.validate().unwrap().policy.holds_locks, "2PL runs Algorithm 3");
     // An empty path is an error, not a database in the working directory.
     let cwd_lock = Path::new("LOCK").exists();
     assert!(matches!(Db::create("", Options::default()), Err(Error::Config(_))));

@@ -39,6 +39,7 @@ use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
 use crate::plants::Plants;
 use crate::storage::{DirStorage, Storage};
+use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
 use crate::wal::recovery::RecoveryStats;
 use crate::wal::{CommitMode, CommitTicket, LogOptions, WalStats};
@@ -140,6 +141,18 @@ pub struct Options {
     pub plants: crate::plants::Plants,
 }
 
+/// [`Options`] checked and resolved, once ([`Options::validate`]): open consumes these and
+/// hands each layer its part, which asks it by method rather than re-deriving it from the
+/// raw options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resolved {
+    /// How commits reach the log (the log mode, lock release, group and durability, and
+    /// whether commits hold their locks: paper 001's Algorithm 3).
+    pub policy: CommitMode,
+    /// [`Options::cache_bytes`] split into the records' share and a checkpoint's buffers.
+    pub cache: CacheBudget,
+}
+
 /// The record cache of a database with pages ([`Db::cache_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
@@ -189,12 +202,13 @@ impl Options {
 
     /// Checks every setting and resolves how commits reach the log. [`Db::open`] calls it
     /// before anything is created on disk, so a refused configuration leaves no trace.
-    pub fn validate(&self) -> Result<CommitMode, Error> {
+    pub fn validate(&self) -> Result<Resolved, Error> {
         self.index.validate().map_err(Error::Index)?;
         if self.gc_refresh.is_zero() {
             return Err(Error::Config("gc_refresh must be above zero".into()));
         }
-        CommitMode::resolve(&self.log, self.cc.name(), self.cc.can_hold_locks())
+        let policy = CommitMode::resolve(&self.log, self.cc.name(), self.cc.can_hold_locks())?;
+        Ok(Resolved { policy, cache: CacheBudget::new(self.cache_bytes) })
     }
 
     /// The test plants: [`Plants::NONE`] in every build without the feature `test-plants`.
@@ -264,7 +278,9 @@ impl<P: Protocol> TypedDb<P> {
         log: LogOptions,
         cache_bytes: usize,
     ) -> Result<Self, Error> {
-        Self::open_durable_as(proto, index, storage, log, cache_bytes, false, Plants::NONE)
+        let policy = CommitMode::resolve(&log, proto.name(), proto.can_hold_locks())?;
+        let cache = CacheBudget::new(cache_bytes);
+        Self::open_durable_as(proto, index, storage, log, Resolved { policy, cache }, false, Plants::NONE)
     }
 
     /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
@@ -273,14 +289,13 @@ impl<P: Protocol> TypedDb<P> {
         index: BwTreeConfig,
         storage: Arc<dyn Storage>,
         log: LogOptions,
-        cache_bytes: usize,
+        resolved: Resolved,
         read_only: bool,
         plants: Plants,
     ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
-        eng.cache_bytes = cache_bytes;
         eng.read_only = read_only;
-        eng.open_durable(storage, log, plants)?;
+        eng.open_durable(storage, log, resolved.policy, resolved.cache, plants)?;
         let eng = Arc::new(eng);
         let checkpointer = Some(Checkpointer::start(&eng));
         Ok(TypedDb { eng, checkpointer })
@@ -428,7 +443,8 @@ impl Db {
     /// assert_eq!((tictoc.cc_name(), wait_die.cc_name(), si.cc_name()), ("tictoc", "2pl-waitdie", "mvcc-si"));
     /// ```
     pub fn open_in_memory(opts: Options) -> Result<Db, Error> {
-        Self::build(&opts, None)
+        let resolved = opts.validate()?;
+        Self::build(&opts, resolved, None)
     }
 
     /// Opens the database in directory `path`, creating it (and the directory) if there
@@ -469,7 +485,7 @@ impl Db {
     }
 
     fn open_dir(path: &std::path::Path, opts: Options, create: bool) -> Result<Db, Error> {
-        opts.validate()?;
+        let resolved = opts.validate()?;
         if path.as_os_str().is_empty() {
             return Err(Error::Config("the database path is empty".into()));
         }
@@ -484,17 +500,22 @@ impl Db {
             }
         }
         let dir = DirStorage::new(path).map_err(|e| Error::io(format!("opening directory {}", path.display()), e))?;
-        Self::build(&opts, Some(Arc::new(dir)))
+        Self::build(&opts, resolved, Some(Arc::new(dir)))
     }
 
     /// Opens the database kept in `storage` (a simulated disk in crash tests).
     pub fn open_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db, Error> {
-        opts.validate()?;
-        Self::build(&opts, Some(storage))
+        let resolved = opts.validate()?;
+        Self::build(&opts, resolved, Some(storage))
     }
 
-    fn build(opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<Db, Error> {
-        fn mk<P: Protocol>(p: P, opts: &Options, storage: Option<Arc<dyn Storage>>) -> Result<TypedDb<P>, Error> {
+    fn build(opts: &Options, resolved: Resolved, storage: Option<Arc<dyn Storage>>) -> Result<Db, Error> {
+        fn mk<P: Protocol>(
+            p: P,
+            opts: &Options,
+            resolved: Resolved,
+            storage: Option<Arc<dyn Storage>>,
+        ) -> Result<TypedDb<P>, Error> {
             match storage {
                 None => TypedDb::new(p, opts.index.clone()),
                 Some(s) => TypedDb::open_durable_as(
@@ -502,25 +523,27 @@ impl Db {
                     opts.index.clone(),
                     s,
                     opts.log.clone(),
-                    opts.cache_bytes,
+                    resolved,
                     opts.read_only,
                     opts.plants(),
                 ),
             }
         }
         let inner = match opts.cc {
-            Cc::TicToc => AnyDb::TicToc(mk(TicToc { skip_validation: opts.plants().skip_validation }, opts, storage)?),
+            Cc::TicToc => {
+                AnyDb::TicToc(mk(TicToc { skip_validation: opts.plants().skip_validation }, opts, resolved, storage)?)
+            }
             Cc::Silo => {
                 let mut p = Silo::new();
                 p.skip_validation = opts.plants().skip_validation;
-                AnyDb::Silo(mk(p, opts, storage)?)
+                AnyDb::Silo(mk(p, opts, resolved, storage)?)
             }
-            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(mk(TwoPl::no_wait(), opts, storage)?),
-            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(mk(TwoPl::wait_die(), opts, storage)?),
+            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(mk(TwoPl::no_wait(), opts, resolved, storage)?),
+            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(mk(TwoPl::wait_die(), opts, resolved, storage)?),
             Cc::MvccSi(gc) => {
                 let mut p = Si::new(gc, opts.gc_refresh);
                 p.skip_validation = opts.plants().skip_validation;
-                AnyDb::Si(mk(p, opts, storage)?)
+                AnyDb::Si(mk(p, opts, resolved, storage)?)
             }
         };
         let view_fallback = matches!(opts.cc, Cc::TicToc | Cc::Silo) && !opts.plants().view_without_fallback;

@@ -14,6 +14,7 @@
 //!   replacement is durable;
 //! - every setting is validated before anything is created.
 
+pub mod budget;
 pub(crate) mod check;
 pub(crate) mod inspect;
 pub(crate) mod pages;
@@ -28,7 +29,8 @@ use crate::plants::Plants;
 use crate::storage::{NvmStorage, Storage};
 use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, Logged, RecoveryStats};
-use crate::wal::{CommitMode, Device, LogMode, LogOptions, Release, Wal};
+use crate::wal::{CommitMode, Device, LogOptions, Release, Wal};
+use budget::CacheBudget;
 use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
 
 /// The files behind a database opened with a path.
@@ -101,24 +103,6 @@ fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOp
     }
 }
 
-/// What each of a checkpoint's three buffers may hold, for a database whose replay may
-/// gather `replay_bytes`: the lanes' copies of their blocks, the list of the ended
-/// generation's writes (the generation's log is capped at this), and the values read back
-/// with them. The record cache leaves room for all three (see
-/// [`records_budget`]).
-pub(crate) fn checkpoint_buffer(replay_bytes: usize) -> usize {
-    replay_bytes / 4
-}
-
-/// The share of a cache of `cache_bytes` (whose replay may gather `replay_bytes`) that
-/// the records in memory may take: the rest is the checkpoint's buffers, so that the
-/// records and the buffers together stay within the cache. At 10M records under 64 MiB,
-/// the buffers (12 MiB) came on top of it, and the resident set passed the bound of
-/// cache, translation table and 10% by 15%.
-pub(crate) fn records_budget(cache_bytes: usize, replay_bytes: usize) -> usize {
-    cache_bytes.saturating_sub(3 * checkpoint_buffer(replay_bytes))
-}
-
 fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
     t.map(|r| (r.seg, r.off, r.len, r.crc))
 }
@@ -131,13 +115,12 @@ fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     log: LogOptions,
+    policy: CommitMode,
     plants: Plants,
-    protocol: &str,
-    can_hold_locks: bool,
     load: &mut Loader<'_>,
-    replay_bytes: usize,
+    budget: CacheBudget,
 ) -> Result<Durable, Error> {
-    CommitMode::resolve(&log, protocol, can_hold_locks)?;
+    let replay_bytes = budget.replay;
     let lock = storage.lock().map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
         _ => Error::io("locking the database", e),
@@ -150,7 +133,7 @@ pub(crate) fn open(
     // Pages stay on disk until used when a checkpoint can tell the changed keys from the
     // log (it writes only those, all of them in memory); otherwise it rewrites every page
     // from memory, which needs them all there.
-    let logs_readable = log.mode != LogMode::None && log.device == Device::File;
+    let logs_readable = policy.logs() && log.device == Device::File;
     let mut lazy = logs_readable;
     let open_pages = |table: Option<ImageRef>| -> Result<PageStore, Error> {
         let mut p = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
@@ -287,15 +270,15 @@ pub(crate) fn open(
         Device::File => storage.clone(),
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
-    let wal = Arc::new(Wal::new(log_storage, log, plants, generation));
+    let wal = Arc::new(Wal::new(log_storage, log, policy, plants, generation));
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
-    wal.set_echo_budget(checkpoint_buffer(replay_bytes));
+    wal.set_echo_budget(budget.checkpoint_buffer);
     // A checkpoint lists the ended generation's writes, about as many bytes as their log
     // (a write's entry, its key and the values kept): that list takes at most what the
     // read-back values may. At 10M records under a 64 MiB cache, generations of 40 MiB
     // of log (a sixteenth of the store) listed 26 MiB at once.
-    wal.set_generation_cap(checkpoint_buffer(replay_bytes) as u64);
+    wal.set_generation_cap(budget.checkpoint_buffer as u64);
     wal.note_store_live(pages.live_bytes());
     if let Some(e) = &read_only {
         wal.poison(format!(
@@ -308,7 +291,7 @@ pub(crate) fn open(
         reads: pages.reads(),
         current: Mutex::new(Current { generation, table, pages }),
         logs_readable,
-        value_budget: checkpoint_buffer(replay_bytes),
+        value_budget: budget.checkpoint_buffer,
         lazy,
         covered: std::sync::atomic::AtomicU64::new(generation),
         _lock: lock,
@@ -417,7 +400,7 @@ impl Durable {
         self.wal.check()?;
         self.wal.close_lanes()?;
         let opts = &self.wal.opts;
-        if opts.mode != LogMode::None && self.wal.stats().records == 0 {
+        if self.wal.policy.logs() && self.wal.stats().records == 0 {
             // Nothing was committed since open: the state is still the one this generation
             // started from (its table, or nothing), so mark the exit clean without
             // writing anything else.

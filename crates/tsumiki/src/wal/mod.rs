@@ -231,10 +231,47 @@ pub struct CommitMode {
 }
 
 impl CommitMode {
+    /// Whether commits are logged at all.
+    pub fn logs(&self) -> bool {
+        self.mode != LogMode::None
+    }
+
+    /// P-WAL: each worker appends to a lane of its own.
+    pub fn private_lanes(&self) -> bool {
+        self.mode == LogMode::PWal
+    }
+
+    /// The single shared WAL: appends are serialized on one lane.
+    pub fn serialized(&self) -> bool {
+        self.mode == LogMode::SWal
+    }
+
+    /// Early lock release: locks go before the record is durable.
+    pub fn elr(&self) -> bool {
+        self.release == Release::Elr
+    }
+
+    /// No early lock release: a commit's record is durable before its writes are visible.
+    pub fn nlr(&self) -> bool {
+        self.release == Release::Nlr
+    }
+
+    /// A commit waits for an fdatasync of its record.
+    pub fn syncs(&self) -> bool {
+        self.durability == Durability::Sync
+    }
+
+    /// Commits are flushed to the files as they come (synced or not); with
+    /// `Durability::None` they wait in memory for large batches.
+    pub fn flushes(&self) -> bool {
+        self.durability != Durability::None
+    }
+
     /// Resolves `log` for a protocol named `protocol` that can (or cannot) keep write locks
     /// across its commit.
     pub fn resolve(log: &LogOptions, protocol: &str, can_hold_locks: bool) -> Result<CommitMode, Error> {
         log.validate()?;
+        // Paper 001's Algorithm 3, decided here once: every other place asks `holds_locks`.
         let holds_locks = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
         if holds_locks && !can_hold_locks {
             return Err(Error::Config(format!(
@@ -439,6 +476,9 @@ pub struct WalStats {
 pub(crate) struct Wal {
     storage: Arc<dyn Storage>,
     pub(crate) opts: LogOptions,
+    /// How commits reach the log, resolved once at open: asked by method, never re-derived
+    /// from `opts`.
+    pub(crate) policy: CommitMode,
     /// The test plants ([`Plants::NONE`] outside the tests).
     pub(crate) plants: Plants,
     /// The generation new lanes write into.
@@ -508,13 +548,20 @@ fn io_err(what: &str, e: io::Error) -> String {
 }
 
 impl Wal {
-    pub(crate) fn new(storage: Arc<dyn Storage>, opts: LogOptions, plants: Plants, generation: u64) -> Wal {
+    pub(crate) fn new(
+        storage: Arc<dyn Storage>,
+        opts: LogOptions,
+        policy: CommitMode,
+        plants: Plants,
+        generation: u64,
+    ) -> Wal {
         let recycled: Arc<Recycled> = Arc::default();
         Wal {
             preparer: Preparer::new(storage.clone(), recycled.clone()),
             recycled,
             storage,
             opts,
+            policy,
             plants,
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
@@ -677,7 +724,7 @@ impl Wal {
         if let Some(l) = slot_lane.get() {
             return Ok(l.clone());
         }
-        let lane = match self.opts.mode {
+        let lane = match self.policy.mode {
             LogMode::SWal => match self.shared.get() {
                 Some(l) => l.clone(),
                 None => {
@@ -730,7 +777,7 @@ impl Wal {
             }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
-            serialize: self.opts.mode == LogMode::SWal,
+            serialize: self.policy.serialized(),
             held: Mutex::new(Vec::new()),
         });
         self.lanes.write().push(lane.clone());
@@ -762,7 +809,7 @@ impl Wal {
     pub(crate) fn append<R>(&self, lane: &Lane, ts: u64, writes: &[WriteEntry<R>]) -> Result<(u64, u64), Error> {
         self.check()?;
         let mut p = lane.pending.lock();
-        let order = match self.opts.release {
+        let order = match self.policy.release {
             Release::Nlr if !self.opts.lsn_order => ts,
             _ => self.take_lsn(),
         };
@@ -785,7 +832,7 @@ impl Wal {
         self.records.fetch_add(1, Ordering::Relaxed);
         let at = (p.appended, order);
         // Algorithm 1: the shared WAL flushes, under its lock, once NGROUP records are in.
-        if lane.serialize && p.ends.len() >= self.opts.group && self.opts.durability != Durability::None {
+        if lane.serialize && p.ends.len() >= self.policy.group && self.policy.flushes() {
             let mut io = lane.io.lock();
             self.flush_held(lane, &mut io, &mut p, false)?;
         }
@@ -853,7 +900,7 @@ impl Wal {
         closing: bool,
     ) -> Result<(), Error> {
         self.check()?;
-        let elr = self.opts.release == Release::Elr;
+        let elr = self.policy.elr();
         if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
             lane.flushed.store(appended, Ordering::Release);
             lane.release_held(appended);
@@ -942,7 +989,7 @@ impl Wal {
         let r = self.write_blocks(lane, io, &out);
         io.out = out;
         r?;
-        let sync = self.opts.durability == Durability::Sync;
+        let sync = self.policy.syncs();
         if sync {
             self.sync(io.file.as_deref().expect("a segment is open after a write"))?;
             io.synced();
@@ -1030,7 +1077,7 @@ impl Wal {
     /// Whether lane segments are written with direct I/O: only where every write is
     /// synced right after, since a direct write waits for the device.
     fn direct_writes(&self) -> bool {
-        self.opts.direct_io && self.opts.durability == Durability::Sync && matches!(self.opts.device, Device::File)
+        self.opts.direct_io && self.policy.syncs() && matches!(self.opts.device, Device::File)
     }
 
     fn prepare(&self, name: String, seg: u64) -> io::Result<Box<dyn StorageFile>> {
@@ -1109,7 +1156,7 @@ impl Wal {
     /// Makes `lane` durable up to its record `seq` (grouping per the options: `private`
     /// lanes of a waiting committer flush at once, since nobody else fills them).
     pub(crate) fn flush_to(&self, lane: &Lane, seq: u64, private: bool) -> Result<(), Error> {
-        if self.opts.durability == Durability::None {
+        if !self.policy.flushes() {
             let big = lane.pending.lock().buf.len() >= LAZY_FLUSH_BYTES;
             return if big { self.flush_lane(lane, false) } else { Ok(()) };
         }
@@ -1119,8 +1166,8 @@ impl Wal {
             self.check()?;
             let pending = seq.saturating_sub(lane.flushed.load(Ordering::Acquire));
             if private
-                || self.opts.group <= 1
-                || pending >= self.opts.group as u64
+                || self.policy.group <= 1
+                || pending >= self.policy.group as u64
                 || start.elapsed() >= self.opts.max_wait
             {
                 if let Some(r) = self.try_flush_lane(lane) {
@@ -1141,7 +1188,7 @@ impl Wal {
     /// Whether commits keep their locks until their group is durable (P-WAL, NLR, group
     /// above 1: paper 001's Algorithm 3).
     pub(crate) fn holds_locks(&self) -> bool {
-        self.opts.mode == LogMode::PWal && self.opts.release == Release::Nlr && self.opts.group > 1
+        self.policy.holds_locks
     }
 
     /// Keeps `word` locked until record `seq` of `lane` is durable (released at once if
@@ -1173,10 +1220,9 @@ impl Wal {
         let due = {
             let p = lane.pending.lock();
             let n = p.ends.len();
-            n >= self.opts.group
+            n >= self.policy.group
                 || p.buf.len() >= LAZY_FLUSH_BYTES
-                || p.oldest.is_some_and(|t| t.elapsed() >= self.opts.max_wait)
-                    && self.opts.durability != Durability::None
+                || p.oldest.is_some_and(|t| t.elapsed() >= self.opts.max_wait) && self.policy.flushes()
         };
         if due {
             self.flush_lane(lane, false)?;
@@ -1192,7 +1238,7 @@ impl Wal {
     /// ELR: waits until every LSN up to `lsn` is durable on every lane, flushing lanes
     /// whose owners are idle (a lane only advances its watermark when written).
     pub(crate) fn wait_durable(&self, lsn: u64) -> Result<(), Error> {
-        if self.opts.durability == Durability::None {
+        if !self.policy.flushes() {
             return Ok(());
         }
         let mut spins = 0u32;
@@ -1490,7 +1536,7 @@ impl CommitTicket {
             None => Ok(()),
             Some((wal, lane, seq, lsn)) => {
                 wal.flush_to(&lane, seq, true)?;
-                if wal.opts.release == Release::Elr {
+                if wal.policy.elr() {
                     wal.wait_durable(lsn)?;
                 }
                 Ok(())

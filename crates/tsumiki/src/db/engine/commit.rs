@@ -40,7 +40,7 @@ impl<R> CommitLog<R> for LogHook<'_> {
         }
         let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
             self.done = Some((seq, order));
-            if self.wal.opts.release == Release::Nlr && !self.hold {
+            if self.wal.policy.nlr() && !self.hold {
                 self.wal.flush_to(self.lane, seq, self.private)?;
             }
             Ok(())
@@ -88,7 +88,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         }
         let b = self.bufs.as_mut().expect("buffers");
         b.writes.sort_unstable_by_key(|w| w.rec as usize);
-        let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.opts.mode != LogMode::None);
+        let wal = eng.durable.as_ref().map(|d| &d.wal).filter(|w| w.policy.logs());
         let logged = wal.is_some() && b.writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
         let mut ticket = CommitTicket::ready();
         if logged {
@@ -102,7 +102,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     return Err(e);
                 }
             };
-            let private = wal.opts.mode == LogMode::PWal;
+            let private = wal.policy.private_lanes();
             let hold = wal.holds_locks();
             let mut hook = LogHook {
                 wal,
@@ -130,7 +130,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     hook.err = Some(e);
                 }
                 ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, order)) };
-            } else if r.is_ok() && wal.opts.release == Release::Elr {
+            } else if r.is_ok() && wal.policy.elr() {
                 let (seq, lsn) = hook.done.expect("a logged commit appended its record");
                 if deferred {
                     if let Err(e) = wal.maybe_flush(&lane) {

@@ -6,10 +6,6 @@ use super::*;
 /// Records per chunk of the scan that rewrites every page (no readable log).
 pub(super) const CLOSE_CHUNK: usize = 4096;
 
-/// The least replayed data recovery gathers before writing it to the pages (a tiny cache
-/// would otherwise write a delta per record).
-pub(super) const MIN_REPLAY_BYTES: usize = 1 << 10;
-
 /// What a checkpoint or close reads. Safe while transactions run: the caller is inside a
 /// transaction's slot (or at close), so no record it meets is freed meanwhile.
 impl<P: Protocol> CommittedState for Engine<P> {
@@ -61,6 +57,8 @@ impl<P: Protocol> Engine<P> {
         &mut self,
         storage: Arc<dyn Storage>,
         log: LogOptions,
+        policy: CommitMode,
+        budget: CacheBudget,
         plants: Plants,
     ) -> Result<(), Error> {
         let (unchecked_gaps, evict_dirty, evict_unmarked) =
@@ -69,15 +67,11 @@ impl<P: Protocol> Engine<P> {
         let scan_gap_unguarded = plants.scan_gap_unguarded;
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
-        // Replay holds at most a quarter of the cache's worth of writes before it moves them
-        // to the pages.
-        let replay_bytes = (self.cache_bytes / 4).max(MIN_REPLAY_BYTES);
         let opened = store::open(
             storage,
             log,
+            policy,
             plants,
-            proto.name(),
-            proto.can_hold_locks(),
             &mut |k, v| {
                 let rec = Box::into_raw(Box::new(proto.new_loaded(v, 0)));
                 builder.push(k, RecPtr(rec)).map_err(|e| {
@@ -86,7 +80,7 @@ impl<P: Protocol> Engine<P> {
                     Error::Corrupt(format!("the recovered state: {e}"))
                 })
             },
-            replay_bytes,
+            budget,
         );
         let index = builder.finish();
         let durable = match opened {
@@ -101,8 +95,7 @@ impl<P: Protocol> Engine<P> {
         };
         self.index = index.map_err(Error::Index)?;
         if durable.lazy {
-            let budget = store::records_budget(self.cache_bytes, replay_bytes);
-            let mut r = Residency::new(durable.page_lows(), budget, unchecked_gaps);
+            let mut r = Residency::new(durable.page_lows(), budget.records, unchecked_gaps);
             (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
             (r.load_count_unchecked, r.lookup_pause) = (load_count_unchecked, lookup_pause);
             r.scan_gap_unguarded = scan_gap_unguarded;

@@ -13,9 +13,10 @@ use crate::cc::{
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
 use crate::plants::Plants;
 use crate::storage::Storage;
+use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable};
-use crate::wal::{CommitTicket, Lane, LogMode, LogOptions, Release, Wal};
+use crate::wal::{CommitMode, CommitTicket, Lane, LogOptions, Wal};
 
 use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
 use super::{Error, MAX_VALUE_LEN};
@@ -254,8 +255,6 @@ pub struct Engine<P: Protocol> {
     /// Databases with pages: which key ranges are in the index, and the cache budget
     /// (`None`: everything is in memory for good).
     residency: Option<Residency>,
-    /// `Options::cache_bytes`, for [`open_durable`](Self::open_durable).
-    pub(crate) cache_bytes: usize,
     /// `Options::read_only`: every write is refused.
     pub(crate) read_only: bool,
     /// The newest stamp of the records evicted so far: reloaded records start there
@@ -299,7 +298,6 @@ impl<P: Protocol> Engine<P> {
             checkpoint_slot: OnceLock::new(),
             checkpointing: Mutex::new(()),
             residency: None,
-            cache_bytes: usize::MAX,
             read_only: false,
             reload_stamp: AtomicU64::new(0),
             cache_pressure: AtomicBool::new(false),
