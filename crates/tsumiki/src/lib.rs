@@ -45,6 +45,7 @@ pub mod index;
 pub mod limits;
 #[doc(hidden)]
 pub mod mvcc;
+mod names;
 #[cfg(feature = "test-plants")]
 pub mod plants;
 #[cfg(not(feature = "test-plants"))]

@@ -551,7 +551,7 @@ fn prevented_by_all(name: &str) {
 /// Snapshot isolation really does allow write skew: both writers commit.
 #[test]
 fn si_allows_write_skew() {
-    for gc in Gc::ALL {
+    for &gc in Gc::ALL {
         for name in SI_ALLOWS {
             let (_, test) = ANOMALIES.iter().find(|(n, _)| *n == name).unwrap();
             assert!(test(Cc::MvccSi(gc), false).is_err(), "MVCC-SI ({gc:?}) prevented {name}, which SI allows");

@@ -505,7 +505,7 @@ fn planted_unchecked_load_count_is_caught() {
 
 #[test]
 fn mvcc_si_histories_are_snapshot_isolated() {
-    for gc in Gc::ALL {
+    for &gc in Gc::ALL {
         si_histories(gc);
     }
 }

@@ -249,13 +249,8 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
     if args.key_size < 8 || args.value_size < 12 {
         return Err("--key-size must be at least 8 and --value-size at least 12".into());
     }
-    let cc = Cc::parse(&args.cc).ok_or_else(|| format!("unknown --cc {:?}", args.cc))?;
-    let durability = match args.durability.as_str() {
-        "sync" => Durability::Sync,
-        "buffered" => Durability::Buffered,
-        "none" => Durability::None,
-        d => return Err(format!("unknown --durability {d:?}; known: sync, buffered, none")),
-    };
+    let cc: Cc = args.cc.parse().map_err(|e| format!("--cc: {e}"))?;
+    let durability: Durability = args.durability.parse().map_err(|e| format!("--durability: {e}"))?;
     let mut opts = Options::with_cc(cc);
     opts.cache_bytes = args.cache;
     opts.log.durability = durability;

@@ -133,29 +133,16 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
         "nvm" => Device::Nvm(Duration::from_nanos(args.nvm_latency_ns)),
         d => return Err(format!("unknown --device {d:?}; known: file, nvm")),
     };
-    let durability = match args.durability.as_str() {
-        "sync" => Durability::Sync,
-        "buffered" => Durability::Buffered,
-        "none" => Durability::None,
-        d => return Err(format!("unknown --durability {d:?}; known: sync, buffered, none")),
-    };
+    let durability: Durability = args.durability.parse().map_err(|e| format!("--durability: {e}"))?;
     let mut out = Vec::new();
     for l in &args.log {
-        let mode = match l.as_str() {
-            "none" => {
-                out.push(None);
-                continue;
-            }
-            "pwal" => LogMode::PWal,
-            "swal" => LogMode::SWal,
-            _ => return Err(format!("unknown --log {l:?}; known: none, pwal, swal")),
-        };
+        let mode: LogMode = l.parse().map_err(|e| format!("--log: {e}"))?;
+        if mode == LogMode::None {
+            out.push(None);
+            continue;
+        }
         for r in &args.release {
-            let release = match r.as_str() {
-                "nlr" => Release::Nlr,
-                "elr" => Release::Elr,
-                _ => return Err(format!("unknown --release {r:?}; known: nlr, elr")),
-            };
+            let release: Release = r.parse().map_err(|e| format!("--release: {e}"))?;
             for &group in &args.group {
                 if group == 0 {
                     return Err("--group must be at least 1".into());
@@ -811,11 +798,8 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
             })?);
         }
     }
-    let gcs: Vec<Gc> = args
-        .gc
-        .iter()
-        .map(|g| Gc::parse(g).ok_or_else(|| format!("unknown gc {g:?}; known: none, aot, epo, epo-r")))
-        .collect::<Result<_, _>>()?;
+    let gcs: Vec<Gc> =
+        args.gc.iter().map(|g| g.parse::<Gc>().map_err(|e| format!("--gc: {e}"))).collect::<Result<_, _>>()?;
     let index = BwTreeConfig::default();
     let logs = log_variants(args)?;
     let mut reporter = Reporter::start(Family::Txn, &args.out, args)?;

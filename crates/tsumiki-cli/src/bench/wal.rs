@@ -116,11 +116,7 @@ struct Setting<'a> {
 }
 
 fn log_options(args: &WalArgs, mode: LogMode, group: usize) -> Result<LogOptions, String> {
-    let release = match args.release.as_str() {
-        "elr" => Release::Elr,
-        "nlr" => Release::Nlr,
-        r => return Err(format!("unknown --release {r:?}; known: elr, nlr")),
-    };
+    let release: Release = args.release.parse().map_err(|e| format!("--release: {e}"))?;
     let device = match args.device.as_str() {
         "file" => Device::File,
         "nvm" => Device::Nvm(Duration::from_nanos(args.nvm_latency_ns)),

@@ -55,6 +55,8 @@ pub enum LockWait {
     WaitDie,
 }
 
+crate::names::option_names!(LockWait, "2PL lock wait", { NoWait => "nowait" | "no-wait", WaitDie => "waitdie" | "wait-die" });
+
 /// The concurrency-control protocol of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Cc {
@@ -98,7 +100,7 @@ impl Cc {
     }
 
     /// Parses a short name (`tictoc`, `silo`, `2pl` = `2pl-nowait`, `2pl-waitdie`, `mvcc-si`
-    /// = `si`, with the default collector).
+    /// = `si`, with the default collector, or `mvcc-si/GC` with a collector's name).
     pub fn parse(name: &str) -> Option<Cc> {
         Some(match name {
             "tictoc" => Cc::TicToc,
@@ -106,7 +108,40 @@ impl Cc {
             "2pl" | "2pl-nowait" => Cc::TwoPl(LockWait::NoWait),
             "2pl-waitdie" => Cc::TwoPl(LockWait::WaitDie),
             "mvcc-si" | "si" | "mvcc" => Cc::MvccSi(Gc::default()),
-            _ => return None,
+            _ => {
+                let gc = ["mvcc-si/", "si/", "mvcc/"].iter().find_map(|p| name.strip_prefix(p))?;
+                Cc::MvccSi(gc.parse().ok()?)
+            }
+        })
+    }
+
+    /// Every protocol, MVCC-SI with each collector.
+    pub fn all() -> impl Iterator<Item = Cc> {
+        [Cc::TicToc, Cc::Silo, Cc::TwoPl(LockWait::NoWait), Cc::TwoPl(LockWait::WaitDie)]
+            .into_iter()
+            .chain(Gc::ALL.iter().map(|&gc| Cc::MvccSi(gc)))
+    }
+}
+
+/// The protocol's name, with MVCC-SI's collector (`mvcc-si/epo-r`): what `FromStr` reads.
+impl std::fmt::Display for Cc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cc::MvccSi(gc) => write!(f, "mvcc-si/{gc}"),
+            cc => f.write_str(cc.name()),
+        }
+    }
+}
+
+impl std::str::FromStr for Cc {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Cc, Error> {
+        Cc::parse(s).ok_or_else(|| {
+            Error::Config(format!(
+                "unknown protocol {s:?}; known: tictoc, silo, 2pl-nowait, 2pl-waitdie, mvcc-si, mvcc-si/GC (GC: {})",
+                Gc::ALL.iter().map(|g| g.name()).collect::<Vec<_>>().join(", ")
+            ))
         })
     }
 }

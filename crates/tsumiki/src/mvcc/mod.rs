@@ -33,29 +33,12 @@ pub enum Gc {
     EpoR,
 }
 
+crate::names::option_names!(Gc, "garbage collector", { None => "none", Aot => "aot", Epo => "epo", EpoR => "epo-r" | "epor" });
+
 impl Gc {
-    /// Every policy.
-    pub const ALL: [Gc; 4] = [Gc::None, Gc::Aot, Gc::Epo, Gc::EpoR];
-
-    /// Short name (`none`, `aot`, `epo`, `epo-r`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Gc::None => "none",
-            Gc::Aot => "aot",
-            Gc::Epo => "epo",
-            Gc::EpoR => "epo-r",
-        }
-    }
-
-    /// Parses a short name.
+    /// Parses a short name (`none`, `aot`, `epo`, `epo-r`; also the `FromStr` impl).
     pub fn parse(s: &str) -> Option<Gc> {
-        Some(match s {
-            "none" => Gc::None,
-            "aot" => Gc::Aot,
-            "epo" => Gc::Epo,
-            "epo-r" | "epor" => Gc::EpoR,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     /// Whether reads prune (else writes do, if anything).

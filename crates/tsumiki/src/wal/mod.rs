@@ -56,6 +56,8 @@ pub enum LogMode {
     None,
 }
 
+crate::names::option_names!(LogMode, "log mode", { PWal => "pwal" | "p-wal", SWal => "swal" | "s-wal", None => "none" });
+
 /// When a committing transaction releases its locks relative to its log flush.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Release {
@@ -66,6 +68,8 @@ pub enum Release {
     /// durable on every lane.
     Elr,
 }
+
+crate::names::option_names!(Release, "lock release", { Nlr => "nlr", Elr => "elr" });
 
 /// What "committed" promises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,6 +82,8 @@ pub enum Durability {
     /// Buffered in memory and written in large batches: a crash loses recent commits.
     None,
 }
+
+crate::names::option_names!(Durability, "durability", { Sync => "sync", Buffered => "buffered", None => "none" });
 
 /// The device log files live on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
