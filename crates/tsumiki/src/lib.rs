@@ -33,6 +33,7 @@
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 
+pub(crate) mod background;
 #[doc(hidden)]
 pub mod block;
 #[doc(hidden)]

@@ -8,9 +8,9 @@
 //! else, and the commit TID is the smallest one that is larger than every TID read or
 //! written and than the worker's previous TID, and in the current epoch.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use crate::background::Background;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_epoch::Guard;
@@ -48,13 +48,13 @@ pub struct SiloWorker {
 
 struct EpochShared {
     epoch: AtomicU64,
-    stop: AtomicBool,
 }
 
 /// Silo, with its epoch-advancing thread (stopped when this is dropped).
 pub struct Silo {
     shared: Arc<EpochShared>,
-    ticker: Option<JoinHandle<()>>,
+    /// The epoch thread, stopped and joined on drop.
+    _ticker: Background,
     /// Test only: skip read validation (a planted bug for the isolation checker).
     pub(crate) skip_validation: bool,
 }
@@ -68,18 +68,14 @@ impl Default for Silo {
 impl Silo {
     /// Starts the epoch thread.
     pub fn new() -> Self {
-        let shared = Arc::new(EpochShared { epoch: AtomicU64::new(1), stop: AtomicBool::new(false) });
+        let shared = Arc::new(EpochShared { epoch: AtomicU64::new(1) });
         let s = Arc::clone(&shared);
-        let ticker = std::thread::Builder::new()
-            .name("tsumiki-silo-epoch".into())
-            .spawn(move || {
-                while !s.stop.load(Ordering::Acquire) {
-                    std::thread::park_timeout(EPOCH_INTERVAL);
-                    s.epoch.fetch_add(1, Ordering::AcqRel);
-                }
-            })
-            .expect("spawn the Silo epoch thread");
-        Silo { shared, ticker: Some(ticker), skip_validation: false }
+        let ticker = Background::every("tsumiki-silo-epoch", EPOCH_INTERVAL, move || {
+            s.epoch.fetch_add(1, Ordering::AcqRel);
+            true
+        })
+        .expect("spawn the Silo epoch thread");
+        Silo { shared, _ticker: ticker, skip_validation: false }
     }
 
     /// The current global epoch.
@@ -94,16 +90,6 @@ impl Silo {
         let tid = (floor + 1).max(e << EPOCH_SHIFT);
         worker.last_tid.store(tid, Ordering::Relaxed);
         tid
-    }
-}
-
-impl Drop for Silo {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.ticker.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
     }
 }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 pub use engine::{Engine, TypedScan, TypedTxn};
 use engine::{Home, ScanCursor, Slot, TxnBufs};
 
+use crate::background::Background;
 use crate::cc::si::Si;
 use crate::cc::silo::Silo;
 use crate::cc::tictoc::TicToc;
@@ -263,38 +264,33 @@ pub struct TypedDb<P: Protocol> {
 }
 
 /// A thread that takes a checkpoint whenever one is due, so that no commit waits for it.
-struct Checkpointer {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
+struct Checkpointer(Background);
 
 impl Checkpointer {
     /// How often the thread checks whether a checkpoint is due.
     const POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
-    fn start<P: Protocol>(eng: &Arc<Engine<P>>) -> Checkpointer {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (weak, flag) = (Arc::downgrade(eng), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !flag.load(std::sync::atomic::Ordering::Acquire) {
-                std::thread::park_timeout(Self::POLL);
-                let Some(eng) = weak.upgrade() else { return };
-                if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
-                    // A failure poisons the log; commits report it.
-                    let _ = eng.checkpoint_now();
-                } else {
-                    eng.release_idle_segments();
-                }
+    fn start<P: Protocol>(eng: &Arc<Engine<P>>) -> Result<Checkpointer, Error> {
+        let weak = Arc::downgrade(eng);
+        let thread = Background::every("tsumiki-checkpoint", Self::POLL, move || {
+            let Some(eng) = weak.upgrade() else { return false };
+            if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
+                // A failure poisons the log; commits report it.
+                let _ = eng.checkpoint_now();
+            } else {
+                eng.release_idle_segments();
             }
-        });
-        let _ = eng.checkpointer.set(thread.thread().clone());
-        Checkpointer { stop, thread }
+            true
+        })
+        .map_err(|e| Error::io("starting the checkpoint thread", e))?;
+        if let Some(t) = thread.thread() {
+            let _ = eng.checkpointer.set(t.clone());
+        }
+        Ok(Checkpointer(thread))
     }
 
-    fn stop(self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        self.thread.thread().unpark();
-        let _ = self.thread.join();
+    fn stop(mut self) {
+        self.0.stop();
     }
 }
 
@@ -332,7 +328,7 @@ impl<P: Protocol> TypedDb<P> {
         eng.read_only = read_only;
         eng.open_durable(storage, log, resolved.policy, resolved.cache, plants)?;
         let eng = Arc::new(eng);
-        let checkpointer = Some(Checkpointer::start(&eng));
+        let checkpointer = Some(Checkpointer::start(&eng)?);
         Ok(TypedDb { eng, checkpointer })
     }
 
