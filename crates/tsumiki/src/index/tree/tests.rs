@@ -1,0 +1,264 @@
+use super::*;
+
+/// The `depth` of the head of `key`'s leaf chain.
+fn head_depth(tree: &Tree<u64>, key: &[u8]) -> u16 {
+    let guard = epoch::pin();
+    let mut path = Path::new();
+    let (_, head) = tree.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
+    // SAFETY: non-null head from `descend`, protected by `guard`.
+    unsafe { node_ref(head) }.depth
+}
+
+/// The leaf covering `key`: its head and range.
+fn leaf_of<'g>(tree: &Tree<u64>, key: &[u8], guard: &'g Guard) -> (&'g Node<u64>, &'g Range) {
+    let mut path = Path::new();
+    let (_, head) = tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+    // SAFETY: non-null head from `descend`, protected by `guard`.
+    let h = unsafe { node_ref(head) };
+    (h, tree.inspect(h, guard).range)
+}
+
+/// Deleting a leaf's last record leaves a delete delta over its base: the leaf itself
+/// has nothing at or after that key, and `first_from` must move on to the next leaf.
+#[test]
+fn first_from_moves_right_past_a_deleted_last_record() {
+    for numbered_deltas in [false, true] {
+        for split_delta_at_head in [false, true] {
+            let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+            let tree = Tree::new(cfg.clone());
+            let n = cfg.leaf_max as u64 * 3;
+            for i in 0..n {
+                tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+            }
+            let guard = &epoch::pin();
+            let (_, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+            let high = u64::from_be_bytes(range.high.as_deref().expect("several leaves").try_into().unwrap());
+            let last = high - 2;
+            // A delete that happened to trigger a consolidation is redone, until one stays
+            // a delta on the chain.
+            let has_delete = |h: &Node<u64>| {
+                let mut n = h;
+                while !n.is_base() {
+                    if matches!(n.kind, Kind::Delete { .. }) {
+                        return true;
+                    }
+                    // SAFETY: deltas have a non-null next under `guard`.
+                    n = unsafe { node_ref(n.next(guard)) };
+                }
+                false
+            };
+            for _ in 0..=cfg.delta_threshold {
+                assert!(tree.write(&last.to_be_bytes(), WriteOp::Delete).unwrap());
+                if has_delete(leaf_of(&tree, &0u64.to_be_bytes(), guard).0) {
+                    break;
+                }
+                tree.write(&last.to_be_bytes(), WriteOp::Upsert(last / 2)).unwrap();
+            }
+            let (h, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+            assert!(has_delete(h), "the delete is a delta on the leaf");
+            let probe = (last - 1).to_be_bytes();
+            assert_eq!(leaf_first_from(h, range, &probe, false, guard), None);
+            assert_eq!(leaf_entries(h, range, guard).iter().find(|(k, _)| *k >= &probe[..]), None);
+            let want = (&high.to_be_bytes()[..], &(high / 2));
+            assert_eq!(tree.first_from(&probe, false, guard), Some(want));
+            assert_eq!(tree.first_from(&(last - 2).to_be_bytes(), true, guard), Some(want));
+            let before = (last - 2).to_be_bytes();
+            assert_eq!(tree.first_from(&before, false, guard), Some((&before[..], &(last / 2 - 1))));
+        }
+    }
+}
+
+/// A sequential load splits the rightmost leaf near its end, so the leaves it leaves
+/// behind are nearly full; every record is still there, in order.
+#[test]
+fn ascending_load_fills_leaves() {
+    for numbered_deltas in [false, true] {
+        for split_delta_at_head in [false, true] {
+            let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+            let tree = Tree::new(cfg.clone());
+            let n = cfg.leaf_max as u64 * if cfg!(miri) { 3 } else { 40 };
+            for i in 0..n {
+                tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+            }
+            let guard = &epoch::pin();
+            let (mut at, mut leaves, mut seen) = (0u64.to_be_bytes().to_vec(), 0u64, 0u64);
+            loop {
+                let (h, range) = leaf_of(&tree, &at, guard);
+                let entries = leaf_entries(h, range, guard);
+                for (k, v) in &entries {
+                    assert_eq!((*k, **v), (&seen.to_be_bytes()[..], seen));
+                    seen += 1;
+                }
+                leaves += 1;
+                match &range.high {
+                    Some(h) => {
+                        // Every leaf but the last holds about 90% of `leaf_max`.
+                        assert!(entries.len() * 10 >= cfg.leaf_max * 8, "{} records", entries.len());
+                        at = h.to_vec();
+                    }
+                    None => break,
+                }
+            }
+            assert_eq!(seen, n);
+            assert!(leaves * cfg.leaf_max as u64 * 8 <= n * 10 + cfg.leaf_max as u64 * 8, "{leaves} leaves");
+        }
+    }
+}
+
+/// The room a leaf's base holds beyond its keys: arrays' capacities over their lengths.
+fn slack(b: &Base<u64>) -> usize {
+    8 * (b.vals.capacity() - b.vals.len()) + b.keys.spare_bytes()
+}
+
+/// What loads and evictions leave in memory: a batch that splits a leaf leaves the left
+/// part as a base of its own keys (not the whole old base behind a split delta), and a
+/// batch that deletes most of a leaf leaves it sized to what is left.
+#[test]
+fn batches_leave_leaves_sized_to_their_keys() {
+    let cfg = BwTreeConfig::default();
+    let tree = Tree::new(cfg.clone());
+    let max = cfg.leaf_max as u64;
+    // Every other key, written in order (several nearly full leaves), then the keys
+    // between those of the first leaf in one batch: it splits, and not as a root nor
+    // at an appending end.
+    for i in 0..3 * max {
+        tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+    }
+    let guard = &epoch::pin();
+    let first_high = leaf_of(&tree, &0u64.to_be_bytes(), guard).1.high.clone().expect("several leaves");
+    let first_high = u64::from_be_bytes(first_high[..].try_into().unwrap());
+    let odds: Vec<[u8; 8]> = (0..first_high / 2).map(|i| (i * 2 + 1).to_be_bytes()).collect();
+    let b: Vec<(&[u8], Option<u64>)> = odds.iter().map(|k| (&k[..], Some(0))).collect();
+    tree.apply_batch(&b, &mut vec![false; b.len()]).unwrap();
+    let (h, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+    assert!(range.high.as_deref() < Some(&first_high.to_be_bytes()[..]), "the batch split the leaf");
+    let left = h.as_base().expect("the left part was consolidated after its split");
+    assert_eq!(left.len(), leaf_entries(h, range, guard).len(), "its base holds only its keys");
+    // Delete most of the left leaf's keys in one batch (not so many that it merges).
+    let keep = cfg.merge_threshold as u64 + 4;
+    let high = u64::from_be_bytes(range.high.as_deref().unwrap().try_into().unwrap());
+    assert!(high > 2 * keep, "the left leaf holds more than twice what is kept");
+    let gone: Vec<[u8; 8]> = (keep..high).map(|i| i.to_be_bytes()).collect();
+    let b: Vec<(&[u8], Option<u64>)> = gone.iter().map(|k| (&k[..], None)).collect();
+    tree.apply_batch(&b, &mut vec![false; b.len()]).unwrap();
+    let (h, _) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+    let base = h.as_base().expect("a batch leaves a base");
+    assert_eq!(base.len() as u64, keep);
+    assert!(slack(base) <= 64, "{} bytes of room left in a leaf of {keep} keys", slack(base));
+}
+
+/// Rewriting the same keys over and over must not let chain depths drift upwards, with
+/// either consolidation rule: consolidations size their buffers by them.
+#[test]
+fn chain_depth_stays_bounded() {
+    for numbered_deltas in [false, true] {
+        let cfg = BwTreeConfig { numbered_deltas, ..BwTreeConfig::default() };
+        let tree = Tree::new(cfg.clone());
+        // Enough keys that the leaf neither merges nor splits: routine consolidations only.
+        let keys = cfg.merge_threshold as u64 * 2;
+        for i in 0..keys {
+            tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        }
+        let writes: u64 = if cfg!(miri) { 300 } else { 2000 };
+        for i in 0..writes {
+            let key = (i % keys).to_be_bytes();
+            tree.write(&key, WriteOp::Upsert(i)).unwrap();
+            let depth = head_depth(&tree, &key) as usize;
+            assert!(
+                depth <= 2 * cfg.delta_threshold,
+                "numbered_deltas {numbered_deltas}: depth {depth} after {i} writes"
+            );
+        }
+    }
+}
+
+/// A helper that read a root split, was delayed while the split completed, its right
+/// half merged back and the root collapsed to the same pid, must not grow a root over
+/// that long-retired right half (the root word's generation and the checks in
+/// `grow_root`). Found as a rare livelock in `stress::racing_smos_are_helped`.
+#[test]
+fn a_stale_root_split_grows_nothing() {
+    let cfg =
+        BwTreeConfig { leaf_max: 4, inner_max: 4, merge_threshold: 2, delta_threshold: 2, ..BwTreeConfig::default() };
+    let tree = Tree::new(cfg);
+    let guard = epoch::pin();
+    let root = tree.root_pid();
+    let key = |i: u64| i.to_be_bytes();
+    // Fill the root leaf until it splits, and keep its split delta as a stalled helper would.
+    let mut i = 0;
+    let split = loop {
+        tree.write(&key(i), WriteOp::Upsert(i)).unwrap();
+        i += 1;
+        // SAFETY: loaded under `guard`.
+        let h = unsafe { node_ref(tree.load(root, &guard)) };
+        if matches!(h.kind, Kind::Split { .. }) {
+            break h;
+        }
+        assert!(i < 100, "the root leaf never split");
+    };
+    assert_ne!(tree.root_pid(), root, "the split grew a root");
+    // Delete until the right half merges back and the root collapses to `root` again.
+    for j in (1..i).rev() {
+        tree.write(&key(j), WriteOp::Delete).unwrap();
+        if tree.root_pid() == root {
+            break;
+        }
+    }
+    assert_eq!(tree.root_pid(), root, "the tree never collapsed back to its first root");
+    assert!(tree.grow_root(root, split, &guard).is_err());
+    assert_eq!(tree.root_pid(), root, "a stale split grew a new root");
+    // The grow's winner may not have marked the split posted yet when the rest happens:
+    // the split gone from the chain and its right half retired must refuse it too.
+    let Kind::Split { posted, .. } = &split.kind else { unreachable!() };
+    posted.store(false, Ordering::Release);
+    assert!(tree.grow_root(root, split, &guard).is_err());
+    assert_eq!(tree.root_pid(), root, "an unposted stale split grew a new root");
+    assert_eq!(tree.get(&key(0)).unwrap(), Some(0));
+}
+
+/// An index-delete still PENDING when a number-0 delta consolidates the chain below it
+/// is decided, not dropped: dropped, its merge would still commit and leave the parent
+/// routing to the merged node once that is retired.
+#[test]
+fn consolidation_below_keeps_a_pending_index_delete() {
+    let cfg = BwTreeConfig {
+        leaf_max: 4,
+        inner_max: 64,
+        merge_threshold: 2,
+        delta_threshold: 2,
+        numbered_deltas: true,
+        split_delta_at_head: false,
+    };
+    let tree = Tree::new(cfg);
+    for i in 0..40u64 {
+        tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+    }
+    let guard = epoch::pin();
+    let root = tree.root_pid();
+    // Consolidate the root so the deltas below start numbering from its base.
+    tree.consolidate(root, &Path::new(), &guard, 0);
+    let head = tree.load(root, &guard);
+    // SAFETY: loaded under `guard`.
+    let h = unsafe { node_ref(head) };
+    assert!(h.level == 1 && h.is_base(), "a two-level tree with a consolidated root");
+    let entries = inner_entries(h, tree.inspect(h, &guard).range, &guard);
+    assert!(entries.len() >= 4, "{entries:?}");
+    let (sep, child): (Box<[u8]>, Pid) = (entries[2].0.into(), entries[2].1);
+    let state = MergeState::new();
+    let ip = tree.insert_point(root, head, &guard).unwrap();
+    let del = Node::delta(1, Kind::IndexDelete { sep: sep.clone(), state: Arc::clone(&state) });
+    let Ok(del) = tree.install(&ip, Owned::new(del), -1, &guard) else { panic!("install") };
+    // A second delta takes number 0: its installer consolidates the chain below it.
+    let ip = tree.insert_point(root, del, &guard).unwrap();
+    let extra = Node::delta(1, Kind::IndexInsert { sep: entries[1].0[..].into(), child: entries[1].1 });
+    let Ok(d) = tree.install(&ip, Owned::new(extra), 0, &guard) else { panic!("install") };
+    // SAFETY: just installed, under `guard`.
+    let dn = unsafe { node_ref(d) };
+    assert_eq!(dn.num, 0);
+    tree.consolidate_below(root, dn, &Path::new(), &guard, 0);
+    // The merge's installer decides MERGED after its CAS, as in `help_remove`.
+    assert_eq!(state.decide(MERGED), MERGED);
+    // SAFETY: loaded under `guard`.
+    let now = unsafe { node_ref(tree.load(root, &guard)) };
+    assert_ne!(inner_route(now, &sep, &guard), child, "the parent still routes to the merged node");
+}
