@@ -25,9 +25,13 @@
 //! ```
 
 mod bulk;
+// The lock-free Bw-tree: delta chains behind epoch-protected pointers.
+#[allow(unsafe_code)]
 mod mapping;
+#[allow(unsafe_code)]
 mod node;
 mod sched;
+#[allow(unsafe_code)]
 mod tree;
 
 use crossbeam_epoch::{self as epoch, Guard};
