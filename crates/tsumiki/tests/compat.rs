@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tsumiki::wal::format::{BLOCK, PAYLOAD};
 use tsumiki::wal::recovery::{read_master, read_registry};
 use tsumiki::wal::storage::DirStorage;
 use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
@@ -37,7 +38,7 @@ fn options() -> Options {
     let log = LogOptions {
         durability: Durability::Sync,
         segment_size: 8 << 10,
-        page_segment_size: 8 << 10,
+        page_segment_size: 64 << 10,
         checkpoint_bytes: 0,
         checkpoint_interval: Duration::ZERO,
         ..LogOptions::default()
@@ -96,10 +97,16 @@ fn history() -> Vec<Step> {
     }
     h.push(Step::One((60..80).map(|i| put(i, 0)).collect()));
     h.push(Step::One(vec![put(3, 1), del(4), put(200, 0)]));
+    // ~120 KB more, so the table has pages enough that the next checkpoint's table delta
+    // is smaller than a base.
+    for c in 0..6 {
+        h.push(Step::One((400 + 20 * c..420 + 20 * c).map(|i| (key(i), Some(vec![i as u8; 1000]))).collect()));
+    }
     h.push(Step::Checkpoint);
-    // A few changes, so the second checkpoint writes page deltas and a table delta.
+    // A few changes within the first page: the second checkpoint writes a page delta and
+    // a table delta.
     h.push(Step::One(vec![put(1, 1), put(2, 1), del(8)]));
-    h.push(Step::Two(vec![put(65, 1), put(201, 1)], vec![del(66), put(11, 1)]));
+    h.push(Step::Two(vec![put(9, 1)], vec![del(10), put(11, 1)]));
     h.push(Step::Checkpoint);
     // After it, in the logs only: overwrites, deletes, new keys, on both lanes.
     for i in 0..12 {
@@ -238,6 +245,11 @@ fn golden_directory_opens_with_every_record() {
     let m = read_master(&storage).unwrap().expect("a master record");
     assert_eq!(m.generation, GOLDEN_GENERATION, "{m:?}");
     assert!(!m.last_exit && !m.elr && m.segment_size == 8 << 10 && m.table.is_some(), "{m:?}");
+    // The table the master names is a delta (kind 4, after the image's crc and length).
+    let (seg, off, _, _) = m.table.unwrap();
+    let pages = std::fs::read(copy.path().join(format!("pages-{seg:08}.seg"))).unwrap();
+    let at = (off / PAYLOAD as u64) as usize * BLOCK + (off % PAYLOAD as u64) as usize;
+    assert_eq!(pages[at + 8], 4, "the golden table is a delta");
     let lanes = read_registry(&storage, m.generation).unwrap().expect("the generation's lane registry");
     assert!(lanes >= 2, "{lanes} lanes");
     let report = tsumiki::check(copy.path()).unwrap();
