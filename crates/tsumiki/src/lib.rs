@@ -64,5 +64,8 @@ pub use mvcc::{Gc, GcStats};
 pub use store::check::{check, CheckReport, Finding, Severity};
 pub use store::inspect::{inspect, FileReport, Inspection};
 pub use store::pages::StoreStats;
+// The page store's decoders, for the fuzz tests (`tests/corruption.rs`).
+#[doc(hidden)]
+pub use store::pages::fuzz as page_fuzz;
 pub use wal::recovery::RecoveryStats;
 pub use wal::{CommitMode, CommitTicket, Device, Durability, LogMode, LogOptions, Release, WalStats};
