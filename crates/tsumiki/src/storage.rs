@@ -108,6 +108,7 @@ impl DirStorage {
 /// without direct I/O, such as tmpfs, refuses it). Writes through the file must then be
 /// aligned (see [`StorageFile::set_direct`]).
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // fcntl
 pub fn set_direct_io(file: &std::fs::File, on: bool) -> bool {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();

@@ -224,6 +224,126 @@ fn fuzz_decoders() {
     assert!(runs >= 1000);
 }
 
+/// Damages `input` in one to four places: bit flips, random bytes, a random 32-bit
+/// little-endian length, truncation, insertion.
+fn mutate(input: &mut Vec<u8>, rng: &mut SimRng) {
+    for _ in 0..1 + rng.below(4) {
+        if input.is_empty() {
+            break;
+        }
+        let i = rng.below(input.len() as u64) as usize;
+        match rng.below(5) {
+            0 => input[i] ^= 1 << rng.below(8),
+            1 => input[i] = rng.next_u64() as u8,
+            2 if i + 4 <= input.len() => {
+                let n = [u32::MAX, 1 << 31, rng.next_u64() as u32, rng.below(64) as u32][rng.below(4) as usize];
+                input[i..i + 4].copy_from_slice(&n.to_le_bytes());
+            }
+            3 => input.truncate(i),
+            _ => input.insert(i, rng.next_u64() as u8),
+        }
+    }
+}
+
+/// Mutation fuzzing of the page store's decoders (an image's header, a page's entries, a
+/// translation table's base and delta), seeded by valid images, for a set time
+/// (`TSUMIKI_FUZZ_SECS`). The checksums are left out, so the damage reaches the decoders.
+#[test]
+fn fuzz_page_decoders() {
+    use tsumiki::page_fuzz::{decode_image, sample_images};
+    let secs: u64 = std::env::var("TSUMIKI_FUZZ_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut rng = SimRng::new(79);
+    let (mut runs, mut decoded) = (0u64, 0u64);
+    while Instant::now() < end {
+        for _ in 0..1000 {
+            let samples = sample_images(rng.next_u64());
+            // The seeds are valid, or the fuzzing would stop at their first error.
+            for (i, img) in samples.iter().enumerate() {
+                let n = decode_image(img, Some(&samples[2]));
+                assert!(n.is_ok(), "sample {i}: {n:?}");
+            }
+            let pick = rng.below(5) as usize;
+            let mut input = match pick {
+                4 => (0..rng.below(400)).map(|_| rng.next_u64() as u8).collect(),
+                i => samples[i].clone(),
+            };
+            mutate(&mut input, &mut rng);
+            decoded += decode_image(&input, Some(&samples[2])).is_ok() as u64;
+            runs += 1;
+        }
+    }
+    assert!(runs >= 1000);
+    eprintln!("fuzz_page_decoders: {runs} inputs, {decoded} decoded without error");
+}
+
+/// Whole page segments: a closed database's page files damaged (half the time with the
+/// block's trailer re-sealed, so the damage reaches the images' own checksums), then
+/// opened. Each open gives an error or exactly the data written, never a panic
+/// (`TSUMIKI_FUZZ_SECS`).
+#[test]
+fn fuzz_page_segments() {
+    let secs: u64 = std::env::var("TSUMIKI_FUZZ_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let log = LogOptions { segment_size: 16 << 10, page_segment_size: 8 << 10, ..LogOptions::default() };
+    let opts = Options { log, ..Options::default() };
+    let disk = SimStorage::new(5);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
+    let mut model = State::new();
+    for round in 0..3u32 {
+        for i in 0..200u32 {
+            if (i + round) % 5 == 0 {
+                continue;
+            }
+            let (k, v) =
+                (format!("k{:05}", i * 7 % 1000).into_bytes(), vec![(i ^ round) as u8; (i % 13 * 17) as usize]);
+            db.run(|t| t.put(&k, &v)).unwrap();
+            model.insert(k, v);
+        }
+        db.checkpoint().unwrap();
+    }
+    db.close().unwrap();
+    let image = disk.crash();
+    let pages: Vec<String> = image.names().into_iter().filter(|n| n.starts_with("pages-")).collect();
+    assert!(!pages.is_empty());
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut rng = SimRng::new(80);
+    let (mut runs, mut opened) = (0u64, 0u64);
+    while Instant::now() < end || runs < 50 {
+        let mut img = image.clone();
+        let name = &pages[rng.below(pages.len() as u64) as usize];
+        let file = img.file_mut(name).unwrap();
+        runs += 1;
+        if file.is_empty() {
+            continue;
+        }
+        let at = rng.below(file.len() as u64) as usize;
+        let block = at / BLOCK * BLOCK;
+        let trailer =
+            if file.len() >= block + BLOCK { format::open_block(&file[block..block + BLOCK], 0) } else { None };
+        let mut bytes = file[block..(block + BLOCK).min(file.len())].to_vec();
+        mutate(&mut bytes, &mut rng);
+        bytes.resize(BLOCK.min(file.len() - block), 0);
+        if let (Some(t), true) = (trailer, rng.below(2) == 0 && bytes.len() == BLOCK) {
+            format::seal_block(&mut bytes, &t, 0);
+        }
+        file[block..block + bytes.len()].copy_from_slice(&bytes);
+        match Db::open_with_storage(Arc::new(SimStorage::from_image(&img, 0)), opts.clone()) {
+            // Pages are read when used: the damage may show only then, as `Corrupt`.
+            Ok(db) => match db.begin().iter().collect::<Result<State, Error>>() {
+                Ok(state) => {
+                    assert!(state == model, "{name} damaged at block {}: read other data", block / BLOCK);
+                    opened += 1;
+                }
+                Err(Error::Corrupt(_)) => {}
+                Err(e) => panic!("{name} damaged at block {}: {e}", block / BLOCK),
+            },
+            Err(Error::Corrupt(_)) => {}
+            Err(e) => panic!("{name} damaged at block {}: {e}", block / BLOCK),
+        }
+    }
+    eprintln!("fuzz_page_segments: {runs} damaged images, {opened} read back whole (damage in unused bytes)");
+}
+
 proptest! {
     #[test]
     fn record_round_trip(order: u64, writes in proptest::collection::vec(
@@ -246,6 +366,12 @@ proptest! {
         let _ = format::decode_record(&bytes);
         let _ = format::open_block(&bytes, 1);
         let _ = Master::decode(&bytes);
+    }
+
+    #[test]
+    fn page_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..5000), seed: u64) {
+        let base = tsumiki::page_fuzz::sample_images(seed);
+        let _ = tsumiki::page_fuzz::decode_image(&bytes, Some(&base[2]));
     }
 }
 

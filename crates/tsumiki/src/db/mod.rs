@@ -20,7 +20,11 @@
 //! txn.commit().unwrap();
 //! ```
 
+// The engine holds records through raw pointers the index owns, and the residency map is
+// an epoch-reclaimed pointer.
+#[allow(unsafe_code)]
 mod engine;
+#[allow(unsafe_code)]
 mod residency;
 
 use std::cell::RefCell;
@@ -363,6 +367,7 @@ impl<P: Protocol> TypedDb<P> {
     }
 
     /// Starts a transaction on a worker slot from the pool.
+    #[allow(unsafe_code)] // the transaction borrows the slot it owns
     pub fn begin(&self) -> TypedTxn<'_, P> {
         let (slot, bufs) = self.eng.take_slot();
         let s: *const Slot<P> = &*slot;

@@ -25,11 +25,15 @@
 //! ```
 
 mod bulk;
+// The lock-free Bw-tree: delta chains behind epoch-protected pointers.
+#[allow(unsafe_code)]
 mod mapping;
+#[allow(unsafe_code)]
 mod node;
 mod sched;
 #[cfg(feature = "shuttle")]
 pub use sched::plant_nonatomic_install;
+#[allow(unsafe_code)]
 mod tree;
 
 use crossbeam_epoch::{self as epoch, Guard};

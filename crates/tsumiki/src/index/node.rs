@@ -13,7 +13,11 @@ use std::sync::Arc;
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
-use super::mapping::{MappingTable, Pid};
+/// A page id: an index into the mapping table (`mapping.rs`, which stores nodes: it
+/// depends on this file, never the reverse).
+pub(crate) type Pid = u64;
+/// "No page": the right sibling of the rightmost node of a level.
+pub(crate) const NO_PID: Pid = u64::MAX;
 
 /// Tag on a `next` pointer: the chain below is being consolidated by a slot CAS; no data
 /// delta may be installed there any more (improvement (b) only).
@@ -1118,60 +1122,6 @@ pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base
     }
     keys.finish();
     Base { range, keys, vals: Vec::new(), children }
-}
-
-/// Defers destruction of a chain that was just unlinked from its slot (or from a numbered
-/// delta's `next`), including what its merge deltas own.
-///
-/// # Safety
-/// `head` must have been made unreachable for new readers by the caller's successful CAS,
-/// and no other thread may retire the same chain.
-pub(crate) unsafe fn retire_chain<V>(head: Shared<'_, Node<V>>, map: &MappingTable<V>, guard: &Guard) {
-    let mut cur = head.with_tag(0);
-    while !cur.is_null() {
-        // SAFETY: nodes of the chain stay valid until the deferred destructions run.
-        let node = unsafe { cur.deref() };
-        let next = if node.pending.load(Ordering::Acquire) { claim_next(node, guard) } else { node.next(guard) };
-        if let Kind::Merge { r_pid, .. } = &node.kind {
-            // The absorbed sibling's slot still holds Remove -> base; both die with the merge.
-            let slot = map.slot(*r_pid);
-            let removed = slot.swap(Shared::null(), Ordering::AcqRel, guard);
-            if !removed.is_null() {
-                // SAFETY: the slot held the only reference besides this merge delta's.
-                let base = unsafe { removed.deref() }.next(guard);
-                unsafe {
-                    guard.defer_destroy(removed);
-                    guard.defer_destroy(base);
-                }
-            }
-            map.free_deferred(*r_pid, guard);
-        }
-        let is_base = node.is_base();
-        // SAFETY: unlinked by the caller; destroyed only after current readers unpin.
-        unsafe { guard.defer_destroy(cur) };
-        if is_base {
-            break;
-        }
-        cur = next;
-    }
-}
-
-/// Takes ownership of a pending numbered delta's `next` (see `TAG_CLAIMED`).
-fn claim_next<'g, V>(node: &Node<V>, guard: &'g Guard) -> Shared<'g, Node<V>> {
-    loop {
-        super::sched::point();
-        let v = node.next.load(Ordering::Acquire, guard);
-        if v.tag() & TAG_CLAIMED != 0 {
-            return v.with_tag(0);
-        }
-        if node
-            .next
-            .compare_exchange(v, v.with_tag(v.tag() | TAG_CLAIMED), Ordering::AcqRel, Ordering::Acquire, guard)
-            .is_ok()
-        {
-            return v.with_tag(0);
-        }
-    }
 }
 
 /// Frees a chain immediately (tree drop).

@@ -37,6 +37,8 @@ use crate::index::MAX_KEY_LEN;
 use crate::storage::{create_fresh, Storage, StorageFile};
 
 mod entries;
+#[doc(hidden)]
+pub mod fuzz;
 mod table;
 
 use entries::{encode_entries, entries_len, entry_len, for_each_entry, merge_newest_first, Decoded, Layer};

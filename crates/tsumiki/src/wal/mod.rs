@@ -384,6 +384,7 @@ pub(crate) struct Lane {
 
 impl Lane {
     /// Releases the held locks of records up to `upto` (durable now).
+    #[allow(unsafe_code)] // stores to lock words kept as addresses
     fn release_held(&self, upto: u64) {
         let mut h = self.held.lock();
         if h.is_empty() {

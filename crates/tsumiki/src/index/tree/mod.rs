@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
-use super::mapping::{MappingTable, Pid, NO_PID};
+use super::mapping::{retire_chain, MappingTable, Pid, NO_PID};
 use super::node::*;
 use super::sched;
 use super::{BwTreeConfig, BwTreeStats, IndexError, MAX_KEY_LEN};
