@@ -354,7 +354,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                                         key(&mut k, j);
                                         let got = txn
                                             .get(&k)?
-                                            .ok_or_else(|| Error::Corrupt(format!("key {j} is missing")))?;
+                                            .ok_or_else(|| Error::Corrupt(format!("key {j} is missing").into()))?;
                                         let c = counter_of(&got, j, args.value_size).map_err(Error::Corrupt)?;
                                         if !read {
                                             value(&mut v, j, c.wrapping_add(1));

@@ -419,7 +419,7 @@ impl<P: Protocol> Engine<P> {
                 builder.push(k, RecPtr(rec)).map_err(|e| {
                     // SAFETY: never published.
                     drop(unsafe { Box::from_raw(rec) });
-                    Error::Corrupt(format!("the recovered state: {e}"))
+                    Error::Corrupt(format!("the recovered state: {e}").into())
                 })
             },
             replay_bytes,
@@ -1967,7 +1967,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 (Err(CommitFail::Log), e) => {
                     // Nothing was installed: roll back.
                     self.rollback();
-                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new()))));
+                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new().into()))));
                 }
                 (Ok(()), Some(e)) => {
                     // Installed and released (ELR), but the flush failed: never acknowledged,

@@ -21,6 +21,8 @@
 //! ```
 
 mod engine;
+mod open;
+mod owned;
 mod residency;
 
 use std::cell::RefCell;
@@ -29,6 +31,8 @@ use std::sync::Arc;
 
 pub use engine::{Engine, TypedScan, TypedTxn};
 use engine::{Home, ScanCursor, Slot, TxnBufs};
+pub use open::OpenOptions;
+pub use owned::OwnedTxn;
 
 use crate::cc::si::Si;
 use crate::cc::silo::Silo;

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::error::Error;
+use crate::error::{Error, Poison};
 use crate::wal::format::{parse_segment_name, Master};
 use crate::wal::recovery::{self, Logged, RecoveryStats};
 use crate::wal::storage::{NvmStorage, Storage};
@@ -173,15 +173,18 @@ pub(crate) fn open(
                     return Err(Error::Corrupt(format!(
                         "the page store holds writes of generation {w}, newer than MASTER's {}: MASTER is older than the database",
                         m.generation
-                    )));
+                    ).into()));
                 }
             }
             if m.last_exit {
                 if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
-                    return Err(Error::Corrupt(format!(
-                        "MASTER says generation {} ended cleanly, but logs of the next one exist",
-                        m.generation
-                    )));
+                    return Err(Error::Corrupt(
+                        format!(
+                            "MASTER says generation {} ended cleanly, but logs of the next one exist",
+                            m.generation
+                        )
+                        .into(),
+                    ));
                 }
                 // Commits logged in the generation that ended cleanly came after a later
                 // master record (an open marks the exit unclean before any lane starts):
@@ -191,7 +194,7 @@ pub(crate) fn open(
                     return Err(Error::Corrupt(format!(
                         "MASTER says generation {} ended cleanly, but commits were logged in it after: a newer master record is damaged or missing",
                         m.generation
-                    )));
+                    ).into()));
                 }
                 // A clean exit: the pages are the whole state, handed over in key order
                 // as they are read (or when used).
@@ -556,7 +559,7 @@ impl Durable {
         // generations' logs.
         let poison = |e: Error| match e {
             Error::Poisoned(_) => e,
-            e => self.wal.poison(format!("checkpoint of generation {g} failed: {e}")),
+            e => self.wal.poison(Poison::caused_by(&format!("checkpoint of generation {g} failed"), &e)),
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();

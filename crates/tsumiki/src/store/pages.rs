@@ -430,7 +430,7 @@ pub fn parse_segment_file(name: &str) -> Option<u32> {
 }
 
 fn corrupt(m: impl Into<String>) -> Error {
-    Error::Corrupt(m.into())
+    Error::Corrupt(crate::error::Corruption::new(m))
 }
 
 /// A change to apply: a key and its new value (`None`: deleted).
