@@ -296,3 +296,36 @@ fn owned_transactions_move_between_threads() {
     t.abort();
     assert_eq!(db.begin().get("b").unwrap(), Some(b"2".to_vec()));
 }
+
+/// The test hook the bindings' full-disk tests use: writes past the quota fail with the
+/// operating system's ENOSPC, which poisons the database and reaches the caller.
+#[test]
+fn a_write_quota_fills_like_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let quota = 8 << 20;
+    let db =
+        OpenOptions::new().create(true).write_quota_for_tests(Some(quota)).open(&path, Options::default()).unwrap();
+    let value = vec![1u8; 64 << 10];
+    let mut acked = 0u32;
+    let e = loop {
+        match db.run(|t| t.put(acked.to_be_bytes(), &value)) {
+            Ok(()) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 1000, "the quota never filled");
+    };
+    assert!(acked > 0, "the quota leaves room to create the database and commit");
+    assert_eq!(e.kind(), ErrorKind::Poisoned, "{e:?}");
+    assert_eq!(e.errno(), libc::ENOSPC, "{e:?}");
+    assert_eq!(e.os_error().and_then(std::io::Error::raw_os_error), Some(libc::ENOSPC));
+    let later = db.run(|t| t.put("later", "x")).unwrap_err();
+    assert_eq!((later.kind(), later.errno()), (ErrorKind::Poisoned, libc::ENOSPC), "the first cause stays");
+    drop(db);
+    let db = OpenOptions::new().open(&path, Options::default()).unwrap();
+    let t = db.begin();
+    for i in 0..acked {
+        assert_eq!(t.get(i.to_be_bytes()).unwrap().as_deref(), Some(&value[..]), "acknowledged key {i}");
+    }
+    eprintln!("{acked} commits of 64 KiB fit in the {quota}-byte quota");
+}

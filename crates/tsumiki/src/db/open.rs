@@ -270,6 +270,9 @@ fn make_dir(path: &Path, mode: u32, exclusive: bool) -> Result<(), Error> {
             Err(Error::AlreadyExists(format!("{} exists (made meanwhile by someone else)", path.display())))
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(Error::NotFound(format!("{} cannot be created: its parent directory does not exist", path.display())))
+        }
         Err(e) => Err(Error::io(format!("creating directory {}", path.display()), e)),
     }
 }
@@ -355,5 +358,19 @@ impl StorageFile for QuotaFile {
 
     fn set_direct(&self) -> bool {
         self.inner.set_direct()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_mode;
+
+    #[test]
+    fn dir_mode_adds_x_where_r() {
+        assert_eq!(dir_mode(0o644), 0o755);
+        assert_eq!(dir_mode(0o600), 0o700);
+        assert_eq!(dir_mode(0o640), 0o750);
+        assert_eq!(dir_mode(0o200), 0o200);
+        assert_eq!(dir_mode(0o10644), 0o755); // no special bits
     }
 }

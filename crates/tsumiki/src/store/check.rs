@@ -344,7 +344,7 @@ impl Checker {
             }
             self.report.files += 1;
             self.report.bytes += meta.len();
-            if name == MASTER {
+            if name == MASTER || name == crate::wal::storage::CALLER_LOCK_FILE {
                 continue;
             }
             if let Some((g, l, s)) = format::parse_segment_name(name) {
