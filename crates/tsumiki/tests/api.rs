@@ -329,3 +329,32 @@ fn a_write_quota_fills_like_a_full_disk() {
     }
     eprintln!("{acked} commits of 64 KiB fit in the {quota}-byte quota");
 }
+
+/// A damaged page image is `Corrupt` naming its segment file and the offset in it.
+#[test]
+fn a_damaged_page_names_its_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::create(&path, Options::default()).unwrap();
+    db.run(|t| (0..2000u32).try_for_each(|i| t.put(i.to_be_bytes(), [7u8; 100]))).unwrap();
+    db.close().unwrap();
+    let seg = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with("pages-") && n.ends_with(".seg"))
+        .expect("a page segment");
+    let mut bytes = std::fs::read(path.join(&seg)).unwrap();
+    // The first block holds the start of the first image written.
+    bytes[100] ^= 0xff;
+    std::fs::write(path.join(&seg), &bytes).unwrap();
+    let e = Db::open(&path, Options::default()).and_then(|db| db.view(|r| r.iter().try_for_each(|x| x.map(drop))));
+    match e {
+        Err(Error::Corrupt(c)) => {
+            assert_eq!(c.file.as_deref(), Some(seg.as_str()), "{c}");
+            assert_eq!(c.offset, Some(0), "{c}");
+            assert!(c.to_string().starts_with(&format!("{seg} at offset 0: ")), "{c}");
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(()) => panic!("the damage went unnoticed"),
+    }
+}
