@@ -358,3 +358,18 @@ fn a_damaged_page_names_its_file_and_offset() {
         Ok(()) => panic!("the damage went unnoticed"),
     }
 }
+
+/// The file `dbm_dirfno` hands out (the C library's lock file) is the database's own: a
+/// check does not call it foreign.
+#[test]
+fn the_callers_lock_file_is_not_foreign() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    Db::create(&path, Options::default()).unwrap().close().unwrap();
+    std::fs::write(path.join(tsumiki::wal::storage::CALLER_LOCK_FILE), b"").unwrap();
+    std::fs::write(path.join("stray"), b"").unwrap();
+    let r = tsumiki::check(&path).unwrap();
+    let named = |n: &str| r.findings.iter().any(|f| format!("{f:?}").contains(n));
+    assert!(named("stray"), "{:?}", r.findings);
+    assert!(!named(tsumiki::wal::storage::CALLER_LOCK_FILE), "{:?}", r.findings);
+}

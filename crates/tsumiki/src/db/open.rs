@@ -1,22 +1,5 @@
 //! [`OpenOptions`]: the rules of dbm's open flags, once, for the C library and the Python
-//! module (and any embedder that wants them).
-//!
-//! What an open does, by what is at the path (`create` stands for `create` or
-//! `create_new`):
-//!
-//! | at the path | no flag | `create` | `create` + `truncate` | `create_new` |
-//! |---|---|---|---|---|
-//! | nothing | `NotFound` | a new database (directory made with `mode`) | the same | the same |
-//! | an empty file | `NotFound` | replaced by a new database | the same | `AlreadyExists` |
-//! | an empty directory | `NotFound` | a new database in it | the same | `AlreadyExists` |
-//! | a tsumiki database | opened | opened | opened and emptied | `AlreadyExists` |
-//! | a non-empty directory without a database | `NotFound` | a new database among its files | `AlreadyExists` | `AlreadyExists` |
-//! | a non-empty file, or anything else | `NotFound` | `AlreadyExists` | `AlreadyExists` | `AlreadyExists` |
-//!
-//! `truncate` without `create` empties an existing database and is otherwise as no flag;
-//! `truncate` with `read_only` is [`Error::Config`]. Truncation runs through the engine, a
-//! batch of keys per transaction, then a checkpoint: only a proven tsumiki database is
-//! ever emptied, and no other file is deleted except an empty one replaced by `create`.
+//! module (and any embedder that wants them); the table of the rules is on [`OpenOptions`].
 
 use std::borrow::Borrow;
 use std::io;
@@ -32,14 +15,31 @@ use crate::wal::storage::{DirStorage, Storage, StorageFile};
 const TRUNCATE_BATCH: usize = 1024;
 
 /// How to open a database directory: the dbm open flags (`O_CREAT`, `O_EXCL`, `O_TRUNC`,
-/// `O_RDONLY`, the mode; Python's `'r'`, `'w'`, `'c'`, `'n'`), with the rules in the
-/// [module's table](self). Both bindings open through it, so they agree.
+/// `O_RDONLY`, the mode; Python's `'r'`, `'w'`, `'c'`, `'n'`), with the rules below. Both
+/// bindings open through it, so they agree.
+///
+/// What an open does, by what is at the path (`create` stands for `create` or
+/// `create_new`):
+///
+/// | at the path | no flag | `create` | `create` + `truncate` | `create_new` |
+/// |---|---|---|---|---|
+/// | nothing | `NotFound` | a new database (directory made with `mode`) | the same | the same |
+/// | an empty file | `NotFound` | replaced by a new database | the same | `AlreadyExists` |
+/// | an empty directory | `NotFound` | a new database in it | the same | `AlreadyExists` |
+/// | a tsumiki database | opened | opened | opened and emptied | `AlreadyExists` |
+/// | a non-empty directory without a database | `NotFound` | a new database among its files | `AlreadyExists` | `AlreadyExists` |
+/// | a non-empty file, or anything else | `NotFound` | `AlreadyExists` | `AlreadyExists` | `AlreadyExists` |
+///
+/// `truncate` without `create` empties an existing database and is otherwise as no flag;
+/// `truncate` with `read_only` is [`Error::Config`]. Truncation runs through the engine, a
+/// batch of keys per transaction, then a checkpoint: only a proven tsumiki database is
+/// ever emptied, and no other file is deleted except an empty one replaced by `create`.
 ///
 /// ```
 /// # use tsumiki::{OpenOptions, Options, ErrorKind};
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("db");
-/// let err = OpenOptions::new().open(&path, Options::default()).unwrap_err();
+/// let err = OpenOptions::new().open(&path, Options::default()).err().unwrap();
 /// assert_eq!(err.kind(), ErrorKind::NotFound);
 /// let db = OpenOptions::new().create(true).mode(0o700).open(&path, Options::default()).unwrap();
 /// db.run(|t| t.put("k", "v")).unwrap();
