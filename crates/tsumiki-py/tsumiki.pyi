@@ -16,7 +16,11 @@ _T = TypeVar("_T")
 
 class error(OSError):
     """Raised for every failure of the database: a missing database, a closed handle, a
-    write to a database opened read-only, I/O errors (with their errno)."""
+    write to a database opened read-only, I/O errors. Its errno is the one the C library
+    sets for the same failure: ENOSPC for a full disk (also from a database it poisoned),
+    ENOENT no database, EEXIST something that may not be replaced, EPERM read-only, EAGAIN
+    open elsewhere (or a conflict), EINVAL a bad argument or too long a key or value, EFBIG
+    a transaction over the 1 GiB log record limit, EIO a damaged database."""
 
 class ConflictError(error):
     """A transaction conflicted with another one and was rolled back; running it again
@@ -30,7 +34,9 @@ def open(
     """Opens the database in directory `file`, as `dbm.open`: 'r' read-only (must exist),
     'w' read-write (must exist), 'c' read-write created if missing, 'n' always new and
     empty. `mode` is the created directory's mode (search bits added where read bits are,
-    the umask applied). A missing database raises `error` (errno ENOENT)."""
+    the umask applied). A missing database raises `error` (errno ENOENT). An empty file
+    counts as no database ('c' and 'n' replace it); the rules are the C library's dbm_open
+    rules (the table is in its header)."""
 
 @final
 class Database:

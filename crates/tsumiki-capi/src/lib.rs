@@ -5,8 +5,11 @@
 //! - A `DBM *` is a [`Dbm`]: an [`Arc<Db>`] shared with the process's other handles of the
 //!   same directory (the engine locks a directory against a second open, so a process-wide
 //!   [`REGISTRY`] hands out the one open database), the handle's transaction if one is
-//!   open, its iteration cursor, the buffers the returned `datum`s point into, and the
-//!   outcome of its last call.
+//!   open (an [`OwnedTxn`]), its iteration cursor, the buffers the returned `datum`s point
+//!   into, and the outcome of its last call.
+//! - `dbm_open`'s flags follow [`OpenOptions`]'s rules, which the Python module shares.
+//! - Codes and errno come from [`Error::kind`] and [`Error::errno`] (the table is in the
+//!   header and on [`tsumiki::ErrorKind`]).
 //! - Outside a transaction every call runs in [`Db::run`] (its own durable transaction,
 //!   conflicts retried); inside one, a conflict rolls the transaction back and the handle
 //!   reports it until the caller ends the transaction ([`TxnState::RolledBack`]).
@@ -29,7 +32,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tsumiki::{Cc, Db, Error, Options, Txn};
+use tsumiki::{Cc, Db, Error, ErrorKind, OpenOptions, Options, OwnedTxn, Txn};
 
 /// `DBM_INSERT`: store only if the key is absent.
 pub const DBM_INSERT: c_int = 0;
@@ -65,6 +68,8 @@ pub const TSUMIKI_DBM_NO_TXN: c_int = 11;
 pub const TSUMIKI_DBM_IN_TXN: c_int = 12;
 /// A caught panic: a bug in tsumiki.
 pub const TSUMIKI_DBM_INTERNAL: c_int = 13;
+/// The transaction's writes exceed the log record limit (1 GiB): rolled back.
+pub const TSUMIKI_DBM_TXN_TOO_LARGE: c_int = 14;
 
 /// The C `datum`: `dsize` bytes at `dptr`.
 #[repr(C)]
@@ -142,6 +147,7 @@ impl Failure {
             TSUMIKI_DBM_READ_ONLY => libc::EPERM,
             TSUMIKI_DBM_CONFLICT | TSUMIKI_DBM_LOCKED => libc::EAGAIN,
             TSUMIKI_DBM_TOO_LONG | TSUMIKI_DBM_BAD_ARGUMENT | TSUMIKI_DBM_NO_TXN | TSUMIKI_DBM_IN_TXN => libc::EINVAL,
+            TSUMIKI_DBM_TXN_TOO_LARGE => libc::EFBIG,
             _ => libc::EIO,
         }
     }
@@ -149,24 +155,26 @@ impl Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        let code = match &e {
-            Error::NotFound(_) => TSUMIKI_DBM_NOT_FOUND,
-            Error::ReadOnly => TSUMIKI_DBM_READ_ONLY,
+        let code = match e.kind() {
+            ErrorKind::NotFound => TSUMIKI_DBM_NOT_FOUND,
+            ErrorKind::AlreadyExists => TSUMIKI_DBM_EXISTS,
+            ErrorKind::ReadOnly => TSUMIKI_DBM_READ_ONLY,
             // A handle's transaction ends only by commit or abort, which also end the
             // handle's hold on it: a finished one was rolled back by a conflict.
-            Error::Conflict(_) | Error::TxnFinished => TSUMIKI_DBM_CONFLICT,
-            Error::KeyTooLong { .. } | Error::ValueTooLong { .. } => TSUMIKI_DBM_TOO_LONG,
-            Error::Io { .. } => TSUMIKI_DBM_IO,
-            Error::Corrupt(_) => TSUMIKI_DBM_CORRUPT,
-            Error::Locked(_) => TSUMIKI_DBM_LOCKED,
-            Error::Poisoned(_) => TSUMIKI_DBM_POISONED,
-            Error::Index(_) | Error::Config(_) => TSUMIKI_DBM_BAD_ARGUMENT,
+            ErrorKind::Conflict | ErrorKind::TxnFinished => TSUMIKI_DBM_CONFLICT,
+            ErrorKind::KeyTooLong | ErrorKind::ValueTooLong => TSUMIKI_DBM_TOO_LONG,
+            ErrorKind::TxnTooLarge => TSUMIKI_DBM_TXN_TOO_LARGE,
+            ErrorKind::Io => TSUMIKI_DBM_IO,
+            ErrorKind::Corrupt => TSUMIKI_DBM_CORRUPT,
+            ErrorKind::Locked => TSUMIKI_DBM_LOCKED,
+            ErrorKind::Poisoned => TSUMIKI_DBM_POISONED,
+            ErrorKind::InvalidArgument => TSUMIKI_DBM_BAD_ARGUMENT,
+            // A kind newer than this library: an I/O-like failure, with the engine's errno.
+            _ => TSUMIKI_DBM_IO,
         };
-        let os_errno = match &e {
-            Error::Io { source, .. } => source.raw_os_error().unwrap_or(0),
-            _ => 0,
-        };
-        Failure { code, msg: e.to_string(), os_errno }
+        // The operating system's errno where there is one (ENOSPC for a full disk, also
+        // through a poisoned database), else the kind's.
+        Failure { code, os_errno: e.errno(), msg: e.to_string() }
     }
 }
 
@@ -182,13 +190,8 @@ fn set_errno(f: &Failure) {
 enum TxnState {
     /// None open: each call is its own transaction.
     None,
-    /// Opened by `tsumiki_dbm_begin`.
-    ///
-    /// The `'static` is a lie the handle keeps true: the transaction borrows the [`Db`]
-    /// inside the handle's [`Arc`], which lives (at a fixed address, on the heap) as long
-    /// as the handle, and the handle ends the transaction before it lets the `Arc` go
-    /// (see [`Dbm`]'s field order and [`Dbm::close`]).
-    Open(Txn<'static>),
+    /// Opened by `tsumiki_dbm_begin`; it holds its own share of the database.
+    Open(OwnedTxn),
     /// Rolled back by a conflict; every call fails with `TSUMIKI_DBM_CONFLICT` until
     /// commit or abort ends it, so that later calls do not run as transactions of
     /// their own while the caller thinks them part of this one.
@@ -197,8 +200,8 @@ enum TxnState {
 
 /// An open handle: C's `DBM`.
 pub struct Dbm {
-    // Field order matters: fields drop in declaration order, and the transaction
-    // borrows `*db`, so it must drop first.
+    // Before `db`: a transaction holds a share of the database, and the handle's last
+    // share is let go under the registry's lock (`close`).
     txn: TxnState,
     db: Arc<Db>,
     /// The registry's key for `db`.
@@ -211,6 +214,9 @@ pub struct Dbm {
     value: Vec<u8>,
     /// `dbm_error`'s sticky condition.
     error: bool,
+    /// The descriptor `dbm_dirfno` and `dbm_pagfno` return (the directory's
+    /// [`LOCK_FILE`]), opened on first use.
+    lock_file: Option<std::fs::File>,
     /// The outcome of the last call.
     code: c_int,
     msg: CString,
@@ -239,12 +245,22 @@ fn c_message(msg: &str) -> CString {
     CString::new(msg.replace('\0', "?")).unwrap_or_default()
 }
 
-/// The directory mode for `dbm_open`'s `mode`: an x bit wherever there is an r bit, so
-/// that the owner of a 0644 database can enter its directory (the umask applies after).
-fn dir_mode(mode: libc::mode_t) -> u32 {
-    #[allow(clippy::useless_conversion)] // mode_t is u32 on Linux, u16 elsewhere
-    let m = u32::from(mode) & 0o777;
-    m | ((m & 0o444) >> 2)
+/// The file in a database directory that `dbm_dirfno` and `dbm_pagfno` open: the engine
+/// never locks it (it locks the directory itself), so callers may.
+pub const LOCK_FILE: &str = tsumiki::wal::storage::CALLER_LOCK_FILE;
+
+/// Test only: `TSUMIKI_TEST_WRITE_QUOTA=BYTES` makes a database this process opens first
+/// fail its writes with `ENOSPC` once that many bytes were written (a full disk, for the
+/// C test; see [`OpenOptions::write_quota_for_tests`]).
+fn write_quota() -> Result<Option<u64>, Failure> {
+    let Some(v) = std::env::var_os("TSUMIKI_TEST_WRITE_QUOTA") else { return Ok(None) };
+    match v.to_str().and_then(|s| s.parse().ok()) {
+        Some(n) => Ok(Some(n)),
+        None => Err(Failure::bad_argument(format!(
+            "TSUMIKI_TEST_WRITE_QUOTA={}: not a number of bytes",
+            v.to_string_lossy()
+        ))),
+    }
 }
 
 /// The options of a database this process opens first: the defaults, with the protocol
@@ -279,67 +295,25 @@ fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm
     };
     let (create, exclusive, truncate) =
         (flags & libc::O_CREAT != 0, flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
-    if truncate && read_only {
-        return Err(Failure::bad_argument("dbm_open: O_TRUNC needs O_RDWR or O_WRONLY"));
-    }
-    let io = |what: &str, e: std::io::Error| {
-        let kind = e.kind();
-        let mut f = Failure::from(Error::Io { context: format!("{what} {}", path.display()), source: Arc::new(e) });
-        match kind {
-            // A missing parent directory, or the path vanished meanwhile.
-            std::io::ErrorKind::NotFound => f.code = TSUMIKI_DBM_NOT_FOUND,
-            // O_EXCL, and another process made it meanwhile.
-            std::io::ErrorKind::AlreadyExists => f.code = TSUMIKI_DBM_EXISTS,
-            _ => {}
-        }
-        f
-    };
+    #[allow(clippy::useless_conversion)] // mode_t is u32 on Linux, u16 elsewhere
+    let mode = u32::from(mode);
+    // The rules of the flags are OpenOptions's, shared with the Python module.
+    let mut how = OpenOptions::new();
+    how.read_only(read_only).create(create).create_new(create && exclusive).truncate(truncate).mode(mode);
     // Held through the open, so that two threads opening one path share one database.
     let mut reg = registry();
-    let exists = match std::fs::symlink_metadata(path) {
-        Ok(_) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(io("looking at", e)),
-    };
-    if create && exclusive && exists {
-        return Err(Failure::new(TSUMIKI_DBM_EXISTS, format!("{} exists (O_CREAT|O_EXCL)", path.display())));
-    }
-    if !exists {
-        if !create {
-            return Err(Failure::new(
-                TSUMIKI_DBM_NOT_FOUND,
-                format!("no database at {} (O_CREAT creates one)", path.display()),
-            ));
-        }
-        let mut b = std::fs::DirBuilder::new();
-        std::os::unix::fs::DirBuilderExt::mode(&mut b, dir_mode(mode));
-        if let Err(e) = b.create(path) {
-            // Another process may have made it since: then open what is there.
-            if e.kind() != std::io::ErrorKind::AlreadyExists || exclusive {
-                return Err(io("creating directory", e));
-            }
-        }
-    }
-    let canonical = std::fs::canonicalize(path).map_err(|e| io("resolving", e))?;
-    let db = match reg.get(&canonical) {
-        Some(db) => Arc::clone(db),
-        None => {
-            let opts = options()?;
-            let db = if create { Db::create(&canonical, opts) } else { Db::open(&canonical, opts) };
-            let db = Arc::new(db.map_err(|e| {
-                let mut f = Failure::from(e);
-                if f.code == TSUMIKI_DBM_NOT_FOUND {
-                    // The engine's message names its Rust remedy; this is C's.
-                    f.msg = format!("{} holds no tsumiki database (O_CREAT creates one)", path.display());
-                }
-                f
-            })?);
-            reg.insert(canonical.clone(), Arc::clone(&db));
-            db
-        }
-    };
+    let shared = |canonical: &Path| reg.get(canonical).cloned();
+    // The options and the test hook apply to a database this process opens first; a
+    // handle's read-only flag is the handle's (the database is shared with writers).
+    let opts = options()?;
+    how.write_quota_for_tests(write_quota()?);
+    let db = how.open_shared(path, opts, shared)?;
+    let canonical = std::fs::canonicalize(path).map_err(|e| {
+        Failure::from(Error::Io { context: format!("resolving {}", path.display()), source: Arc::new(e) })
+    })?;
+    reg.entry(canonical.clone()).or_insert_with(|| Arc::clone(&db));
     drop(reg);
-    let mut h = Box::new(Dbm {
+    Ok(Box::new(Dbm {
         txn: TxnState::None,
         db,
         path: canonical,
@@ -347,34 +321,19 @@ fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm
         cursor: None,
         value: Vec::new(),
         error: false,
+        lock_file: None,
         code: TSUMIKI_DBM_OK,
         msg: CString::default(),
-    });
-    if truncate {
-        if let Err(f) = h.truncate() {
-            h.close();
-            return Err(f);
-        }
-    }
-    Ok(h)
+    }))
 }
 
 impl Dbm {
-    /// Empties the database in one transaction (O_TRUNC).
-    fn truncate(&mut self) -> Result<(), Failure> {
-        self.db.run(|t| {
-            let keys: Vec<Vec<u8>> = t.range(..).map(|r| r.map(|(k, _)| k)).collect::<Result<_, _>>()?;
-            keys.iter().try_for_each(|k| t.delete(k).map(drop))
-        })?;
-        Ok(())
-    }
-
     /// Ends the transaction (rolling it back), then lets go of the database, closing it if
     /// this was its last handle in the process. A failed close cannot be reported
     /// (dbm_close returns nothing); the next open recovers what it left.
     fn close(self: Box<Self>) {
         let Dbm { txn, db, path, .. } = *self;
-        // First: the transaction borrows `*db` (see `TxnState::Open`).
+        // First: the transaction holds a share of the database.
         drop(txn);
         let mut reg = registry();
         drop(db);
@@ -392,7 +351,7 @@ impl Dbm {
     fn with_txn<T>(&mut self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Failure> {
         match &mut self.txn {
             TxnState::None => Ok(self.db.run_within(RETRY_FOR, f)?),
-            TxnState::Open(t) => match f(t) {
+            TxnState::Open(t) => match t.with(&mut f) {
                 Ok(v) => Ok(v),
                 Err(e) => {
                     if matches!(e, Error::Conflict(_) | Error::TxnFinished) {
@@ -484,13 +443,7 @@ impl Dbm {
     fn begin(&mut self) -> Result<c_int, Failure> {
         match self.txn {
             TxnState::None => {
-                let txn: Txn<'_> = self.db.begin();
-                // SAFETY: only the lifetime changes. The transaction borrows the `Db` in
-                // `self.db`'s heap allocation, which neither moves nor dies while the
-                // handle holds the `Arc`; the handle drops the transaction before the
-                // `Arc` (field order, `close`), and hands out no reference to it.
-                let txn: Txn<'static> = unsafe { std::mem::transmute::<Txn<'_>, Txn<'static>>(txn) };
-                self.txn = TxnState::Open(txn);
+                self.txn = TxnState::Open(self.db.begin_owned());
                 Ok(0)
             }
             TxnState::Open(_) => {
@@ -523,6 +476,31 @@ impl Dbm {
             TxnState::RolledBack => Ok(0),
             TxnState::None => Err(Failure::new(TSUMIKI_DBM_NO_TXN, "tsumiki_dbm_abort: no transaction is open")),
         }
+    }
+
+    /// The descriptor of the directory's [`LOCK_FILE`] (created 0600 if missing), opened on
+    /// first use and kept until `dbm_close`.
+    fn lock_fd(&mut self) -> Result<c_int, Failure> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        if self.lock_file.is_none() {
+            let name = self.path.join(LOCK_FILE);
+            let open = |write: bool| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .create(write)
+                    .mode(0o600)
+                    .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                    .open(&name)
+            };
+            // A read-only file system (or directory) still lets an existing one be locked.
+            let f = open(true).or_else(|e| open(false).map_err(|_| e)).map_err(|e| {
+                Failure::from(Error::Io { context: format!("opening {}", name.display()), source: Arc::new(e) })
+            })?;
+            self.lock_file = Some(f);
+        }
+        Ok(self.lock_file.as_ref().map_or(-1, |f| f.as_raw_fd()))
     }
 
     /// Records the outcome of a call.
@@ -716,6 +694,24 @@ pub unsafe extern "C" fn dbm_clearerr(db: *mut Dbm) -> c_int {
     h.error = false;
     h.set_outcome(TSUMIKI_DBM_OK, "");
     0
+}
+
+/// `dbm_dirfno` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_dirfno(db: *mut Dbm) -> c_int {
+    call(db, -1, Dbm::lock_fd)
+}
+
+/// `dbm_pagfno` (see the header): the same descriptor as `dbm_dirfno`.
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn dbm_pagfno(db: *mut Dbm) -> c_int {
+    call(db, -1, Dbm::lock_fd)
 }
 
 /// `tsumiki_dbm_begin` (see the header).
@@ -934,14 +930,5 @@ mod tests {
             assert_eq!(code(db), TSUMIKI_DBM_NO_TXN);
             dbm_close(db);
         }
-    }
-
-    #[test]
-    fn dir_mode_adds_x_where_r() {
-        assert_eq!(dir_mode(0o644), 0o755);
-        assert_eq!(dir_mode(0o600), 0o700);
-        assert_eq!(dir_mode(0o640), 0o750);
-        assert_eq!(dir_mode(0o200), 0o200);
-        assert_eq!(dir_mode(0o10644), 0o755); // no special bits
     }
 }

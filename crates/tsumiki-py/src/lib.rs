@@ -7,6 +7,13 @@
 //! checkpoints, close) run with the GIL released, so Python threads run transactions at
 //! the same time.
 //!
+//! Errors map from the engine's [`ErrorKind`] as the C library's codes do: a conflict is
+//! `tsumiki.ConflictError`, anything else `tsumiki.error` (an `OSError`), both with the
+//! errno of [`Error::errno`], which is the C library's errno for the same failure (a full
+//! disk is `ENOSPC`, also from a database it poisoned; a missing database `ENOENT`; one
+//! open elsewhere `EAGAIN`; a transaction over the log record limit `EFBIG`; a damaged
+//! one `EIO`). `open`'s flags follow [`OpenOptions`]'s rules, which the C library shares.
+//!
 //! Locking, so that nothing waits for the GIL while holding a lock another thread needs
 //! with the GIL held: every lock below is taken only inside `Python::detach`, and no code
 //! holding one ever attaches to Python. Lock order: `Database::inner`, then
@@ -19,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString};
-use tsumiki::{Db, Error, Options, ReadTxn, Txn};
+use tsumiki::{Db, Error, ErrorKind, OpenOptions, Options, OwnedTxn, ReadTxn, Txn};
 
 /// The exceptions, in a module of their own: `error` keeps dbm's lowercase name.
 mod exc {
@@ -31,8 +38,10 @@ mod exc {
         error,
         PyOSError,
         "Raised for every failure of the database: a missing database, a closed handle, a \
-         write to a database opened read-only, I/O errors (with their errno). A subclass of \
-         OSError, like dbm.error's members."
+         write to a database opened read-only, I/O errors. A subclass of OSError, like \
+         dbm.error's members, with the errno the C library sets for the same failure \
+         (ENOSPC for a full disk, ENOENT for a missing database, EEXIST, EPERM, EAGAIN, \
+         EFBIG for a transaction over the log record limit, EIO...)."
     );
     pyo3::create_exception!(
         tsumiki,
@@ -62,19 +71,8 @@ enum Failure {
     Closed,
     /// The transaction is over; why.
     Ended(Ended),
-    /// An operating system's error (its errno, if any) on the database's path.
-    Os { errno: Option<i32>, message: String, path: PathBuf },
-    /// `open(.., 'r'|'w')` found no database at the path.
-    Missing(PathBuf),
-    /// `open(.., 'n')` refused to replace something that is not a tsumiki database.
-    NotADatabase(PathBuf),
-}
-
-impl Failure {
-    /// `err`, met while doing `context` on `path`.
-    fn os(err: &std::io::Error, context: &str, path: &Path) -> Failure {
-        Failure::Os { errno: err.raw_os_error(), message: format!("{context}: {err}"), path: path.into() }
-    }
+    /// The engine's error at `open`, which names the path in the exception.
+    Open(Error, PathBuf),
 }
 
 impl From<Error> for Failure {
@@ -92,49 +90,23 @@ impl From<Failure> for PyErr {
                 ConflictError::new_err("the transaction conflicted with another one and was rolled back")
             }
             Failure::Ended(why) => error::new_err(why.message()),
-            Failure::Os { errno, message, path } => match errno {
-                Some(errno) => error::new_err((errno, message, path.to_string_lossy().into_owned())),
-                None => error::new_err(message),
-            },
-            Failure::Missing(path) => {
-                let why = if path.is_dir() { "holds no tsumiki database" } else { "does not exist" };
-                let msg = format!("{} {why} (flag 'c' creates one)", path.display());
-                error::new_err((libc::ENOENT, msg, path.to_string_lossy().into_owned()))
+            Failure::Open(e, path) => {
+                let msg = e.to_string();
+                // Name the path in the exception's filename, as the os module does.
+                error::new_err((e.errno(), msg, path.to_string_lossy().into_owned()))
             }
-            Failure::NotADatabase(path) => error::new_err((
-                libc::EEXIST,
-                format!(
-                    "{} exists and is not a tsumiki database; open(.., 'n') replaces only a tsumiki \
-                     database, an empty directory or an empty file",
-                    path.display()
-                ),
-                path.to_string_lossy().into_owned(),
-            )),
         }
     }
 }
 
-/// The Python exception for an engine error: a conflict is a `ConflictError`, a missing
-/// database an `error` with errno ENOENT, an I/O error an `error` with its errno, anything
-/// else an `error` with the engine's message.
+/// The Python exception for an engine error (see the module's docs): a conflict (or a
+/// transaction a conflict ended) is a `ConflictError`, anything else an `error`, both
+/// with the errno the C library would set.
 fn engine_error(e: Error) -> PyErr {
-    let msg = e.to_string();
-    match &e {
-        Error::Conflict(_) => ConflictError::new_err(msg),
-        Error::NotFound(_) => error::new_err((libc::ENOENT, msg)),
-        Error::Io { .. } => match errno_of(&e) {
-            Some(errno) => error::new_err((errno, msg)),
-            None => error::new_err(msg),
-        },
-        _ => error::new_err(msg),
-    }
-}
-
-/// The operating system's error number under an I/O error.
-fn errno_of(e: &Error) -> Option<i32> {
-    match e {
-        Error::Io { source, .. } => source.raw_os_error(),
-        _ => None,
+    let (errno, msg) = (e.errno(), e.to_string());
+    match e.kind() {
+        ErrorKind::Conflict | ErrorKind::TxnFinished => ConflictError::new_err((errno, msg)),
+        _ => error::new_err((errno, msg)),
     }
 }
 
@@ -334,75 +306,29 @@ enum Flag {
     New,
 }
 
-/// A directory's mode for a database file's `mode`: search (x) where read is allowed, as a
-/// directory database needs (0o666 gives 0o777, 0o600 gives 0o700; the umask applies).
-fn dir_mode(mode: u32) -> u32 {
-    mode | ((mode & 0o444) >> 2)
-}
-
-/// Creates the directory `path` with `mode` (its parent must exist, as for a dbm file);
-/// returns whether it did (false: something is there already).
-fn make_dir(path: &Path, mode: u32) -> Result<bool, Failure> {
-    let mut b = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, dir_mode(mode));
-    #[cfg(not(unix))]
-    let _ = mode;
-    match b.create(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(err) => Err(Failure::os(&err, "creating the database directory", path)),
-    }
-}
-
-/// Opens `path` as `flag` says (detached from Python: opening recovers, and may block).
+/// Opens `path` as `flag` says, by [`OpenOptions`]'s rules (detached from Python: opening
+/// recovers, and may block).
 fn open_path(path: &Path, flag: Flag, mode: u32) -> Result<Db, Failure> {
-    let os = |err, context: &str| Failure::os(&err, context, path);
-    let existing = |opts| {
-        Db::open(path, opts).map_err(|e| match e {
-            Error::NotFound(_) => Failure::Missing(path.into()),
-            e => Failure::Engine(e),
-        })
-    };
+    let mut how = OpenOptions::new();
+    how.mode(mode);
     match flag {
-        Flag::Read => existing(Options { read_only: true, ..Options::default() }),
-        Flag::Write => existing(Options::default()),
-        Flag::Create => {
-            make_dir(path, mode)?;
-            Ok(Db::create(path, Options::default())?)
-        }
-        Flag::New => {
-            if make_dir(path, mode)? {
-                return Ok(Db::create(path, Options::default())?);
-            }
-            let meta = std::fs::symlink_metadata(path).map_err(|e| os(e, "reading the database path"))?;
-            if meta.is_file() && meta.len() == 0 {
-                // dbm's 'n' replaces an empty file (CPython's test_dbm checks it).
-                std::fs::remove_file(path).map_err(|e| os(e, "removing the empty file"))?;
-                make_dir(path, mode)?;
-                return Ok(Db::create(path, Options::default())?);
-            }
-            if !meta.is_dir() {
-                return Err(Failure::NotADatabase(path.into()));
-            }
-            match Db::open(path, Options::default()) {
-                Ok(db) => {
-                    // Empties it through the engine rather than deleting files: only a
-                    // directory proven to hold a tsumiki database is changed.
-                    clear_in_batches(&db)?;
-                    db.checkpoint()?;
-                    Ok(db)
-                }
-                Err(Error::NotFound(_)) => {
-                    let mut entries = std::fs::read_dir(path).map_err(|e| os(e, "listing the directory"))?;
-                    if entries.next().is_some() {
-                        return Err(Failure::NotADatabase(path.into()));
-                    }
-                    Ok(Db::create(path, Options::default())?)
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
+        Flag::Read => how.read_only(true),
+        Flag::Write => &mut how,
+        Flag::Create => how.create(true),
+        Flag::New => how.create(true).truncate(true),
+    };
+    how.write_quota_for_tests(write_quota().map_err(|e| Failure::Open(e, path.into()))?);
+    how.open(path, Options::default()).map_err(|e| Failure::Open(e, path.into()))
+}
+
+/// Test only: `TSUMIKI_TEST_WRITE_QUOTA=BYTES` makes the writes of a database opened then
+/// fail with `ENOSPC` once that many bytes were written (a full disk, for the tests; as
+/// the C library).
+fn write_quota() -> Result<Option<u64>, Error> {
+    let Some(v) = std::env::var_os("TSUMIKI_TEST_WRITE_QUOTA") else { return Ok(None) };
+    match v.to_str().and_then(|s| s.parse().ok()) {
+        Some(n) => Ok(Some(n)),
+        None => Err(Error::Config(format!("TSUMIKI_TEST_WRITE_QUOTA={}: not a number of bytes", v.to_string_lossy()))),
     }
 }
 
@@ -415,10 +341,14 @@ fn open_path(path: &Path, flag: Flag, mode: u32) -> Result<Db, Failure> {
 /// - `'n'`: read-write, always new and empty (an existing tsumiki database is emptied; any
 ///   other non-empty file or directory there is refused).
 ///
+/// An empty file at the path counts as no database: `'c'` and `'n'` replace it. These are
+/// the C library's `dbm_open` rules (`O_RDONLY`, `O_RDWR`, `O_CREAT`, `O_CREAT|O_TRUNC`;
+/// the table is in its header), shared through the engine's `OpenOptions`.
+///
 /// `mode` (default 0o666) is the created directory's mode, with search bits added where
 /// read bits are and the umask applied; the database's files are always 0o600.
-/// A missing database raises `tsumiki.error` (errno ENOENT); one open elsewhere (another
-/// process or handle) raises `tsumiki.error` too.
+/// A missing database raises `tsumiki.error` (errno ENOENT), something that may not be
+/// replaced errno EEXIST; one open elsewhere (another process or handle) errno EAGAIN.
 #[pyfunction]
 #[pyo3(signature = (file, flag = "r", mode = 0o666), text_signature = "(file, flag='r', mode=0o666)")]
 fn open(py: Python<'_>, file: &Bound<'_, PyAny>, flag: &str, mode: u32) -> PyResult<Database> {
@@ -440,13 +370,7 @@ fn open(py: Python<'_>, file: &Bound<'_, PyAny>, flag: &str, mode: u32) -> PyRes
     if mode > 0o7777 {
         return Err(PyValueError::new_err(format!("mode {mode:#o} is not a file mode (0 to 0o7777)")));
     }
-    let db = py.detach(|| open_path(&file, f, mode)).map_err(|e| match e {
-        // Name the path in the exception's filename, as the os module does.
-        Failure::Engine(e @ Error::Io { .. }) => {
-            Failure::Os { errno: errno_of(&e), message: e.to_string(), path: file.clone() }
-        }
-        e => e,
-    })?;
+    let db = py.detach(|| open_path(&file, f, mode))?;
     Ok(Database {
         inner: RwLock::new(Some(Arc::new(db))),
         txns: Mutex::new(Vec::new()),
@@ -577,7 +501,7 @@ impl Database {
         let state = py.detach(|| {
             let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
             let db = g.as_ref().ok_or(Failure::Closed)?;
-            let state = Arc::new(Mutex::new(TxnState::Active(Held::begin(Arc::clone(db)))));
+            let state = Arc::new(Mutex::new(TxnState::Active(db.begin_owned())));
             let mut txns = lock(&self.txns);
             txns.retain(|w| w.strong_count() > 0);
             txns.push(Arc::downgrade(&state));
@@ -637,34 +561,6 @@ impl Database {
     }
 }
 
-/// An open transaction and the engine it borrows.
-///
-/// `txn` borrows the `Db` inside `db`'s allocation, typed `'static` because Rust cannot
-/// name "as long as the Arc beside it". Sound because: the Arc keeps the `Db` alive and at
-/// one address while `Held` exists; `txn` is declared first, so it drops before `db`, and
-/// [`Held::commit`] ends `txn` before dropping `db`; nothing hands `txn` out except as
-/// `&mut Txn<'_>` to closures generic over the lifetime, which cannot keep it; and
-/// `Arc::try_unwrap` (in `close`) cannot move the `Db` out while this Arc exists.
-struct Held {
-    txn: Txn<'static>,
-    db: Arc<Db>,
-}
-
-impl Held {
-    fn begin(db: Arc<Db>) -> Held {
-        // SAFETY: see `Held`: the Db behind the Arc outlives the transaction that borrows it.
-        let engine: &'static Db = unsafe { &*Arc::as_ptr(&db) };
-        Held { txn: engine.begin(), db }
-    }
-
-    fn commit(self) -> Result<(), Error> {
-        let Held { txn, db } = self;
-        let r = txn.commit();
-        drop(db);
-        r
-    }
-}
-
 /// How a transaction ended.
 #[derive(Clone, Copy)]
 enum Ended {
@@ -691,7 +587,8 @@ impl Ended {
 }
 
 enum TxnState {
-    Active(Held),
+    /// Open; it holds a share of the database (which `close` waits for it to let go).
+    Active(OwnedTxn),
     Ended(Ended),
 }
 
@@ -713,11 +610,11 @@ impl Target for Transaction {
                 TxnState::Active(held) => held,
                 TxnState::Ended(why) => return Err(Failure::Ended(*why)),
             };
-            match f(&mut held.txn) {
+            match held.with(&mut f) {
                 Ok(v) => Ok(v),
                 Err(e) => {
                     // A conflict (or a transaction the engine already ended) rolled it back.
-                    if matches!(e, Error::Conflict(_) | Error::TxnFinished) {
+                    if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::TxnFinished) {
                         *s = TxnState::Ended(Ended::Conflicted);
                     }
                     Err(Failure::Engine(e))

@@ -1,6 +1,7 @@
 """Tests of the tsumiki module, adapted from what CPython's own dbm tests check
 (Lib/test/test_dbm.py, test_dbm_gnu.py, test_shelve.py), plus its transactions."""
 
+import errno
 import os
 import pathlib
 import shelve
@@ -660,3 +661,81 @@ def test_gil_released_in_engine_calls(fname):
             assert during > 0
     finally:
         sys.setswitchinterval(old)
+
+
+# --- the open-flag table and the error mapping shared with the C library -----------------
+
+# flag -> outcome on (a database holding b"k", an empty file, an empty directory, nothing):
+# "kept" (opened, b"k" there), "empty" (opened, no keys), or the errno of the tsumiki.error.
+# The same table as the C library's test (open_table in tests/c/dbm_test.c, where 'r' is
+# O_RDONLY, 'w' O_RDWR, 'c' O_RDWR|O_CREAT, 'n' O_RDWR|O_CREAT|O_TRUNC) and its header.
+OPEN_TABLE = {
+    "r": ("kept", errno.ENOENT, errno.ENOENT, errno.ENOENT),
+    "w": ("kept", errno.ENOENT, errno.ENOENT, errno.ENOENT),
+    "c": ("kept", "empty", "empty", "empty"),
+    "n": ("empty", "empty", "empty", "empty"),
+}
+
+
+def test_open_flag_table(tmp_path):
+    for flag, want in OPEN_TABLE.items():
+        for i, situation in enumerate(["database", "empty file", "empty directory", "nothing"]):
+            path = tmp_path / f"{flag}-{i}"
+            if situation == "database":
+                with tsumiki.open(path, "c") as db:
+                    db[b"k"] = b"v"
+            elif situation == "empty file":
+                path.write_bytes(b"")
+            elif situation == "empty directory":
+                path.mkdir()
+            try:
+                with tsumiki.open(path, flag) as db:
+                    got = "kept" if b"k" in db else "empty"
+                    assert len(db) == (1 if got == "kept" else 0)
+            except tsumiki.error as e:
+                assert e.filename == str(path)
+                got = e.errno
+            assert got == want[i], f"{flag!r} on {situation}: {got}"
+            if isinstance(got, int) and situation == "nothing":
+                assert not path.exists()
+
+
+def test_full_disk_is_enospc(tmp_path, monkeypatch):
+    # The test hook the C test uses too: writes past 8 MiB fail with ENOSPC.
+    path = tmp_path / "full"
+    monkeypatch.setenv("TSUMIKI_TEST_WRITE_QUOTA", str(8 << 20))
+    db = tsumiki.open(path, "c")
+    monkeypatch.delenv("TSUMIKI_TEST_WRITE_QUOTA")
+    value = b"v" * (64 << 10)
+    acked = 0
+    with pytest.raises(OSError) as e:
+        while acked < 1000:
+            db[str(acked)] = value
+            acked += 1
+    assert acked > 0
+    assert isinstance(e.value, tsumiki.error)
+    assert e.value.errno == errno.ENOSPC, e.value
+    with pytest.raises(OSError) as e:
+        db[b"later"] = b"x"
+    assert e.value.errno == errno.ENOSPC, "every later write: the first cause"
+    with pytest.raises(OSError) as e:
+        db.close()  # closed, but it reports that the last writes may be lost
+    assert e.value.errno == errno.ENOSPC
+    with tsumiki.open(path, "r") as db:
+        assert len(db) == acked
+        assert all(db[str(i)] == value for i in range(acked))
+
+
+def test_errors_carry_the_c_errno(tmp_path):
+    path = tmp_path / "db"
+    with tsumiki.open(path, "c") as db:
+        with pytest.raises(tsumiki.error) as e:
+            db[b"x" * 5000] = b"v"
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(tsumiki.error) as e:
+            tsumiki.open(path, "w")  # open already
+        assert e.value.errno == errno.EAGAIN
+    with tsumiki.open(path, "r") as db:
+        with pytest.raises(tsumiki.error) as e:
+            db[b"k"] = b"v"
+        assert e.value.errno == errno.EPERM

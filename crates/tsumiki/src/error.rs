@@ -62,7 +62,12 @@ pub enum Conflict {
 }
 
 /// Everything that can go wrong in a transaction or with a database's files.
+///
+/// Match on [`Error::kind`] (a stable [`ErrorKind`]) where the variant's data is not
+/// needed: new variants may be added (the enum is `#[non_exhaustive]`), kinds are what the
+/// C library's codes and the Python module's exceptions map from.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The transaction conflicted with another and was rolled back: run it again
     /// ([`Error::is_retryable`]; [`crate::Db::run`] does so).
@@ -83,6 +88,13 @@ pub enum Error {
         len: usize,
         /// The limit.
         max: usize,
+    },
+    /// The transaction's writes do not fit in one log record ([`MAX_TXN_BYTES`]): it was
+    /// rolled back. Split it into smaller transactions; running it again cannot succeed.
+    #[error("the transaction's write set is larger than the {max}-byte log record limit; split it")]
+    TxnTooLarge {
+        /// The limit.
+        max: u64,
     },
     /// The transaction already ended (it conflicted earlier, or was committed or aborted).
     #[error("the transaction has already ended")]
@@ -106,12 +118,15 @@ pub enum Error {
     },
     /// A log write or sync failed earlier: no commit can be acknowledged any more. The
     /// outcome of the commit that got this error is unknown: it may or may not be durable.
-    /// Close and reopen the database; recovery keeps every acknowledged commit.
+    /// Close and reopen the database; recovery keeps every acknowledged commit. The
+    /// [`Poison`] keeps the first failure's operating-system error ([`Error::os_error`]):
+    /// a full disk is `ENOSPC`.
     #[error("the database is poisoned by an earlier log failure ({0}); reopen it")]
-    Poisoned(String),
-    /// A database file is damaged, missing, or is not a tsumiki file.
+    Poisoned(Poison),
+    /// A database file is damaged, missing, or is not a tsumiki file; the [`Corruption`]
+    /// names the file, the offset and the reason where they are known.
     #[error("corrupt database: {0}")]
-    Corrupt(String),
+    Corrupt(Corruption),
     /// The database is open elsewhere (another process, or another handle).
     #[error("{0}")]
     Locked(String),
@@ -119,9 +134,199 @@ pub enum Error {
     /// [`Db::create`](crate::Db::create) to make one).
     #[error("{0}")]
     NotFound(String),
+    /// [`OpenOptions::create_new`](crate::OpenOptions::create_new) found something at the
+    /// path, or a truncating open found something there that is not a tsumiki database.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// A write through a database opened with [`Options::read_only`](crate::Options::read_only).
     #[error("the database was opened read-only")]
     ReadOnly,
+}
+
+/// The largest write set one transaction may log, in encoded bytes ([`Error::TxnTooLarge`]).
+pub const MAX_TXN_BYTES: u64 = crate::limits::MAX_WRITE_SET_BYTES as u64;
+
+/// What kind of failure an [`Error`] is: stable across releases (new kinds may be added,
+/// existing ones keep their meaning). The C library and the Python module map from it:
+///
+/// | kind | C code (`tsumiki_dbm_errcode`) | errno | Python |
+/// |---|---|---|---|
+/// | `Conflict`, `TxnFinished` | `TSUMIKI_DBM_CONFLICT` | `EAGAIN` | `tsumiki.ConflictError` |
+/// | `KeyTooLong`, `ValueTooLong` | `TSUMIKI_DBM_TOO_LONG` | `EINVAL` | `tsumiki.error` |
+/// | `TxnTooLarge` | `TSUMIKI_DBM_TXN_TOO_LARGE` | `EFBIG` | `tsumiki.error` |
+/// | `InvalidArgument` | `TSUMIKI_DBM_BAD_ARGUMENT` | `EINVAL` | `tsumiki.error` |
+/// | `Io` | `TSUMIKI_DBM_IO` | the OS error's, else `EIO` | `tsumiki.error` |
+/// | `Poisoned` | `TSUMIKI_DBM_POISONED` | the first failure's, else `EIO` | `tsumiki.error` |
+/// | `Corrupt` | `TSUMIKI_DBM_CORRUPT` | `EIO` | `tsumiki.error` |
+/// | `Locked` | `TSUMIKI_DBM_LOCKED` | `EAGAIN` | `tsumiki.error` |
+/// | `NotFound` | `TSUMIKI_DBM_NOT_FOUND` | `ENOENT` | `tsumiki.error` |
+/// | `AlreadyExists` | `TSUMIKI_DBM_EXISTS` | `EEXIST` | `tsumiki.error` |
+/// | `ReadOnly` | `TSUMIKI_DBM_READ_ONLY` | `EPERM` | `tsumiki.error` |
+///
+/// (`tsumiki.error` is a subclass of `OSError`, raised with the errno of the table.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A conflict with another transaction ([`Error::Conflict`]): run it again.
+    Conflict,
+    /// The transaction already ended ([`Error::TxnFinished`]).
+    TxnFinished,
+    /// A key over the limit ([`Error::KeyTooLong`]).
+    KeyTooLong,
+    /// A value over the limit ([`Error::ValueTooLong`]).
+    ValueTooLong,
+    /// A write set over the log record limit ([`Error::TxnTooLarge`]).
+    TxnTooLarge,
+    /// A bad option or configuration ([`Error::Config`], [`Error::Index`]).
+    InvalidArgument,
+    /// An operating-system error ([`Error::Io`]).
+    Io,
+    /// An earlier log failure ([`Error::Poisoned`]): reopen.
+    Poisoned,
+    /// A damaged database ([`Error::Corrupt`]).
+    Corrupt,
+    /// Open elsewhere ([`Error::Locked`]).
+    Locked,
+    /// No database at the path ([`Error::NotFound`]).
+    NotFound,
+    /// Something exists at the path ([`Error::AlreadyExists`]).
+    AlreadyExists,
+    /// A write through a read-only database ([`Error::ReadOnly`]).
+    ReadOnly,
+}
+
+impl ErrorKind {
+    /// The errno of this kind when no operating-system error says more (see the table
+    /// above; [`Error::errno`] prefers the operating system's own).
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorKind::Conflict | ErrorKind::TxnFinished | ErrorKind::Locked => libc::EAGAIN,
+            ErrorKind::KeyTooLong | ErrorKind::ValueTooLong | ErrorKind::InvalidArgument => libc::EINVAL,
+            ErrorKind::TxnTooLarge => libc::EFBIG,
+            ErrorKind::Io | ErrorKind::Poisoned | ErrorKind::Corrupt => libc::EIO,
+            ErrorKind::NotFound => libc::ENOENT,
+            ErrorKind::AlreadyExists => libc::EEXIST,
+            ErrorKind::ReadOnly => libc::EPERM,
+        }
+    }
+}
+
+/// Why a database is poisoned ([`Error::Poisoned`]): what was being done, and the first
+/// operating-system error, if one caused it. Every later commit reports the same one.
+///
+/// It dereferences to its context, so code written when the variant held a `String`
+/// (`m.contains("...")`) keeps working; `to_string()` gives the context and the cause.
+#[derive(Debug, Clone)]
+pub struct Poison {
+    /// What failed ("log write failed; the database is poisoned").
+    pub context: String,
+    /// The operating system's error behind it (`None`: a failure of another kind, such as
+    /// a damaged file met by a checkpoint, or a disk already full at open).
+    pub source: Option<Arc<std::io::Error>>,
+}
+
+impl Poison {
+    /// A poisoning by `context` alone.
+    pub fn new(context: impl Into<String>) -> Poison {
+        Poison { context: context.into(), source: None }
+    }
+
+    /// A poisoning by the operating-system error `source`, met while doing `context`.
+    pub fn io(context: impl Into<String>, source: Arc<std::io::Error>) -> Poison {
+        Poison { context: context.into(), source: Some(source) }
+    }
+}
+
+impl Poison {
+    /// A poisoning by `cause`, met while doing `what`: keeps its operating-system error.
+    pub(crate) fn caused_by(what: &str, cause: &Error) -> Poison {
+        match cause {
+            Error::Io { context, source } => Poison::io(format!("{what}: {context}"), source.clone()),
+            Error::Poisoned(p) => p.clone(),
+            e => Poison::new(format!("{what}: {e}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Poison {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            Some(e) => write!(f, "{}: {e}", self.context),
+            None => f.write_str(&self.context),
+        }
+    }
+}
+
+impl std::ops::Deref for Poison {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.context
+    }
+}
+
+impl From<String> for Poison {
+    fn from(context: String) -> Poison {
+        Poison::new(context)
+    }
+}
+
+/// What is wrong with a damaged database ([`Error::Corrupt`]): the file and the offset in
+/// it, where known, and the reason.
+///
+/// It dereferences to its reason, so code written when the variant held a `String`
+/// (`m.contains("...")`) keeps working; `to_string()` names the file and offset too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The damaged file's name in the database directory (`None`: not one file's fault,
+    /// such as a state the files disagree on).
+    pub file: Option<String>,
+    /// The byte offset of the damage in `file`, where known.
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Corruption {
+    /// A corruption of no particular file.
+    pub fn new(reason: impl Into<String>) -> Corruption {
+        Corruption { file: None, offset: None, reason: reason.into() }
+    }
+
+    /// A corruption of `file`, at `offset` if known.
+    pub fn in_file(file: impl Into<String>, offset: Option<u64>, reason: impl Into<String>) -> Corruption {
+        Corruption { file: Some(file.into()), offset, reason: reason.into() }
+    }
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, self.offset) {
+            (Some(file), Some(off)) => write!(f, "{file} at offset {off}: {}", self.reason),
+            (Some(file), None) => write!(f, "{file}: {}", self.reason),
+            _ => f.write_str(&self.reason),
+        }
+    }
+}
+
+impl std::ops::Deref for Corruption {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl From<String> for Corruption {
+    fn from(reason: String) -> Corruption {
+        Corruption::new(reason)
+    }
+}
+
+impl From<&str> for Corruption {
+    fn from(reason: &str) -> Corruption {
+        Corruption::new(reason)
+    }
 }
 
 impl Error {
@@ -130,18 +335,71 @@ impl Error {
         matches!(self, Error::Conflict(_))
     }
 
-    /// The kind of the operating system's error, for [`Error::Io`].
-    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+    /// The stable kind of this error, which bindings map to their codes.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Io { source, .. } => Some(source.kind()),
+            Error::Conflict(_) => ErrorKind::Conflict,
+            Error::TxnFinished => ErrorKind::TxnFinished,
+            Error::KeyTooLong { .. } => ErrorKind::KeyTooLong,
+            Error::ValueTooLong { .. } => ErrorKind::ValueTooLong,
+            Error::TxnTooLarge { .. } => ErrorKind::TxnTooLarge,
+            Error::Index(_) | Error::Config(_) => ErrorKind::InvalidArgument,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Poisoned(_) => ErrorKind::Poisoned,
+            Error::Corrupt(_) => ErrorKind::Corrupt,
+            Error::Locked(_) => ErrorKind::Locked,
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
+            Error::ReadOnly => ErrorKind::ReadOnly,
+        }
+    }
+
+    /// The kind of the operating system's error, for [`Error::Io`] and for an
+    /// [`Error::Poisoned`] that one caused.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        self.os_error().map(std::io::Error::kind)
+    }
+
+    /// The operating system's error behind this one: an [`Error::Io`]'s source, or the
+    /// first failure of an [`Error::Poisoned`] database.
+    pub fn os_error(&self) -> Option<&std::io::Error> {
+        match self {
+            Error::Io { source, .. } | Error::Poisoned(Poison { source: Some(source), .. }) => Some(source),
             _ => None,
         }
+    }
+
+    /// The errno for this error: the operating system's own when there is one (or the one
+    /// its [`std::io::ErrorKind`] stands for, as for a simulated full disk), else its
+    /// kind's ([`ErrorKind::errno`]). Never 0.
+    pub fn errno(&self) -> i32 {
+        self.os_error().and_then(errno_of_io).unwrap_or_else(|| self.kind().errno())
     }
 
     /// An [`Error::Io`] for `source` met while doing `context`.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io { context: context.into(), source: Arc::new(source) }
     }
+}
+
+/// The errno of an I/O error: its own, or the one its kind stands for.
+fn errno_of_io(e: &std::io::Error) -> Option<i32> {
+    use std::io::ErrorKind as K;
+    if let Some(n) = e.raw_os_error().filter(|&n| n != 0) {
+        return Some(n);
+    }
+    Some(match e.kind() {
+        K::StorageFull => libc::ENOSPC,
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::AlreadyExists => libc::EEXIST,
+        K::WouldBlock => libc::EAGAIN,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::QuotaExceeded => libc::EDQUOT,
+        K::FileTooLarge => libc::EFBIG,
+        K::InvalidInput => libc::EINVAL,
+        _ => return None,
+    })
 }
 
 /// Two I/O errors are equal when they say the same thing of the same kind of failure.
@@ -152,14 +410,18 @@ impl PartialEq for Error {
             (Conflict(a), Conflict(b)) => a == b,
             (KeyTooLong { len: a, max: m }, KeyTooLong { len: b, max: n })
             | (ValueTooLong { len: a, max: m }, ValueTooLong { len: b, max: n }) => a == b && m == n,
+            (TxnTooLarge { max: a }, TxnTooLarge { max: b }) => a == b,
             (TxnFinished, TxnFinished) | (ReadOnly, ReadOnly) => true,
             (Index(a), Index(b)) => a == b,
             (Io { context: a, source: s }, Io { context: b, source: t }) => a == b && s.kind() == t.kind(),
+            (Poisoned(a), Poisoned(b)) => {
+                a.context == b.context && a.source.as_ref().map(|s| s.kind()) == b.source.as_ref().map(|s| s.kind())
+            }
+            (Corrupt(a), Corrupt(b)) => a == b,
             (Config(a), Config(b))
-            | (Poisoned(a), Poisoned(b))
-            | (Corrupt(a), Corrupt(b))
             | (Locked(a), Locked(b))
-            | (NotFound(a), NotFound(b)) => a == b,
+            | (NotFound(a), NotFound(b))
+            | (AlreadyExists(a), AlreadyExists(b)) => a == b,
             _ => false,
         }
     }

@@ -65,10 +65,10 @@ pub(crate) mod store;
 pub mod wal;
 
 pub use db::{
-    CacheStats, Cc, Db, KeyRange, LockWait, Options, ReadTxn, Resolved, Scan, Txn, DEFAULT_CACHE_BYTES,
-    VIEW_OPTIMISTIC_TRIES,
+    CacheStats, Cc, Db, KeyRange, LockWait, OpenOptions, Options, OwnedTxn, ReadTxn, Resolved, Scan, Txn,
+    DEFAULT_CACHE_BYTES, VIEW_OPTIMISTIC_TRIES,
 };
-pub use error::{Conflict, Error, MAX_VALUE_LEN};
+pub use error::{Conflict, Corruption, Error, ErrorKind, Poison, MAX_TXN_BYTES, MAX_VALUE_LEN};
 pub use index::MAX_KEY_LEN;
 pub use mvcc::{Gc, GcStats};
 pub use store::budget::CacheBudget;

@@ -272,6 +272,11 @@ impl Storage for DirStorage {
     }
 }
 
+/// A file in a database directory that the engine creates and locks never: the C
+/// library's `dbm_dirfno` hands out a descriptor of it, for callers to lock among
+/// themselves (the engine's own lock is an flock on the directory itself).
+pub const CALLER_LOCK_FILE: &str = "dbm.lock";
+
 /// Takes the database's lock: an exclusive flock on the directory itself, not on a file in
 /// it (a file can be deleted and created again, letting a second process lock the new
 /// one). Held while the returned handle lives; `WouldBlock` when another holds it.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use rand::{RngExt, SeedableRng};
-use tsumiki::{Db, Error, Options};
+use tsumiki::{Db, Error, ErrorKind, OpenOptions, Options};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -126,4 +126,250 @@ fn open_modes_and_backups() {
     let mut t = copy.begin();
     assert_eq!(t.get("k").unwrap(), Some(b"v".to_vec()));
     assert_eq!(t.put("k", "w"), Err(Error::ReadOnly));
+}
+
+/// What an open did, for the open-flag table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Opened, the key written before still there.
+    Kept,
+    /// Opened, and empty (new or emptied).
+    Empty,
+    /// Failed with this kind.
+    Failed(ErrorKind),
+}
+
+/// The open-flag table (the same rows as the C library's and the Python module's tests,
+/// and `db/open.rs`'s docs): flags (as dbm's) x what is at the path.
+#[test]
+fn open_flags_follow_one_table() {
+    use ErrorKind::{AlreadyExists as Exists, NotFound as Missing};
+    use Outcome::*;
+    type Set = fn(&mut OpenOptions) -> &mut OpenOptions;
+    // (flags, C flags / Python flag, [database, empty file, empty directory, nothing])
+    let table: [(&str, Set, [Outcome; 4]); 6] = [
+        ("O_RDONLY / 'r'", |o| o.read_only(true), [Kept, Failed(Missing), Failed(Missing), Failed(Missing)]),
+        ("O_RDWR / 'w'", |o| o, [Kept, Failed(Missing), Failed(Missing), Failed(Missing)]),
+        ("O_RDWR|O_CREAT / 'c'", |o| o.create(true), [Kept, Empty, Empty, Empty]),
+        ("O_RDWR|O_CREAT|O_TRUNC / 'n'", |o| o.create(true).truncate(true), [Empty, Empty, Empty, Empty]),
+        (
+            "O_RDWR|O_CREAT|O_EXCL",
+            |o| o.create(true).create_new(true),
+            [Failed(Exists), Failed(Exists), Failed(Exists), Empty],
+        ),
+        ("O_RDWR|O_TRUNC", |o| o.truncate(true), [Empty, Failed(Missing), Failed(Missing), Failed(Missing)]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (name, set, want)) in table.iter().enumerate() {
+        for (j, situation) in ["database", "empty file", "empty directory", "nothing"].into_iter().enumerate() {
+            let path = dir.path().join(format!("{i}-{j}"));
+            match situation {
+                "database" => {
+                    let db = Db::create(&path, Options::default()).unwrap();
+                    db.run(|t| t.put("k", "v")).unwrap();
+                    db.close().unwrap();
+                }
+                "empty file" => std::fs::write(&path, b"").unwrap(),
+                "empty directory" => std::fs::create_dir(&path).unwrap(),
+                _ => {}
+            }
+            let got = match set(&mut OpenOptions::new()).mode(0o700).open(&path, Options::default()) {
+                Ok(db) => {
+                    let t = db.begin();
+                    let r = if t.get("k").unwrap().is_some() { Kept } else { Empty };
+                    assert_eq!(t.iter().count(), usize::from(r == Kept));
+                    r
+                }
+                Err(e) => Failed(e.kind()),
+            };
+            assert_eq!(got, want[j], "{name} on {situation}: {got:?}");
+            // A refused open changes nothing.
+            match (situation, got) {
+                ("empty file", Failed(_)) => assert!(path.is_file()),
+                ("nothing", Failed(_)) => assert!(!path.exists()),
+                _ => {}
+            }
+        }
+    }
+    // Truncating never empties what is not a tsumiki database, nor reads it read-only.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "mine").unwrap();
+    let e = OpenOptions::new().create(true).truncate(true).open(&other, Options::default()).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(std::fs::read_to_string(other.join("notes.txt")).unwrap(), "mine");
+    let e = OpenOptions::new().read_only(true).truncate(true).open(&other, Options::default()).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"data").unwrap();
+    let e = OpenOptions::new().create(true).open(&file, Options::default()).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"data");
+}
+
+/// The directory an open creates gets the mode with x where r (before the umask).
+#[cfg(unix)]
+#[test]
+fn open_options_mode_makes_a_searchable_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = OpenOptions::new().create(true).mode(0o640).open(&path, Options::default()).unwrap();
+    drop(db);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o700, 0o700, "{mode:o}");
+    assert_eq!(mode & 0o007, 0, "{mode:o}");
+}
+
+/// Every error has a stable kind and an errno the bindings use.
+#[test]
+fn errors_have_kinds_and_errnos() {
+    let db = Db::open_in_memory(Options::default()).unwrap();
+    let e = db.begin().put(vec![0; 5000], "v").unwrap_err();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::KeyTooLong, libc::EINVAL));
+    let dir = tempfile::tempdir().unwrap();
+    let e = Db::open(dir.path().join("none"), Options::default()).err().unwrap();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::NotFound, libc::ENOENT));
+    let path = dir.path().join("db");
+    let db = Db::create(&path, Options::default()).unwrap();
+    let e = Db::create(&path, Options::default()).err().unwrap();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::Locked, libc::EAGAIN), "{e:?}");
+    drop(db);
+    let e = Db::open(&path, Options { read_only: true, ..Options::default() }).unwrap().begin().put("k", "v");
+    let e = e.unwrap_err();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::ReadOnly, libc::EPERM));
+    let e = Error::Corrupt(tsumiki::Corruption::in_file("MASTER", Some(4096), "bad checksum"));
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::Corrupt, libc::EIO));
+    assert_eq!(e.to_string(), "corrupt database: MASTER at offset 4096: bad checksum");
+}
+
+/// A write set over the log record limit is its own kind (it was `Config`), and rolls
+/// back only that transaction.
+#[test]
+fn a_transaction_over_the_record_limit_is_txn_too_large() {
+    let disk = tsumiki::wal::storage::SimStorage::new(3);
+    let db = Db::open_with_storage(std::sync::Arc::new(disk), Options::default()).unwrap();
+    let value = vec![7u8; tsumiki::MAX_VALUE_LEN];
+    let n = (tsumiki::MAX_TXN_BYTES as usize).div_ceil(value.len()) + 1;
+    let e = db
+        .run(|t| {
+            for i in 0..n as u32 {
+                t.put(i.to_be_bytes(), &value)?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TxnTooLarge, "{e:?}");
+    assert!(matches!(e, Error::TxnTooLarge { max } if max == tsumiki::MAX_TXN_BYTES));
+    assert_eq!(e.errno(), libc::EFBIG);
+    assert_eq!(db.begin().get(0u32.to_be_bytes()).unwrap(), None, "rolled back");
+    db.run(|t| t.put("small", "ok")).unwrap();
+    db.close().unwrap();
+}
+
+/// An owned transaction moves between threads, sees its writes, and rolls back when
+/// dropped; the database stays alive while it lives.
+#[test]
+fn owned_transactions_move_between_threads() {
+    let db = std::sync::Arc::new(Db::open_in_memory(Options::default()).unwrap());
+    let mut t = db.begin_owned();
+    t.put("a", "1").unwrap();
+    let t = std::thread::spawn(move || {
+        assert_eq!(t.get("a").unwrap(), Some(b"1".to_vec()));
+        t
+    })
+    .join()
+    .unwrap();
+    drop(t);
+    assert_eq!(db.begin().get("a").unwrap(), None, "dropping rolled back");
+    let mut t = db.begin_owned();
+    t.with(|t| t.put("b", "2")).unwrap();
+    let weak = std::sync::Arc::downgrade(&db);
+    drop(db);
+    assert!(weak.upgrade().is_some(), "the transaction keeps the database");
+    assert_eq!(t.read(|t| t.iter().count()), 1);
+    let db = t.db().clone();
+    t.commit().unwrap();
+    assert_eq!(db.begin().get("b").unwrap(), Some(b"2".to_vec()));
+    let mut t = db.begin_owned();
+    assert!(t.delete("b").unwrap());
+    t.abort();
+    assert_eq!(db.begin().get("b").unwrap(), Some(b"2".to_vec()));
+}
+
+/// The test hook the bindings' full-disk tests use: writes past the quota fail with the
+/// operating system's ENOSPC, which poisons the database and reaches the caller.
+#[test]
+fn a_write_quota_fills_like_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let quota = 8 << 20;
+    let db =
+        OpenOptions::new().create(true).write_quota_for_tests(Some(quota)).open(&path, Options::default()).unwrap();
+    let value = vec![1u8; 64 << 10];
+    let mut acked = 0u32;
+    let e = loop {
+        match db.run(|t| t.put(acked.to_be_bytes(), &value)) {
+            Ok(()) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 1000, "the quota never filled");
+    };
+    assert!(acked > 0, "the quota leaves room to create the database and commit");
+    assert_eq!(e.kind(), ErrorKind::Poisoned, "{e:?}");
+    assert_eq!(e.errno(), libc::ENOSPC, "{e:?}");
+    assert_eq!(e.os_error().and_then(std::io::Error::raw_os_error), Some(libc::ENOSPC));
+    let later = db.run(|t| t.put("later", "x")).unwrap_err();
+    assert_eq!((later.kind(), later.errno()), (ErrorKind::Poisoned, libc::ENOSPC), "the first cause stays");
+    drop(db);
+    let db = OpenOptions::new().open(&path, Options::default()).unwrap();
+    let t = db.begin();
+    for i in 0..acked {
+        assert_eq!(t.get(i.to_be_bytes()).unwrap().as_deref(), Some(&value[..]), "acknowledged key {i}");
+    }
+    eprintln!("{acked} commits of 64 KiB fit in the {quota}-byte quota");
+}
+
+/// A damaged page image is `Corrupt` naming its segment file and the offset in it.
+#[test]
+fn a_damaged_page_names_its_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::create(&path, Options::default()).unwrap();
+    db.run(|t| (0..2000u32).try_for_each(|i| t.put(i.to_be_bytes(), [7u8; 100]))).unwrap();
+    db.close().unwrap();
+    let seg = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with("pages-") && n.ends_with(".seg"))
+        .expect("a page segment");
+    let mut bytes = std::fs::read(path.join(&seg)).unwrap();
+    // The first block holds the start of the first image written.
+    bytes[100] ^= 0xff;
+    std::fs::write(path.join(&seg), &bytes).unwrap();
+    let e = Db::open(&path, Options::default()).and_then(|db| db.view(|r| r.iter().try_for_each(|x| x.map(drop))));
+    match e {
+        Err(Error::Corrupt(c)) => {
+            assert_eq!(c.file.as_deref(), Some(seg.as_str()), "{c}");
+            assert_eq!(c.offset, Some(0), "{c}");
+            assert!(c.to_string().starts_with(&format!("{seg} at offset 0: ")), "{c}");
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(()) => panic!("the damage went unnoticed"),
+    }
+}
+
+/// The file `dbm_dirfno` hands out (the C library's lock file) is the database's own: a
+/// check does not call it foreign.
+#[test]
+fn the_callers_lock_file_is_not_foreign() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    Db::create(&path, Options::default()).unwrap().close().unwrap();
+    std::fs::write(path.join(tsumiki::wal::storage::CALLER_LOCK_FILE), b"").unwrap();
+    std::fs::write(path.join("stray"), b"").unwrap();
+    let r = tsumiki::check(&path).unwrap();
+    let named = |n: &str| r.findings.iter().any(|f| format!("{f:?}").contains(n));
+    assert!(named("stray"), "{:?}", r.findings);
+    assert!(!named(tsumiki::wal::storage::CALLER_LOCK_FILE), "{:?}", r.findings);
 }

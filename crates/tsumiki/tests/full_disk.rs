@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use tsumiki::storage::SimStorage;
-use tsumiki::{Db, Error, LogOptions, Options};
+use tsumiki::{Db, Error, ErrorKind, LogOptions, Options};
 
 fn opts() -> Options {
     // Small segments and checkpoints, so that both meet the full disk.
@@ -28,8 +28,14 @@ fn fill_until_full(db: &Db) -> u32 {
     loop {
         match db.run(|t| t.put(key(acked), value(acked))) {
             Ok(()) => acked += 1,
-            Err(Error::Poisoned(m)) => {
-                assert!(m.contains("full"), "the error says the disk is full: {m}");
+            Err(e @ Error::Poisoned(_)) => {
+                assert!(e.to_string().contains("full"), "the error says the disk is full: {e}");
+                // The first failure's cause is kept, for the bindings' errno (ENOSPC).
+                assert_eq!(e.kind(), ErrorKind::Poisoned);
+                assert_eq!(e.io_kind(), Some(std::io::ErrorKind::StorageFull), "{e:?}");
+                assert_eq!(e.errno(), libc::ENOSPC, "{e:?}");
+                let Error::Poisoned(p) = &e else { unreachable!() };
+                assert!(p.source.is_some() && !p.context.is_empty(), "{p:?}");
                 // Poisoned for good: later commits are refused too.
                 assert!(matches!(db.run(|t| t.put(b"later", b"x")), Err(Error::Poisoned(_))));
                 return acked;
@@ -58,7 +64,10 @@ fn opens_read_only_then_writable(image_disk: SimStorage, acked: u32) {
     // needed no space). Either way no later commit is acknowledged, and closing writes
     // nothing.
     match db.run(|t| t.put(b"new", b"x")) {
-        Err(Error::Poisoned(m)) => assert!(m.contains("read-only") || m.contains("disk full"), "{m}"),
+        Err(Error::Poisoned(m)) => {
+            let m = m.to_string();
+            assert!(m.contains("read-only") || m.contains("disk full"), "{m}")
+        }
         other => panic!("a write on a full disk: {other:?}"),
     }
     assert!(matches!(db.run(|t| t.put(b"new", b"x")), Err(Error::Poisoned(_))));

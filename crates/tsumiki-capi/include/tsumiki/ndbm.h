@@ -43,11 +43,34 @@
  * and tsumiki_dbm_errmsg, to describe the outcome of the LAST call on the handle
  * (TSUMIKI_DBM_OK after a success). dbm_error is sticky as POSIX says: it is nonzero after
  * any failed call until dbm_clearerr, not counting a missing key or DBM_INSERT meeting an
- * existing key, which are outcomes rather than errors. Failing calls set errno: ENOENT (no
- * database, without O_CREAT), EEXIST (O_CREAT|O_EXCL and something exists), EPERM (a write
- * through a read-only handle), EINVAL (a bad argument, a key or value too long), EAGAIN
- * (a conflict, or the database is locked by another process), EIO or the operating
- * system's error otherwise. A NULL handle makes every function fail with errno EINVAL.
+ * existing key, which are outcomes rather than errors. Failing calls set errno, as the
+ * Python module's exceptions do (both map from the engine's ErrorKind):
+ *
+ *   code                          errno                          engine's ErrorKind
+ *   TSUMIKI_DBM_NOT_FOUND         ENOENT                         NotFound
+ *   TSUMIKI_DBM_EXISTS            EEXIST                         AlreadyExists
+ *   TSUMIKI_DBM_READ_ONLY         EPERM                          ReadOnly
+ *   TSUMIKI_DBM_CONFLICT          EAGAIN                         Conflict, TxnFinished
+ *   TSUMIKI_DBM_TOO_LONG          EINVAL                         KeyTooLong, ValueTooLong
+ *   TSUMIKI_DBM_TXN_TOO_LARGE     EFBIG                          TxnTooLarge
+ *   TSUMIKI_DBM_IO                the OS's (ENOSPC, EACCES...)   Io
+ *                                 or EIO
+ *   TSUMIKI_DBM_POISONED          the first failure's (ENOSPC    Poisoned
+ *                                 for a full disk) or EIO
+ *   TSUMIKI_DBM_CORRUPT           EIO                            Corrupt
+ *   TSUMIKI_DBM_LOCKED            EAGAIN                         Locked
+ *   TSUMIKI_DBM_BAD_ARGUMENT      EINVAL                         InvalidArgument
+ *   TSUMIKI_DBM_NO_TXN, _IN_TXN   EINVAL                         (this library's)
+ *   TSUMIKI_DBM_INTERNAL          EIO                            (a caught panic)
+ *
+ * A full disk thus reaches the caller as errno ENOSPC: from the commit that met it (code
+ * TSUMIKI_DBM_POISONED: close the database and reopen it once space is freed; every
+ * acknowledged commit survives), and from every later write. A NULL handle makes every
+ * function fail with errno EINVAL.
+ *
+ * Testing: TSUMIKI_TEST_WRITE_QUOTA=BYTES in the environment, read when the process opens a
+ * database that none of its handles has open, makes its writes fail with ENOSPC once that
+ * many bytes were written (a full disk on demand). Never set it otherwise.
  */
 #ifndef TSUMIKI_NDBM_H
 #define TSUMIKI_NDBM_H
@@ -76,10 +99,22 @@ typedef struct {
 
 /* Opens (flags & O_ACCMODE: O_RDONLY, or O_WRONLY/O_RDWR to write) the database in
  * directory `file`. O_CREAT creates it if missing (see above for `mode`), O_EXCL with
- * O_CREAT fails with EEXIST if anything exists at `file`, O_TRUNC (not with O_RDONLY)
- * empties it in one transaction. Without O_CREAT a missing database fails with ENOENT.
- * Other flags are ignored. Returns NULL on failure, with errno set; the code and message
- * are then tsumiki_dbm_errcode(NULL) and tsumiki_dbm_errmsg(NULL). */
+ * O_CREAT fails with EEXIST if anything exists at `file`, O_TRUNC (not with O_RDONLY:
+ * EINVAL) empties an existing database, a batch of keys per transaction. Without O_CREAT
+ * a missing database fails with ENOENT. Other flags are ignored. By what is at `file`
+ * (the same rules as the Python module's flags 'r', 'w', 'c', 'n'):
+ *
+ *   flags                   a database      an empty file   an empty dir    nothing
+ *   O_RDONLY, O_RDWR        opened          ENOENT          ENOENT          ENOENT
+ *   O_RDWR|O_CREAT          opened          new database    new database    new database
+ *   O_RDWR|O_CREAT|O_TRUNC  emptied         new database    new database    new database
+ *   O_RDWR|O_CREAT|O_EXCL   EEXIST          EEXIST          EEXIST          new database
+ *   O_RDWR|O_TRUNC          emptied         ENOENT          ENOENT          ENOENT
+ *
+ * (An empty file is replaced by the database's directory; a non-empty file, or a
+ * non-empty directory without a database, is never emptied or replaced: EEXIST with
+ * O_CREAT|O_TRUNC, ENOENT without O_CREAT.) Returns NULL on failure, with errno set; the
+ * code and message are then tsumiki_dbm_errcode(NULL) and tsumiki_dbm_errmsg(NULL). */
 DBM *dbm_open(const char *file, int flags, mode_t mode);
 
 /* Closes the handle, rolling back its open transaction if any. NULL is ignored. */
@@ -112,6 +147,17 @@ int dbm_error(DBM *db);
 /* Clears dbm_error's condition (and the last code and message). Returns 0. */
 int dbm_clearerr(DBM *db);
 
+/* A file descriptor a caller may lock (flock, or fcntl/lockf) to coordinate with other
+ * callers: that of the file dbm.lock in the database directory (created 0600 on first
+ * use), which tsumiki itself never locks, so a caller's lock never blocks or releases
+ * tsumiki's own (the database is locked against other processes anyway: see Threads).
+ * Locks follow their API's rules: two handles of one process have two descriptors, so
+ * flock on one excludes flock on the other. Owned by the handle, valid until dbm_close:
+ * do not close it, read or write it. dbm_pagfno returns the same descriptor (a tsumiki
+ * database has no separate .dir and .pag files). Returns -1 on error, with errno set. */
+int dbm_dirfno(DBM *db);
+int dbm_pagfno(DBM *db);
+
 /* ---- tsumiki's extension: transactions and error codes ---- */
 
 /* Outcome codes (tsumiki_dbm_errcode). */
@@ -129,6 +175,7 @@ int dbm_clearerr(DBM *db);
 #define TSUMIKI_DBM_NO_TXN 11       /* commit or abort without a transaction */
 #define TSUMIKI_DBM_IN_TXN 12       /* begin inside a transaction (none nest) */
 #define TSUMIKI_DBM_INTERNAL 13     /* a bug in tsumiki (caught; please report it) */
+#define TSUMIKI_DBM_TXN_TOO_LARGE 14 /* the transaction's writes exceed 1 GiB: rolled back */
 
 /* Starts a transaction on the handle: the ndbm calls that follow, until commit or abort,
  * belong to it; they see its own writes, and others see none of them before the commit.
@@ -147,8 +194,9 @@ int dbm_clearerr(DBM *db);
 int tsumiki_dbm_begin(DBM *db);
 
 /* Commits the transaction, durably. Returns 0, or -1 (TSUMIKI_DBM_CONFLICT: rolled back;
- * TSUMIKI_DBM_NO_TXN; TSUMIKI_DBM_POISONED or TSUMIKI_DBM_IO: the outcome is unknown). The
- * transaction has ended either way. */
+ * TSUMIKI_DBM_TXN_TOO_LARGE: rolled back, split it; TSUMIKI_DBM_NO_TXN;
+ * TSUMIKI_DBM_POISONED or TSUMIKI_DBM_IO: the outcome is unknown). The transaction has
+ * ended either way. */
 int tsumiki_dbm_commit(DBM *db);
 
 /* Rolls the transaction back. Returns 0, or -1 (TSUMIKI_DBM_NO_TXN). */

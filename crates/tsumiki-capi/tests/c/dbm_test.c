@@ -9,7 +9,9 @@
  * The first part uses only the POSIX ndbm interface and prints a transcript on stdout
  * (keys in sorted order, so the two engines' iteration orders do not matter): the two
  * builds must print the same. The second part, tsumiki only, checks transactions (commit,
- * abort, a conflict between two handles, threads), the open flags, error codes and errno.
+ * abort, a conflict between two handles, threads), the open flags (the table the Python
+ * module's test checks too), error codes and errno (a full disk is ENOSPC), and that
+ * dbm_dirfno's descriptor can be flocked.
  * Every check also asserts; a failed one prints the line and exits with 1.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -26,6 +28,7 @@
 #include <ndbm.h>
 #else
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <tsumiki/ndbm.h>
 #endif
@@ -642,6 +645,136 @@ static void threads(const char *dir) {
     dbm_close(db);
 }
 
+/* The open-flag table (the same as the header's, and as test_open_flag_table in the
+ * Python module's tests): flags x what is at the path -> what happens. */
+enum outcome { KEPT, EMPTY, E_NOENT, E_EXIST };
+
+static void open_table(const char *dir) {
+    static const struct {
+        const char *name;
+        int flags;
+        enum outcome want[3]; /* a database holding k, an empty file, nothing */
+    } rows[] = {
+        {"O_RDONLY ('r')", O_RDONLY, {KEPT, E_NOENT, E_NOENT}},
+        {"O_RDWR ('w')", O_RDWR, {KEPT, E_NOENT, E_NOENT}},
+        {"O_RDWR|O_CREAT ('c')", O_RDWR | O_CREAT, {KEPT, EMPTY, EMPTY}},
+        {"O_RDWR|O_CREAT|O_TRUNC ('n')", O_RDWR | O_CREAT | O_TRUNC, {EMPTY, EMPTY, EMPTY}},
+        {"O_RDWR|O_CREAT|O_EXCL", O_RDWR | O_CREAT | O_EXCL, {E_EXIST, E_EXIST, EMPTY}},
+        {"O_RDWR|O_TRUNC", O_RDWR | O_TRUNC, {EMPTY, E_NOENT, E_NOENT}},
+    };
+    static const char *situations[] = {"a database", "an empty file", "nothing"};
+    size_t r, s;
+    for (r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        for (s = 0; s < 3; s++) {
+            char path[4096];
+            DBM *db;
+            enum outcome got;
+            snprintf(path, sizeof path, "%s/table-%zu-%zu", dir, r, s);
+            if (s == 0) {
+                db = open_db(path, O_RDWR | O_CREAT, 0700);
+                CHECK(db != NULL);
+                CHECK(dbm_store(db, str("k"), str("v"), DBM_REPLACE) == 0);
+                dbm_close(db);
+            } else if (s == 1) {
+                int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+                CHECK(fd >= 0 && close(fd) == 0);
+            }
+            errno = 0;
+            db = open_db(path, rows[r].flags, 0700);
+            if (db != NULL) {
+                got = dbm_fetch(db, str("k")).dptr != NULL ? KEPT : EMPTY;
+                CHECK(got == KEPT || dbm_firstkey(db).dptr == NULL);
+                dbm_close(db);
+            } else if (errno == ENOENT && tsumiki_dbm_errcode(NULL) == TSUMIKI_DBM_NOT_FOUND) {
+                got = E_NOENT;
+            } else if (errno == EEXIST && tsumiki_dbm_errcode(NULL) == TSUMIKI_DBM_EXISTS) {
+                got = E_EXIST;
+            } else {
+                fprintf(stderr, "%s on %s: errno %d, code %d: %s\n", rows[r].name, situations[s], errno,
+                        tsumiki_dbm_errcode(NULL), tsumiki_dbm_errmsg(NULL));
+                exit(1);
+            }
+            if (got != rows[r].want[s]) {
+                fprintf(stderr, "%s on %s: outcome %d, expected %d\n", rows[r].name, situations[s], (int)got,
+                        (int)rows[r].want[s]);
+                exit(1);
+            }
+        }
+    }
+}
+
+/* A full disk (TSUMIKI_TEST_WRITE_QUOTA: writes past 8 MiB fail with ENOSPC) reaches the
+ * caller as errno ENOSPC, from the commit that met it and every later write; reopened
+ * with space, every acknowledged store is there. */
+static void full_disk(const char *dir) {
+    char path[4096];
+    static char value[64 << 10];
+    DBM *db;
+    int acked = 0, i;
+
+    snprintf(path, sizeof path, "%s/full", dir);
+    CHECK(setenv("TSUMIKI_TEST_WRITE_QUOTA", "8388608", 1) == 0);
+    db = open_db(path, O_RDWR | O_CREAT, 0700);
+    CHECK(unsetenv("TSUMIKI_TEST_WRITE_QUOTA") == 0);
+    CHECK(db != NULL);
+    memset(value, 'v', sizeof value);
+    for (;;) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", acked);
+        errno = 0;
+        if (dbm_store(db, str(key), mk(value, sizeof value), DBM_REPLACE) != 0) break;
+        acked++;
+        CHECK(acked < 1000);
+    }
+    if (errno != ENOSPC) {
+        fprintf(stderr, "full disk: errno %d, code %d: %s\n", errno, tsumiki_dbm_errcode(db), tsumiki_dbm_errmsg(db));
+    }
+    CHECK(acked > 0 && errno == ENOSPC);
+    CHECK(tsumiki_dbm_errcode(db) == TSUMIKI_DBM_POISONED);
+    CHECK(dbm_error(db) != 0);
+    errno = 0;
+    CHECK(dbm_store(db, str("later"), str("x"), DBM_REPLACE) == -1 && errno == ENOSPC);
+    check_code(db, TSUMIKI_DBM_POISONED);
+    dbm_close(db);
+    db = open_db(path, O_RDONLY, 0);
+    CHECK(db != NULL);
+    for (i = 0; i < acked; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        CHECK(same(dbm_fetch(db, str(key)), value, sizeof value));
+    }
+    dbm_close(db);
+}
+
+/* dbm_dirfno's descriptor can be flocked; a second handle's descriptor is another open
+ * file, which the lock excludes; the database works meanwhile. */
+static void dirfno(const char *dir) {
+    char path[4096];
+    DBM *h1, *h2;
+    int fd1, fd2;
+
+    snprintf(path, sizeof path, "%s/dirfno", dir);
+    h1 = open_db(path, O_RDWR | O_CREAT, 0700);
+    h2 = open_db(path, O_RDONLY, 0);
+    CHECK(h1 != NULL && h2 != NULL);
+    fd1 = dbm_dirfno(h1);
+    fd2 = dbm_dirfno(h2);
+    CHECK(fd1 >= 0 && fd2 >= 0 && fd1 != fd2);
+    CHECK(dbm_pagfno(h1) == fd1 && dbm_dirfno(h1) == fd1);
+    CHECK(flock(fd1, LOCK_EX | LOCK_NB) == 0);
+    errno = 0;
+    CHECK(flock(fd2, LOCK_EX | LOCK_NB) == -1 && errno == EWOULDBLOCK);
+    CHECK(dbm_store(h1, str("k"), str("v"), DBM_REPLACE) == 0);
+    CHECK(same(dbm_fetch(h2, str("k")), "v", 1));
+    CHECK(flock(fd1, LOCK_UN) == 0);
+    CHECK(flock(fd2, LOCK_SH | LOCK_NB) == 0);
+    CHECK(flock(fd2, LOCK_UN) == 0);
+    errno = 0;
+    CHECK(dbm_dirfno(NULL) == -1 && errno == EINVAL);
+    dbm_close(h2);
+    dbm_close(h1);
+}
+
 /* Another process cannot open a database this one has open. */
 static void locked(const char *self, const char *dir) {
     char path[4096], cmd[8192];
@@ -688,6 +821,9 @@ int main(int argc, char **argv) {
     fflush(stdout);
 #ifndef USE_GDBM
     open_flags(argv[1]);
+    open_table(argv[1]);
+    full_disk(argv[1]);
+    dirfno(argv[1]);
     errors(argv[1]);
     transactions(argv[1]);
     rolled_back(argv[1]);

@@ -349,8 +349,9 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
                                         key(&mut k, j);
                                         let got = txn
                                             .get(&k)?
-                                            .ok_or_else(|| Error::Corrupt(format!("key {j} is missing")))?;
-                                        let c = counter_of(&got, j, args.value_size).map_err(Error::Corrupt)?;
+                                            .ok_or_else(|| Error::Corrupt(format!("key {j} is missing").into()))?;
+                                        let c = counter_of(&got, j, args.value_size)
+                                            .map_err(|m| Error::Corrupt(m.into()))?;
                                         if !read {
                                             value(&mut v, j, c.wrapping_add(1));
                                             txn.put(&k, &v)?;

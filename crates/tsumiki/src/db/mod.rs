@@ -24,6 +24,10 @@
 // an epoch-reclaimed pointer.
 #[allow(unsafe_code)]
 mod engine;
+mod open;
+// OwnedTxn extends a transaction's borrow of the Db it keeps alive by an Arc.
+#[allow(unsafe_code)]
+mod owned;
 #[allow(unsafe_code)]
 mod residency;
 
@@ -33,6 +37,8 @@ use std::sync::Arc;
 
 pub use engine::{Engine, TypedScan, TypedTxn};
 use engine::{Home, ScanCursor, Slot, TxnBufs};
+pub use open::OpenOptions;
+pub use owned::OwnedTxn;
 
 use crate::background::Background;
 use crate::cc::si::Si;

@@ -344,7 +344,7 @@ impl Checker {
             }
             self.report.files += 1;
             self.report.bytes += meta.len();
-            if name == MASTER {
+            if name == MASTER || name == crate::wal::storage::CALLER_LOCK_FILE {
                 continue;
             }
             if let Some((g, l, s)) = format::parse_segment_name(name) {
@@ -428,7 +428,7 @@ impl Checker {
         let name = format::registry_name(g);
         match recovery::read_registry(&*self.storage, g) {
             Ok(_) => {}
-            Err(Error::Corrupt(m)) => self.damage(&name, None, m),
+            Err(Error::Corrupt(m)) => self.damage(&name, None, m.to_string()),
             Err(e) => return Err(e),
         }
         if current.is_some_and(|c| g < c) {
@@ -537,7 +537,7 @@ impl Checker {
             Err(Error::Corrupt(why)) => {
                 // Name the segment the reader blames, if it says.
                 let file = names.iter().find(|n| why.contains(n.as_str())).unwrap_or(first).clone();
-                self.damage(file, None, why);
+                self.damage(file, None, why.to_string());
                 Ok((false, first_valid))
             }
             Err(e) => Err(e),

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::error::Error;
+use crate::error::{Error, Poison};
 use crate::plants::Plants;
 use crate::storage::{NvmStorage, Storage};
 use crate::wal::format::{parse_segment_name, Master};
@@ -158,15 +158,18 @@ pub(crate) fn open(
                     return Err(Error::Corrupt(format!(
                         "the page store holds writes of generation {w}, newer than MASTER's {}: MASTER is older than the database",
                         m.generation
-                    )));
+                    ).into()));
                 }
             }
             if m.last_exit {
                 if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
-                    return Err(Error::Corrupt(format!(
-                        "MASTER says generation {} ended cleanly, but logs of the next one exist",
-                        m.generation
-                    )));
+                    return Err(Error::Corrupt(
+                        format!(
+                            "MASTER says generation {} ended cleanly, but logs of the next one exist",
+                            m.generation
+                        )
+                        .into(),
+                    ));
                 }
                 // Commits logged in the generation that ended cleanly came after a later
                 // master record (an open marks the exit unclean before any lane starts):
@@ -176,7 +179,7 @@ pub(crate) fn open(
                     return Err(Error::Corrupt(format!(
                         "MASTER says generation {} ended cleanly, but commits were logged in it after: a newer master record is damaged or missing",
                         m.generation
-                    )));
+                    ).into()));
                 }
                 // A clean exit: the pages are the whole state, handed over in key order
                 // as they are read (or when used).
@@ -541,7 +544,7 @@ impl Durable {
         // generations' logs.
         let poison = |e: Error| match e {
             Error::Poisoned(_) => e,
-            e => self.wal.poison(format!("checkpoint of generation {g} failed: {e}")),
+            e => self.wal.poison(Poison::caused_by(&format!("checkpoint of generation {g} failed"), &e)),
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
-use crate::error::{Error, MAX_VALUE_LEN};
+use crate::error::{Corruption, Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 use crate::storage::{create_fresh, Storage, StorageFile};
 
@@ -315,8 +315,13 @@ impl PageReads {
     /// `pid`, that it belongs to that page). Returns its bytes.
     fn read_image(&self, r: ImageRef, pid: Option<u64>) -> Result<Vec<u8>, Error> {
         let what = || format!("the page image at {}:{} ({} bytes)", segment_file(r.seg), r.off, r.len);
+        // Names the segment and the byte offset of the image's first block in it.
+        let bad = |why: String| {
+            let at = r.off / PAYLOAD as u64 * BLOCK as u64;
+            Error::Corrupt(Corruption::in_file(segment_file(r.seg), Some(at), why))
+        };
         if r.len as usize > MAX_IMAGE as usize || (r.len as usize) < IMAGE_HEADER {
-            return Err(corrupt(format!("{}: invalid length", what())));
+            return Err(bad(format!("{}: invalid length", what())));
         }
         let first = r.off / PAYLOAD as u64;
         let blocks = r.end_block() - first;
@@ -325,7 +330,7 @@ impl PageReads {
         let mut at = 0;
         while at < raw.len() {
             match file.read_at(&mut raw[at..], first * BLOCK as u64 + at as u64) {
-                Ok(0) => return Err(corrupt(format!("{}: the segment ends before it", what()))),
+                Ok(0) => return Err(bad(format!("{}: the segment ends before it", what()))),
                 Ok(n) => at += n,
                 Err(e) => return Err(Error::io(what(), e)),
             }
@@ -335,11 +340,11 @@ impl PageReads {
         for (i, block) in raw.chunks(BLOCK).enumerate() {
             let t = match open_block(block, 0) {
                 Some(t) if t.lane == STORE_LANE && t.seq as u64 == first + i as u64 => t,
-                _ => return Err(corrupt(format!("{}: block {} is damaged", what(), first + i as u64))),
+                _ => return Err(bad(format!("{}: block {} is damaged", what(), first + i as u64))),
             };
             let want = (r.len as usize - img.len()).min(PAYLOAD - skip);
             if (t.used as usize) < skip + want {
-                return Err(corrupt(format!("{}: block {} is shorter than the image", what(), first + i as u64)));
+                return Err(bad(format!("{}: block {} is shorter than the image", what(), first + i as u64)));
             }
             img.extend_from_slice(&block[skip..skip + want]);
             skip = 0;
@@ -347,12 +352,12 @@ impl PageReads {
         let stored = u32::from_le_bytes(img[0..4].try_into().expect("4 bytes"));
         let body = u32::from_le_bytes(img[4..8].try_into().expect("4 bytes"));
         if stored != r.crc || crc32c::crc32c(&img[4..]) != stored || body as usize + 8 != img.len() {
-            return Err(corrupt(format!("{}: checksum mismatch (damaged, stale or foreign)", what())));
+            return Err(bad(format!("{}: checksum mismatch (damaged, stale or foreign)", what())));
         }
         if let Some(pid) = pid {
             let got = u64::from_le_bytes(img[9..17].try_into().expect("8 bytes"));
             if got != pid || !matches!(img[8], KIND_BASE | KIND_DELTA) {
-                return Err(corrupt(format!("{}: not an image of page {pid}", what())));
+                return Err(bad(format!("{}: not an image of page {pid}", what())));
             }
         }
         Ok(img)
@@ -432,7 +437,7 @@ pub fn parse_segment_file(name: &str) -> Option<u32> {
 }
 
 fn corrupt(m: impl Into<String>) -> Error {
-    Error::Corrupt(m.into())
+    Error::Corrupt(Corruption::new(m))
 }
 
 /// A change to apply: a key and its new value (`None`: deleted).

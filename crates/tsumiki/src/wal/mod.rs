@@ -37,8 +37,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
-use crate::error::Error;
+use crate::error::{Error, Poison};
 use crate::storage::{Storage, StorageFile};
+
+// The limit the public error names is the log record's.
+const _: () = assert!(format::MAX_RECORD as u64 == crate::error::MAX_TXN_BYTES);
 use format::{
     RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
 };
@@ -512,7 +515,8 @@ pub(crate) struct Wal {
     shared: OnceLock<Arc<Lane>>,
     next_lsn: AtomicU64,
     poisoned: AtomicBool,
-    poison_msg: Mutex<Option<String>>,
+    /// The first failure, which every later commit reports.
+    poison_msg: Mutex<Option<Poison>>,
     records: AtomicU64,
     flushes: AtomicU64,
     syncs: AtomicU64,
@@ -550,8 +554,8 @@ fn echo_len(copy: &[Vec<u8>]) -> usize {
 /// Bytes of one piece of a lane's copy: whole blocks (a multiple of [`BLOCK`]).
 const ECHO_CHUNK: usize = 64 * BLOCK;
 
-fn io_err(what: &str, e: io::Error) -> String {
-    format!("{what}: {e}")
+fn io_err(what: &str, e: io::Error) -> Poison {
+    Poison::io(what, Arc::new(e))
 }
 
 impl Wal {
@@ -709,20 +713,19 @@ impl Wal {
     /// The error every commit gets once a write or sync failed.
     pub(crate) fn check(&self) -> Result<(), Error> {
         if self.poisoned.load(Ordering::Acquire) {
-            let msg = self.poison_msg.lock().clone().unwrap_or_default();
-            return Err(Error::Poisoned(msg));
+            let p = self.poison_msg.lock().clone().unwrap_or_else(|| Poison::new(String::new()));
+            return Err(Error::Poisoned(p));
         }
         Ok(())
     }
 
-    /// Poisons the log: no commit is acknowledged any more.
-    pub(crate) fn poison(&self, msg: String) -> Error {
+    /// Poisons the log: no commit is acknowledged any more. The first poisoning (with its
+    /// operating-system error) is the one every later commit reports.
+    pub(crate) fn poison(&self, why: impl Into<Poison>) -> Error {
         let mut m = self.poison_msg.lock();
-        if m.is_none() {
-            *m = Some(msg.clone());
-        }
+        let first = m.get_or_insert_with(|| why.into()).clone();
         self.poisoned.store(true, Ordering::Release);
-        Error::Poisoned(m.clone().unwrap_or(msg))
+        Error::Poisoned(first)
     }
 
     /// The lane a worker slot logs to: its own (P-WAL), created on first use, or the
@@ -827,7 +830,7 @@ impl Wal {
             }
         }
         if enc.finish().is_none() {
-            return Err(Error::Config("the transaction's write set exceeds the 1 GiB log record limit".into()));
+            return Err(Error::TxnTooLarge { max: crate::error::MAX_TXN_BYTES });
         }
         let end = p.buf.len();
         p.ends.push((end, order));
@@ -990,7 +993,7 @@ impl Wal {
                 e += 1;
             }
             format::seal_block(block, &t, io.gen);
-            io.seq = io.seq.checked_add(1).ok_or_else(|| self.poison("lane block sequence overflow".into()))?;
+            io.seq = io.seq.checked_add(1).ok_or_else(|| self.poison(Poison::new("lane block sequence overflow")))?;
         }
         let out = std::mem::take(&mut io.out);
         let r = self.write_blocks(lane, io, &out);
@@ -1389,8 +1392,9 @@ impl Wal {
 
     /// Writes generation `g`'s lane registry (lanes `0..count`). A failure poisons the log.
     fn register_lanes(&self, g: u64, count: u32) -> Result<(), Error> {
-        recovery::write_registry(&*self.storage, g, count)
-            .map_err(|e| self.poison(format!("writing the lane registry of generation {g} failed: {e}")))
+        recovery::write_registry(&*self.storage, g, count).map_err(|e| {
+            self.poison(Poison::caused_by(&format!("writing the lane registry of generation {g} failed"), &e))
+        })
     }
 
     /// Writes and syncs every lane's pending records, the last block marked as the lane's

@@ -131,7 +131,7 @@ pub struct RecoveryStats {
 }
 
 fn corrupt(msg: String) -> Error {
-    Error::Corrupt(msg)
+    Error::Corrupt(msg.into())
 }
 
 fn io(what: &str, e: std::io::Error) -> Error {

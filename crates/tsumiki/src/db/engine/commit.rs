@@ -146,7 +146,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 (Err(CommitFail::Log), e) => {
                     // Nothing was installed: roll back.
                     self.rollback();
-                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new()))));
+                    return Err(e.unwrap_or_else(|| wal.check().err().unwrap_or(Error::Poisoned(String::new().into()))));
                 }
                 (Ok(()), Some(e)) => {
                     // Installed and released (ELR), but the flush failed: never acknowledged,

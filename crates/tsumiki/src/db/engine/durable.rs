@@ -77,7 +77,7 @@ impl<P: Protocol> Engine<P> {
                 builder.push(k, RecPtr(rec)).map_err(|e| {
                     // SAFETY: never published.
                     drop(unsafe { Box::from_raw(rec) });
-                    Error::Corrupt(format!("the recovered state: {e}"))
+                    Error::Corrupt(format!("the recovered state: {e}").into())
                 })
             },
             budget,
