@@ -102,7 +102,7 @@ pub struct LogOptions {
     pub durability: Durability,
     /// Real files or NVM emulation.
     pub device: Device,
-    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB; 4 MiB by
+    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB; 1 MiB by
     /// default). A lane's first segment is 64 KiB and each next one doubles up to this, so
     /// an idle database stays small; segments are preallocated so that a commit's
     /// fdatasync never also commits a size change (a lane holds at most one segment
@@ -111,7 +111,7 @@ pub struct LogOptions {
     /// Log bytes written since the last checkpoint that make the next commit take one
     /// (64 MiB by default; 0: never while open), or four times what the last checkpoint
     /// wrote to the page store if that is more, so its cost stays under a quarter of the
-    /// log volume; but never more than an eighth of the page store's live bytes (or
+    /// log volume; but never more than a sixteenth of the page store's live bytes (or
     /// 8 MiB, if more, or this, if less), so the logs on disk stay a fraction of the
     /// data. A checkpoint starts a new generation of every lane, writes the state beside
     /// it and deletes the older logs, so the logs of a running database stop growing and
@@ -1080,7 +1080,8 @@ impl Wal {
                     file.set_direct();
                 }
                 io.file = Some(file);
-                io.off = 0;
+                // The lane's blocks follow the segment's header (see `format::segment_header`).
+                io.off = format::SEGMENT_HEADER;
                 if matches!(self.opts.device, Device::File) {
                     let (size, sync) = (format::segment_len(io.seg + 1, max), !self.opts.skip_sync_for_tests);
                     io.next = Some(self.preparer.start(name(io.seg + 1), size, sync));
