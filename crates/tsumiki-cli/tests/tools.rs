@@ -430,3 +430,62 @@ fn compact_shrinks_a_database_that_shrank() {
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec![OsStr::new("db").to_os_string()]);
 }
+
+/// What killed compacts left beside a database (their temporary directories: a copy, or
+/// the old database after the exchange) is removed by the next compact, and only that: a
+/// running compact's directory (its lock held) and other names stay.
+#[test]
+fn compact_removes_what_killed_compacts_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    fill(&dir, 30_000);
+    // A compact killed while it copies.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tsumiki"))
+        .args([OsStr::new("compact"), OsStr::new("-q"), s(&dir)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while files_starting(tmp.path(), ".db.compact-").is_empty() && started.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Planted leftovers: an older version's copy (the database at the top) and this one's
+    // (inside `db`), both dead; a running compact's (locked); names that are not a
+    // compact's.
+    let flat = tmp.path().join(".db.compact-Ab12cD");
+    let nested = tmp.path().join(".db.compact-xy34Zw");
+    for d in [&flat, &nested.join("db")] {
+        let from = copy_db(&dir);
+        std::fs::rename(from.path(), d).unwrap_or_else(|_| {
+            std::fs::create_dir_all(d).unwrap();
+            for e in std::fs::read_dir(from.path()).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+            }
+        });
+    }
+    let live = tmp.path().join(".db.compact-LiVe01");
+    std::fs::create_dir(&live).unwrap();
+    std::fs::write(live.join("MASTER"), b"a running compact's").unwrap();
+    let lock = std::fs::File::open(&live).unwrap();
+    lock.try_lock().unwrap();
+    let other = tmp.path().join(".db.compact-notes.txt");
+    std::fs::write(&other, b"mine").unwrap();
+    let elsewhere = tmp.path().join(".other.compact-Ab12cD");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let (code, _, err) = tsumiki([OsStr::new("compact"), s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("removed") && err.contains("interrupted"), "{err}");
+    let mut left: Vec<String> =
+        std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, [".db.compact-LiVe01", ".db.compact-notes.txt", ".other.compact-Ab12cD", "db"], "{err}");
+    assert_eq!(std::fs::read(live.join("MASTER")).unwrap(), b"a running compact's");
+    drop(lock);
+    let (code, report) = check(&dir);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["records"], 30_000);
+}

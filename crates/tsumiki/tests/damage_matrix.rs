@@ -6,10 +6,11 @@
 //!
 //! Each case must end in a clear error or in a state holding every acknowledged commit
 //! (and nothing that was never committed), and nothing outside the directory may change.
-//! One case is a known limit and is counted apart: damage that leaves no valid block after
-//! it in a lane (its last written block, or its whole last segment turned to garbage)
-//! looks exactly like a write torn by the crash, so recovery cuts it there (the state is
-//! then that of a prefix of the commits, never an invented one).
+//! One case is a known limit and is counted apart: damage to a lane's last written block,
+//! with no valid block after it, looks exactly like a write torn by the crash, so recovery
+//! cuts it there (the state is then that of a prefix of the commits, never an invented
+//! one). A whole last segment zero-filled or overwritten is an error (its header is gone),
+//! and the segment prepared after it, never written, may be damaged without loss.
 //!
 //! `cargo test --release --test damage_matrix -- --nocapture` prints the counts.
 
@@ -97,6 +98,8 @@ enum Damage {
     FlipByte(Where),
     SwapBlocks,
     Random,
+    /// Every byte zero, the length kept.
+    ZeroFill,
     OlderCopy,
     Delete,
     Symlink,
@@ -110,7 +113,7 @@ enum Where {
     LastWritten,
 }
 
-const DAMAGES: [Damage; 15] = [
+const DAMAGES: [Damage; 16] = [
     Damage::TruncateTo0,
     Damage::TruncateTo1,
     Damage::TruncateHalf,
@@ -123,6 +126,7 @@ const DAMAGES: [Damage; 15] = [
     Damage::FlipByte(Where::LastWritten),
     Damage::SwapBlocks,
     Damage::Random,
+    Damage::ZeroFill,
     Damage::OlderCopy,
     Damage::Delete,
     Damage::Symlink,
@@ -185,6 +189,7 @@ fn damage(file: &Path, older: Option<&Path>, victim: &Path, d: Damage, seed: u64
             out[a * BLOCK..(a + 1) * BLOCK].copy_from_slice(&y);
             out[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&x);
         }
+        Damage::ZeroFill => out.fill(0),
         Damage::Random => {
             let mut x = seed | 1;
             for b in out.iter_mut() {
@@ -256,10 +261,11 @@ fn every_file_kind_times_every_damage() {
     let mut case = 0u64;
     for (scenario, image) in [("after a crash", &crashed), ("after a clean close", &closed)] {
         let files = names(image);
-        // Segments holding blocks (the next one is prepared ahead, all zeros: not log).
+        // Segments holding blocks after their header (the next one is prepared ahead, only
+        // a header: not log).
         let segs: Vec<&String> = files
             .iter()
-            .filter(|n| n.starts_with("wal-") && std::fs::read(image.join(n)).unwrap().iter().any(|&b| b != 0))
+            .filter(|n| n.starts_with("wal-") && std::fs::read(image.join(n)).unwrap()[BLOCK..].iter().any(|&b| b != 0))
             .collect();
         let mut kinds: Vec<(&str, String)> = vec![("MASTER", "MASTER".into())];
         let pages: Vec<&String> = files.iter().filter(|n| n.starts_with("pages-")).collect();
@@ -273,6 +279,12 @@ fn every_file_kind_times_every_damage() {
             kinds.push(("first log segment", first.to_string()));
             if last != first {
                 kinds.push(("last log segment", last.to_string()));
+            }
+            // The segment prepared after the last written one (never written).
+            let (g, l, s) = tsumiki::wal::format::parse_segment_name(last).unwrap();
+            let next = tsumiki::wal::format::segment_name(g, l, s + 1);
+            if files.contains(&next) {
+                kinds.push(("prepared log segment", next));
             }
         }
         if scenario == "after a crash" {
@@ -291,20 +303,25 @@ fn every_file_kind_times_every_damage() {
                     continue;
                 }
                 let what = format!("{scenario}, {kind} {name}, {d:?}");
-                match outcome(&dir, &states, &what) {
+                let got = outcome(&dir, &states, &what);
+                // A segment never written holds nothing: damaged, it is left out (a link
+                // there is refused: it is never followed).
+                if *kind == "prepared log segment" && d != Damage::Symlink {
+                    assert!(matches!(got, Ok(true)), "{what}: {got:?}");
+                }
+                match got {
                     Err(Error::Corrupt(_) | Error::Io { .. }) => row.error += 1,
                     Err(e) => panic!("{what}: unexpected error {e}"),
                     Ok(true) => row.intact += 1,
                     Ok(false) => {
-                        // The known limit: damage that leaves no valid block after it in the
-                        // lane (its last written block, or the whole last segment made
-                        // garbage) looks exactly like a torn last flush.
+                        // The known limit: damage confined to the lane's last written
+                        // block, with no valid block after it, looks exactly like a torn
+                        // last flush. (A whole last segment zero-filled or overwritten is
+                        // not: its header, written before it was used, is gone.)
                         let tail = *kind == "last log segment"
                             && matches!(
                                 d,
-                                Damage::ZeroBlock(Where::LastWritten)
-                                    | Damage::FlipByte(Where::LastWritten)
-                                    | Damage::Random
+                                Damage::ZeroBlock(Where::LastWritten) | Damage::FlipByte(Where::LastWritten)
                             );
                         assert!(tail, "{what}: acknowledged commits lost silently");
                         row.prefix_tail += 1;
@@ -330,4 +347,69 @@ fn every_file_kind_times_every_damage() {
     }
     println!("{:40} {:>6} {:>7} {:>12} {:>8}", "total", total.error, total.intact, total.prefix_tail, total.skipped);
     assert!(total.error >= 70, "most damage is refused: {total:?}");
+}
+
+/// The case: after a checkpoint, several lanes each write into a second segment,
+/// then a crash; each lane's last written segment zero-filled, or overwritten with random
+/// bytes of its length, was taken for a segment prepared ahead (open returned without
+/// the lane's commits since the checkpoint, and `check` said healthy). Now open and
+/// `check` both find the damage.
+#[test]
+fn a_lanes_last_written_segment_zero_filled_or_random_is_an_error() {
+    let root = tempfile::tempdir().unwrap();
+    let work = root.path().join("work");
+    let db = Db::create(&work, opts()).unwrap();
+    db.run(|t| t.put(b"base", b"0")).unwrap();
+    db.checkpoint().unwrap();
+    std::thread::scope(|s| {
+        for w in 0..3u32 {
+            let db = &db;
+            s.spawn(move || {
+                for i in 0..400u32 {
+                    db.run(|t| t.put(format!("w{w}-{i:04}").as_bytes(), [w as u8; 300])).unwrap();
+                }
+            });
+        }
+    });
+    db.abandon_for_tests();
+    let files = names(&work);
+    // Each lane's last segment holding blocks after its header.
+    let mut last: BTreeMap<(u64, u16), (u64, String)> = BTreeMap::new();
+    for n in &files {
+        if let Some((g, l, s)) = tsumiki::wal::format::parse_segment_name(n) {
+            if std::fs::read(work.join(n)).unwrap()[BLOCK..].iter().any(|&b| b != 0) {
+                let e = last.entry((g, l)).or_insert((s, n.clone()));
+                if s >= e.0 {
+                    *e = (s, n.clone());
+                }
+            }
+        }
+    }
+    let lanes_past_first: Vec<&String> = last.values().filter(|(s, _)| *s > 0).map(|(_, n)| n).collect();
+    assert!(lanes_past_first.len() >= 2, "lanes wrote past their first segment: {files:?}");
+    // The undamaged image opens with every commit.
+    let check_dir = root.path().join("undamaged");
+    copy_dir(&work, &check_dir);
+    let db = Db::create(&check_dir, opts()).unwrap();
+    assert_eq!(db.begin().iter().count(), 1201);
+    drop(db);
+    let mut case = 0;
+    for name in lanes_past_first {
+        for d in [Damage::ZeroFill, Damage::Random] {
+            case += 1;
+            let dir = root.path().join(format!("lane-case-{case}"));
+            copy_dir(&work, &dir);
+            assert!(damage(&dir.join(name), None, &dir.join("unused"), d, case));
+            let report = tsumiki::check(&dir).unwrap();
+            assert!(!report.is_healthy(), "{name} {d:?}: check says healthy");
+            match Db::create(&dir, opts()) {
+                Err(Error::Corrupt(m)) => assert!(m.contains(name.as_str()), "{name} {d:?}: {m}"),
+                Err(e) => panic!("{name} {d:?}: {e}"),
+                Ok(db) => {
+                    let n = db.begin().iter().count();
+                    panic!("{name} {d:?}: opened with {n} of 1201 records");
+                }
+            }
+        }
+    }
 }

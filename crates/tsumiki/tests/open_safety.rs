@@ -152,6 +152,40 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     assert_eq!(count(dir.path()), 11);
 }
 
+/// A master record crafted at a generation that cannot advance (`u64::MAX`), over a
+/// cleanly closed database: refused at open, as it would be after a crash in that
+/// generation (it used to open after the clean close, then never again after a crash).
+#[test]
+fn a_master_at_the_last_generation_is_refused_even_after_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_db(dir.path(), 10);
+    let real = std::fs::read(dir.path().join("MASTER")).unwrap();
+    let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
+    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    drop(storage);
+    assert!(newest.last_exit);
+    let before = names(dir.path());
+    // (1 << 62: `format::MAX_GENERATION`.)
+    for generation in [u64::MAX, u64::MAX - 1, (1u64 << 62) + 1] {
+        let crafted = tsumiki::wal::format::Master { generation, ..newest };
+        std::fs::write(dir.path().join("MASTER"), tsumiki::wal::recovery::master_file(&crafted)).unwrap();
+        match Db::create(dir.path(), Options::default()) {
+            Err(Error::Corrupt(m)) => assert!(m.contains("generation"), "{m}"),
+            Err(e) => panic!("generation {generation}: {e}"),
+            Ok(db) => {
+                // What the crash case then met: a commit, a crash, and no open ever again.
+                db.run(|t| t.put(key(77), b"x")).unwrap();
+                db.abandon_for_tests();
+                let again = Db::create(dir.path(), Options::default()).err();
+                panic!("generation {generation} opened after a clean close; after a crash: {again:?}");
+            }
+        }
+        assert_eq!(names(dir.path()), before, "a refused open deleted files");
+    }
+    std::fs::write(dir.path().join("MASTER"), &real).unwrap();
+    assert_eq!(count(dir.path()), 10);
+}
+
 #[test]
 fn planted_symlinks_are_never_followed() {
     let outside = tempfile::tempdir().unwrap();
@@ -186,6 +220,43 @@ fn planted_symlinks_are_never_followed() {
     assert_eq!(count(dir.path()), 5000);
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     assert!(std::fs::metadata(&victim).unwrap().is_file());
+}
+
+/// A file and a link put under an unused lane's log names while the database is open:
+/// they hold nothing the store wrote, so the next checkpoint leaves them out instead of
+/// failing on them (which poisoned the database, and it did not reopen until they were
+/// removed); the database reopens with every commit after a crash, the link's target
+/// untouched.
+#[test]
+fn files_planted_under_an_unused_lanes_names_while_open_are_left_out() {
+    use tsumiki::wal::format::{parse_segment_name, segment_name};
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
+    for i in 0..100 {
+        db.run(|t| t.put(key(i), b"before")).unwrap();
+    }
+    let g = names(dir.path()).iter().filter_map(|n| parse_segment_name(n)).map(|(g, _, _)| g).max().unwrap();
+    std::fs::write(dir.path().join(segment_name(g, 7, 0)), vec![0x5a; 64 << 10]).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join(segment_name(g, 8, 0))).unwrap();
+    db.checkpoint().unwrap();
+    for i in 100..200 {
+        db.run(|t| t.put(key(i), b"after")).unwrap();
+    }
+    db.abandon_for_tests();
+    assert_eq!(count(dir.path()), 200);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    // Planted after the crash, in the generation recovery reads: left out too.
+    let db = Db::create(dir.path(), Options::default()).unwrap();
+    db.run(|t| t.put(key(200), b"x")).unwrap();
+    let g = names(dir.path()).iter().filter_map(|n| parse_segment_name(n)).map(|(g, _, _)| g).max().unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join(segment_name(g, 9, 0))).unwrap();
+    std::fs::write(dir.path().join(segment_name(g, 10, 0)), b"not a log").unwrap();
+    db.abandon_for_tests();
+    assert_eq!(count(dir.path()), 201);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 }
 
 #[test]

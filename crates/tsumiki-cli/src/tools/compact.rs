@@ -19,7 +19,8 @@ use super::{dir_bytes, open_existing, scan_chunks, Failure, Outcome};
 /// The text after `--help`'s options: details and examples.
 pub const HELP: &str = "\
 Copies every record into a new database beside DIR (read as one consistent state under
-DIR's lock, written in batches), verifies the copy with `check` (healthy, the same record
+DIR's lock, written in batches; what compacts of DIR that were killed left beside it is
+removed first), verifies the copy with `check` (healthy, the same record
 count), then exchanges the two directories in one atomic rename (Linux renameat2
 RENAME_EXCHANGE) and removes the old one. At every moment DIR holds a complete database:
 the old one or the copy. Needs free space for the copy. DIR must hold only the database's
@@ -73,11 +74,23 @@ pub fn run(a: &CompactArgs) -> Outcome {
     let before = dir_bytes(&dir).map_err(|e| fail("measuring the database", &e))?;
     let parent = dir.parent().ok_or_else(|| Failure::new("the database directory has no parent"))?;
     let base = dir.file_name().map_or("db".into(), |n| n.to_string_lossy().into_owned());
+    let prefix = format!(".{base}.compact-");
+    let removed =
+        remove_dead_copies(parent, &prefix).map_err(|e| fail("removing an interrupted compact's copy", &e))?;
+    if removed > 0 && !a.quiet {
+        eprintln!("removed {removed} leftover copies of interrupted compacts beside {}", dir.display());
+    }
     let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{base}.compact-"))
+        .prefix(&prefix)
         .tempdir_in(parent)
         .map_err(|e| fail(&format!("creating the copy in {}", parent.display()), &e))?;
-    let copied = copy(&db, tmp.path())?;
+    // Held while the temporary directory exists, so that a later compact can tell it from
+    // a killed one's (see `remove_dead_copies`). The copy is a database of its own inside
+    // it, which locks its own directory.
+    let hold = std::fs::File::open(tmp.path()).map_err(|e| fail("locking the copy", &e))?;
+    hold.try_lock().map_err(|e| fail("locking the copy", &e))?;
+    let copy_dir = tmp.path().join("db");
+    let copied = copy(&db, &copy_dir)?;
     db.close()?;
     // Nothing may have opened the database since: take its lock (held through the
     // exchange), and compare MASTER, which every open rewrites, with what the copy saw.
@@ -86,7 +99,7 @@ pub fn run(a: &CompactArgs) -> Outcome {
     if lock.try_lock().is_err() || std::fs::read(dir.join("MASTER")).ok().as_ref() != Some(&master) {
         return Err(Failure::new("the database was opened by another process during the copy: nothing was changed"));
     }
-    let report = tsumiki::check(tmp.path()).map_err(|e| fail("checking the copy", &e))?;
+    let report = tsumiki::check(&copy_dir).map_err(|e| fail("checking the copy", &e))?;
     if !report.is_healthy() || report.records != copied {
         return Err(Failure::new(format!(
             "the copy does not check out ({} records of {copied}, {} problems): nothing was changed",
@@ -95,19 +108,54 @@ pub fn run(a: &CompactArgs) -> Outcome {
         )));
     }
     if let Ok(m) = std::fs::metadata(&dir) {
-        let _ = std::fs::set_permissions(tmp.path(), m.permissions());
+        let _ = std::fs::set_permissions(&copy_dir, m.permissions());
     }
-    exchange(&dir, tmp.path()).map_err(|e| fail("swapping the copy in", &e))?;
+    exchange(&dir, &copy_dir).map_err(|e| fail("swapping the copy in", &e))?;
     std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|e| fail("syncing the parent directory", &e))?;
+    std::fs::File::open(tmp.path()).and_then(|d| d.sync_all()).map_err(|e| fail("syncing the copy's directory", &e))?;
     drop(lock);
     // The old database, now at the temporary name.
     let old = tmp.path().to_path_buf();
     tmp.close().map_err(|e| fail(&format!("removing the old database at {}", old.display()), &e))?;
+    drop(hold);
     let after = dir_bytes(&dir).map_err(|e| fail("measuring the database", &e))?;
     if !a.quiet {
         println!("{}: {before} bytes before, {after} after ({copied} records)", a.dir.display());
     }
     Ok(0)
+}
+
+/// Removes from `parent` the temporary directories (`prefix` and tempfile's 6 random
+/// characters) that compacts of the same database killed before they finished left: a
+/// copy, or the old database after the exchange. Only what is provably dead: a running
+/// compact holds an exclusive lock on its temporary directory while it exists (an older
+/// version's held the copy's lock, on the same directory, while it copied), so one whose
+/// lock is free is removed and one whose lock is held is left alone. The caller holds the
+/// database's lock, so no other compact of it is copying. Returns how many were removed.
+fn remove_dead_copies(parent: &Path, prefix: &str) -> std::io::Result<usize> {
+    let mut removed = 0;
+    for e in std::fs::read_dir(parent)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+        if rest.len() != 6 || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            continue;
+        }
+        let path = e.path();
+        // Never through a link: only a directory of its own.
+        if !std::fs::symlink_metadata(&path)?.is_dir() {
+            continue;
+        }
+        let held = std::fs::File::open(&path)?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        std::fs::remove_dir_all(&path)?;
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 /// Copies every record of `db` into a new database in `to`; returns the count.

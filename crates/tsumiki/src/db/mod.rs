@@ -177,8 +177,8 @@ pub struct Options {
     /// and are read back from the pages when used again; past it with nothing clean, a
     /// checkpoint is taken. A running transaction may hold more until it ends.
     pub cache_bytes: usize,
-    /// Refuse every write ([`Error::ReadOnly`]); [`Db::open`] then also requires the
-    /// database to exist. Opening still takes the database's lock and recovers what a
+    /// Refuse every write ([`Error::ReadOnly`]); [`Db::open`] and [`Db::create`] then
+    /// both require the database to exist ([`Error::NotFound`] otherwise). Opening still takes the database's lock and recovers what a
     /// crash left (which writes to its files), so the directory must be writable.
     pub read_only: bool,
     /// Test only (the cargo feature `test-plants`, which only the tests enable): planted
@@ -536,7 +536,9 @@ impl Db {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     let why = if path.is_dir() { "holds no tsumiki database" } else { "does not exist" };
-                    return Err(Error::NotFound(format!("{} {why} (Db::create makes one)", path.display())));
+                    // `Db::create` with `read_only` opens only what exists: it never makes one.
+                    let how = if create { "a read-only open creates none" } else { "Db::create makes one" };
+                    return Err(Error::NotFound(format!("{} {why} ({how})", path.display())));
                 }
                 Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
             }

@@ -505,6 +505,12 @@ impl Checker {
             let f = self.storage.open(first, false).map_err(|e| Error::io(first, e))?;
             let mut b = vec![0u8; BLOCK];
             let n = f.read_at(&mut b, 0).map_err(|e| Error::io(first, e))?;
+            // The lane's first block follows the segment's header (if written with one).
+            let n = if n == BLOCK && format::is_segment_header(&b, g, lane, 0) {
+                f.read_at(&mut b, format::SEGMENT_HEADER).map_err(|e| Error::io(first, e))?
+            } else {
+                n
+            };
             n == BLOCK && open_block(&b, g).is_some_and(|t| t.lane == lane && t.seq == 0)
         };
         match recovery::read_lane(&*self.storage, g, lane, segs, m.segment_size, closed) {

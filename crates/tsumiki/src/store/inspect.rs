@@ -26,7 +26,7 @@ pub struct FileReport {
     pub log: Option<(u64, u16)>,
     /// Blocks with a valid trailer (checksum and magic).
     pub valid_blocks: u64,
-    /// Blocks that are all zeros (preallocated, not written yet).
+    /// Blocks that are all zeros (preallocated, not written yet), and log segments' headers.
     pub zero_blocks: u64,
     /// Other blocks: torn, damaged, or stale beyond a lane's end (a recycled segment's
     /// blocks of its earlier generation).
@@ -168,7 +168,10 @@ fn scan_blocks(storage: &dyn Storage, name: &str, salt: u64) -> Result<FileRepor
                         r.hi = r.hi.max(t.hi);
                     }
                 }
-                None if block.iter().all(|&b| b == 0) => r.zero_blocks += 1,
+                // A log segment's header holds no log data: counted with the empty blocks.
+                None if block.iter().all(|&b| b == 0) || crate::wal::format::is_any_segment_header(block) => {
+                    r.zero_blocks += 1
+                }
                 None => r.bad_blocks += 1,
             }
         }

@@ -46,7 +46,7 @@ pub(crate) struct Durable {
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
     /// Opened on a full disk: readable, every commit refused, nothing written at close.
-    read_only: bool,
+    pub(crate) read_only: bool,
     /// Whether the logs are files a checkpoint can read back (which keys changed); if
     /// not (no log, NVM emulation), a checkpoint rewrites every page.
     logs_readable: bool,
@@ -211,6 +211,7 @@ pub(crate) fn open(
                 let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                 let g = gens[gens.len() - 1]
                     .checked_add(1)
+                    .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
                     .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
                 // The replayed writes go to the pages as deltas of generation `g` a batch
                 // at a time, whenever they pass `replay_bytes` (lazy open: memory bounded
@@ -412,6 +413,7 @@ impl Durable {
         let g = current
             .generation
             .checked_add(1)
+            .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         let t = self.write_pages(&mut current, g, state, false)?;
         recovery::write_master(&*self.storage, &master(g, Some(t), true, opts))?;
@@ -537,6 +539,7 @@ impl Durable {
         let g = current
             .generation
             .checked_add(1)
+            .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         // Once the lanes have moved on, a failure poisons the log: the lanes could not move
         // on again without a master record naming where they went (a failed checkpoint

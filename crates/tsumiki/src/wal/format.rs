@@ -217,6 +217,13 @@ pub struct Master {
     pub segment_size: u64,
 }
 
+/// The highest generation a master record may name. A database advances one generation
+/// per checkpoint, close or recovery (up to two past its master record's), so none
+/// reaches this (2^62: a checkpoint a microsecond for 146,000 years); a record naming one
+/// beyond was crafted, and is refused at every open: accepted, it would open once after a
+/// clean close, then never again after a crash (the next generation does not exist).
+pub const MAX_GENERATION: u64 = 1 << 62;
+
 const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI6";
 /// The magics of earlier formats, refused with their own message: before the page store,
 /// before log blocks were salted with their generation (recycled segments), before a
@@ -289,6 +296,12 @@ impl Master {
         // Every generation after the first starts from a table (recovery, checkpoints and
         // close all write one), so a later generation without one was not written by
         // tsumiki.
+        if m.generation > MAX_GENERATION {
+            return Err(format!(
+                "MASTER names generation {}, past the last one a database can reach ({MAX_GENERATION}): it was not written by tsumiki",
+                m.generation
+            ));
+        }
         if m.generation == 0 || m.table.is_none() && (m.generation != 1 || table != (0, 0, 0, 0)) {
             return Err(format!("MASTER names generation {} without a translation table", m.generation));
         }
@@ -310,6 +323,42 @@ pub fn segment_len(seg: u64, max: u64) -> u64 {
         return max;
     }
     (FIRST_SEGMENT << seg).min(max)
+}
+
+/// Bytes at the start of every log segment taken by its header (one block): the lane's
+/// blocks follow it.
+pub const SEGMENT_HEADER: u64 = BLOCK as u64;
+
+const SEGMENT_MAGIC: &[u8; 8] = b"TSKSEGH1";
+
+/// The header block of log segment `seg` of `lane` in `generation`: `"TSKSEGH1"`,
+/// generation u64, lane u16, segment u64, CRC32C u32 of the 26 bytes before, zeros to the
+/// block's end. Written (and synced) before the segment gets its name, so that a segment
+/// under its name always has one: a segment prepared ahead and never written is told from
+/// a written one whose blocks were lost (zero-filled, overwritten) by what the store wrote,
+/// not by its content. A segment's blocks follow its header.
+pub fn segment_header(generation: u64, lane: u16, seg: u64) -> [u8; BLOCK] {
+    let mut b = [0u8; BLOCK];
+    b[..8].copy_from_slice(SEGMENT_MAGIC);
+    b[8..16].copy_from_slice(&generation.to_le_bytes());
+    b[16..18].copy_from_slice(&lane.to_le_bytes());
+    b[18..26].copy_from_slice(&seg.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..26]);
+    b[26..30].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Whether `block` is the header of segment `seg` of `lane` in `generation`.
+pub fn is_segment_header(block: &[u8], generation: u64, lane: u16, seg: u64) -> bool {
+    block.len() == BLOCK && block == segment_header(generation, lane, seg)
+}
+
+/// Whether `block` is the header of some log segment (any generation, lane, segment).
+pub fn is_any_segment_header(block: &[u8]) -> bool {
+    block.len() == BLOCK
+        && &block[..8] == SEGMENT_MAGIC
+        && crc32c::crc32c(&block[..26]).to_le_bytes() == block[26..30]
+        && block[30..].iter().all(|&b| b == 0)
 }
 
 /// The name of log segment `seg` of `lane` in `generation`.
@@ -425,6 +474,11 @@ mod tests {
         // Later generations always start from a table.
         let crafted = Master { generation: u64::MAX, table: None, ..m };
         assert!(Master::decode(&crafted.encode()).is_err());
+        // A generation that could not advance (recovery and checkpoints name the next).
+        for generation in [u64::MAX, u64::MAX - 1, MAX_GENERATION + 1] {
+            assert!(Master::decode(&Master { generation, ..m }.encode()).is_err(), "{generation}");
+        }
+        assert!(Master::decode(&Master { generation: MAX_GENERATION, ..m }.encode()).is_ok());
         let empty = Master { table: Some((0, 0, 0, 0)), ..m };
         assert!(Master::decode(&empty.encode()).is_err());
         assert_eq!(segment_len(0, 16 << 20), 64 << 10);
@@ -433,5 +487,16 @@ mod tests {
         assert_eq!(segment_len(2, 128 << 10), 128 << 10);
         assert_eq!(parse_segment_name(&segment_name(3, 12, 7)), Some((3, 12, 7)));
         assert_eq!(parse_segment_name("wal-x.log"), None);
+        let h = segment_header(3, 12, 7);
+        assert!(is_segment_header(&h, 3, 12, 7) && is_any_segment_header(&h));
+        assert!(
+            !is_segment_header(&h, 4, 12, 7) && !is_segment_header(&h, 3, 11, 7) && !is_segment_header(&h, 3, 12, 6)
+        );
+        for byte in [0, 9, 17, 20, 27, 100] {
+            let mut b = h;
+            b[byte] ^= 1;
+            assert!(!is_segment_header(&b, 3, 12, 7) && !is_any_segment_header(&b), "flipped byte {byte}");
+        }
+        assert!(!is_any_segment_header(&[0; BLOCK]));
     }
 }

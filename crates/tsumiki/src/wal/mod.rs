@@ -697,7 +697,8 @@ impl Wal {
                     file.set_direct();
                 }
                 io.file = Some(file);
-                io.off = 0;
+                // The lane's blocks follow the segment's header (see `format::segment_header`).
+                io.off = format::SEGMENT_HEADER;
                 if matches!(self.opts.device, Device::File) {
                     let (size, sync) = (format::segment_len(io.seg + 1, max), !self.plants.skip_sync);
                     io.next = Some(self.preparer.start(name(io.seg + 1), size, sync));

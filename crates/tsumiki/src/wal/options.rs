@@ -73,7 +73,7 @@ pub struct LogOptions {
     pub durability: Durability,
     /// Real files or NVM emulation.
     pub device: Device,
-    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB; 4 MiB by
+    /// The largest log segment in bytes (a multiple of 4 KiB, at least 8 KiB; 1 MiB by
     /// default). A lane's first segment is 64 KiB and each next one doubles up to this, so
     /// an idle database stays small; segments are preallocated so that a commit's
     /// fdatasync never also commits a size change (a lane holds at most one segment
@@ -82,7 +82,7 @@ pub struct LogOptions {
     /// Log bytes written since the last checkpoint that make the next commit take one
     /// (64 MiB by default; 0: never while open), or four times what the last checkpoint
     /// wrote to the page store if that is more, so its cost stays under a quarter of the
-    /// log volume; but never more than an eighth of the page store's live bytes (or
+    /// log volume; but never more than a sixteenth of the page store's live bytes (or
     /// 8 MiB, if more, or this, if less), so the logs on disk stay a fraction of the
     /// data. A checkpoint starts a new generation of every lane, writes the state beside
     /// it and deletes the older logs, so the logs of a running database stop growing and

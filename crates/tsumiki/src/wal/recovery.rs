@@ -161,15 +161,45 @@ pub fn read_lane(
         files.push((name, f));
     }
     let mut chunk = vec![0u8; LANE_CHUNK];
+    // Each segment's header (see `format::segment_header`). A lane written since segments
+    // have headers has one in every segment under its name: one without is damage. A lane
+    // with none was written before them, and is read as it was then (from block 0).
+    let mut headers = Vec::with_capacity(files.len());
+    for (i, (name, f)) in files.iter().enumerate() {
+        headers.push(has_header(&**f, generation, lane, i as u64).map_err(|e| io(name, e))?);
+    }
+    let headered = headers.contains(&true);
+    let start = if headered { format::SEGMENT_HEADER } else { 0 };
     // Segments prepared ahead of use (zero-filled, or recycled from an older generation)
     // hold no block of this lane and generation, at full length: not part of the log. (A
     // shorter one, or one holding such a block, is read below, and refused or cut there.)
     while files.len() > 1 {
-        let (name, f) = &files[files.len() - 1];
+        let i = files.len() - 1;
+        let (name, f) = &files[i];
         let len = f.len().map_err(|e| io(name, e))?;
-        if len != format::segment_len(files.len() as u64 - 1, segment_size)
-            || holds_lane_block(&**f, len, generation, lane, &mut chunk).map_err(|e| io(name, e))?
-        {
+        let full = len == format::segment_len(i as u64, segment_size);
+        if headered && !(headers[i] && full) {
+            // Not as the store left it (no header, or not of its length). The lane moves into a segment only once the one
+            // before is full: if that one does not end with a block of the lane, this one
+            // was prepared ahead and never written (nothing lost: it is left out, and
+            // removed with its generation); otherwise its blocks may have been the log's.
+            let (prev_name, prev) = &files[i - 1];
+            match ends_with_lane_block(&**prev, i as u64 - 1, segment_size, generation, lane)
+                .map_err(|e| io(prev_name, e))?
+            {
+                // Damaged itself: refused below, by name.
+                None => break,
+                Some(false) => {}
+                Some(true) => {
+                    return Err(corrupt(format!(
+                        "{name}: its header is missing or damaged, or its length is wrong (zero-filled, overwritten or truncated?), and lane {lane} had filled the segment before it, so it may have held the lane's commits"
+                    )))
+                }
+            }
+            files.pop();
+            continue;
+        }
+        if !full || holds_lane_block(&**f, len, generation, lane, &mut chunk).map_err(|e| io(name, e))? {
             break;
         }
         files.pop();
@@ -208,7 +238,13 @@ pub fn read_lane(
             // damaged, not cut by a crash.
             return Err(corrupt(format!("{name} is {len} bytes, expected {expected} (truncated?)")));
         }
-        let mut off = 0u64;
+        if headered && !headers[i] {
+            // Its header was synced before it got its name: its blocks were lost after.
+            return Err(corrupt(format!(
+                "{name}: its header is missing or damaged (zero-filled or overwritten?): lane {lane}'s blocks in it are lost"
+            )));
+        }
+        let mut off = start;
         while off < len {
             let n = (chunk.len() as u64).min(len - off) as usize;
             read_exact_at(&**f, &mut chunk[..n], off).map_err(|e| io(name, e))?;
@@ -300,6 +336,35 @@ fn torn_tail(
         off += n as u64;
     }
     Ok(nonzero)
+}
+
+/// Whether the first block of `f` is the header of segment `seg` of `lane` in
+/// `generation`.
+fn has_header(f: &dyn StorageFile, generation: u64, lane: u16, seg: u64) -> std::io::Result<bool> {
+    let mut b = vec![0u8; BLOCK];
+    if f.len()? < BLOCK as u64 {
+        return Ok(false);
+    }
+    read_exact_at(f, &mut b, 0)?;
+    Ok(format::is_segment_header(&b, generation, lane, seg))
+}
+
+/// Whether segment `seg` (`f`) ends with a valid block of `lane` in `generation`: the
+/// lane filled it, and so may have moved on to the next. `None`: it is not of its length.
+fn ends_with_lane_block(
+    f: &dyn StorageFile,
+    seg: u64,
+    segment_size: u64,
+    generation: u64,
+    lane: u16,
+) -> std::io::Result<Option<bool>> {
+    let len = format::segment_len(seg, segment_size);
+    if f.len()? != len {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; BLOCK];
+    read_exact_at(f, &mut b, len - BLOCK as u64)?;
+    Ok(Some(format::open_block(&b, generation).is_some_and(|t| t.lane == lane)))
 }
 
 /// Whether any block in the first `len` bytes of `f` is a valid block of `lane` in
@@ -485,6 +550,26 @@ pub fn read_registry(storage: &dyn Storage, generation: u64) -> Result<Option<u3
     }
 }
 
+/// Whether the files under lane `lane`'s names in `generation` are not a lane the store
+/// started: the lane is not registered (`registered`: the generation's lane count), so it
+/// never acknowledged a commit, and its first segment does not open or does not begin
+/// with the lane's first block (a file or link put there by hand, or a lane created but
+/// never written). Such a lane holds nothing: recovery and checkpoints leave it out
+/// (rather than fail on it), and it goes with its generation's files.
+fn foreign_lane(storage: &dyn Storage, generation: u64, lane: u16, registered: Option<u32>) -> bool {
+    if registered.is_some_and(|n| u32::from(lane) < n) {
+        return false;
+    }
+    let name = format::segment_name(generation, lane, 0);
+    let Ok(f) = storage.open(&name, false) else { return true };
+    let mut b = vec![0u8; 2 * BLOCK];
+    if read_exact_at(&*f, &mut b, 0).is_err() {
+        return true;
+    }
+    let first = if format::is_segment_header(&b[..BLOCK], generation, lane, 0) { &b[BLOCK..] } else { &b[..BLOCK] };
+    !format::open_block(first, generation).is_some_and(|t| t.lane == lane && t.seq == 0)
+}
+
 /// Checks generation `generation`'s lanes against its registry: every registered lane has
 /// a log, and every lane holding records is registered (it was, before its first commit).
 /// `lanes`: each lane with a log, whether it holds records, and whether its first block is
@@ -576,8 +661,12 @@ pub fn replay(
         // The next generation's logs exist only once every lane of this one was closed
         // and synced.
         let closed = i + 1 < generations.len();
+        let registered = read_registry(storage, generation)?;
         let mut held = Vec::with_capacity(ids.len());
         for id in ids {
+            if foreign_lane(storage, generation, id, registered) {
+                continue;
+            }
             let log = read_lane(storage, generation, id, &lanes[&id], segment_size, closed)?;
             stats.cut_blocks += log.cut_blocks;
             stats.records_read += log.records.len() as u64;
@@ -668,11 +757,15 @@ pub fn logged_writes(
     echoes: &Echoes,
 ) -> Result<LoggedWrites, Error> {
     let lanes = segments_of(storage, generation)?;
+    let registered = read_registry(storage, generation)?;
     let mut writes = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
     let mut chunk = vec![0u8; LANE_CHUNK];
     let mut stream: Vec<u8> = Vec::new();
     let mut held = Vec::with_capacity(lanes.len());
     for (&lane, segs) in &lanes {
+        if !echoes.contains_key(&lane) && foreign_lane(storage, generation, lane, registered) {
+            continue;
+        }
         stream.clear();
         let before = writes.len();
         let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
@@ -699,7 +792,10 @@ pub fn logged_writes(
                     }
                     let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
                     let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
-                    let mut off = 0u64;
+                    // The lane's blocks follow the segment's header (a segment written
+                    // before headers has none: its blocks start at 0).
+                    let headered = has_header(&*f, generation, lane, seg).map_err(|e| io(&name, e))?;
+                    let mut off = if headered { format::SEGMENT_HEADER } else { 0 };
                     while off < len {
                         let n = (chunk.len() as u64).min(len - off) as usize;
                         read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;

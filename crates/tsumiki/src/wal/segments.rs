@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use super::format;
 use crate::storage::{self, Storage, StorageFile};
 
 static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
@@ -27,11 +28,12 @@ pub(crate) struct Recycled {
     pub(crate) reused: AtomicU64,
 }
 
-/// Creates log segment `name`: a recycled segment of its length renamed to it, or one
-/// preallocated with zeros under a temporary name, made durable, then renamed into place
-/// (directory synced either way), so that a commit's fdatasync never has to carry a size
-/// change, and a segment under its own name always has its full length: a shorter one is
-/// damage, never a creation cut by a crash.
+/// Creates log segment `name`: a recycled segment of its length, or one preallocated
+/// with zeros, under a temporary name; its header ([`format::segment_header`]) written
+/// into its first block and made durable; then renamed into place (directory synced), so
+/// that a commit's fdatasync never has to carry a size change, and a segment under its
+/// own name always has its full length and its header: a shorter one, or one without its
+/// header, is damage, never a creation cut by a crash.
 pub(crate) fn prepare_segment(
     storage: &dyn Storage,
     recycled: &Recycled,
@@ -40,38 +42,47 @@ pub(crate) fn prepare_segment(
     prealloc: bool,
     sync: bool,
 ) -> io::Result<Box<dyn StorageFile>> {
+    let (generation, lane, seg) = format::parse_segment_name(name)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is not a log segment's name")))?;
+    let header = format::segment_header(generation, lane, seg);
     if !prealloc {
-        return storage::create_fresh(storage, name);
+        let f = storage::create_fresh(storage, name)?;
+        f.write_at(&header, 0)?;
+        return Ok(f);
     }
+    let tmp = format!("{name}.tmp");
+    let mut reused = None;
     {
         let mut free = recycled.free.lock();
         if let Some(i) = free.iter().position(|&(_, len)| len == size) {
             // `remove`, not `swap_remove`: the list stays oldest first for `retire`.
             let (old, _) = free.remove(i);
-            match storage.rename(&old, name) {
-                Ok(()) => {
-                    drop(free);
-                    if sync {
-                        storage.sync_dir()?;
-                    }
-                    recycled.reused.fetch_add(1, Ordering::Relaxed);
-                    return storage.open(name, false);
-                }
+            match storage.rename(&old, &tmp) {
+                Ok(()) => reused = Some(()),
                 // Removed meanwhile (by hand, or an older-log removal): zero-fill one.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
     }
-    recycled.zeroed.fetch_add(1, Ordering::Relaxed);
-    let tmp = format!("{name}.tmp");
-    let f = storage::create_fresh(storage, &tmp)?;
-    let mut off = 0;
-    while off < size {
-        let n = (size - off).min(ZEROS.len() as u64) as usize;
-        f.write_at(&ZEROS[..n], off)?;
-        off += n as u64;
-    }
+    let f = match reused {
+        Some(()) => {
+            recycled.reused.fetch_add(1, Ordering::Relaxed);
+            storage.open(&tmp, false)?
+        }
+        None => {
+            recycled.zeroed.fetch_add(1, Ordering::Relaxed);
+            let f = storage::create_fresh(storage, &tmp)?;
+            let mut off = 0;
+            while off < size {
+                let n = (size - off).min(ZEROS.len() as u64) as usize;
+                f.write_at(&ZEROS[..n], off)?;
+                off += n as u64;
+            }
+            f
+        }
+    };
+    f.write_at(&header, 0)?;
     if sync {
         f.sync_data()?;
     }

@@ -94,6 +94,9 @@ impl<P: Protocol> Engine<P> {
             }
         };
         self.index = index.map_err(Error::Index)?;
+        // Opened read-only on a full disk: a write is refused as by `Options::read_only`
+        // (`Error::ReadOnly`), before the poisoned log would refuse its commit.
+        self.read_only |= durable.read_only;
         if durable.lazy {
             let mut r = Residency::new(durable.page_lows(), budget.records, unchecked_gaps);
             (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
