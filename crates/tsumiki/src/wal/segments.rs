@@ -2,10 +2,10 @@
 //! recycled segment renamed, or a new one zero-filled), in the background by one thread
 //! per log, so that a rollover does not stall the commit that crosses it.
 
+use crate::background::Background;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
@@ -117,7 +117,7 @@ pub(crate) struct Preparer {
     storage: Arc<dyn Storage>,
     recycled: Arc<Recycled>,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Mutex<Option<Background>>,
 }
 
 impl Preparer {
@@ -133,7 +133,8 @@ impl Preparer {
         if jobs.is_none() {
             let (tx, rx) = mpsc::channel::<Job>();
             let (storage, recycled) = (self.storage.clone(), self.recycled.clone());
-            let spawned = std::thread::Builder::new().name("tsumiki-segments".into()).spawn(move || {
+            // Ends once the last sender (`jobs`) is dropped.
+            let spawned = Background::spawn("tsumiki-segments", move |_| {
                 for j in rx {
                     // The lane may have stopped waiting (a closed generation): nothing to do.
                     let _ = j.reply.send(prepare_segment(&*storage, &recycled, &j.name, j.size, true, j.sync));
@@ -163,8 +164,6 @@ impl Drop for Preparer {
     /// directory once the log is gone.
     fn drop(&mut self) {
         drop(self.jobs.lock().take());
-        if let Some(h) = self.thread.lock().take() {
-            let _ = h.join();
-        }
+        drop(self.thread.lock().take());
     }
 }
