@@ -1,5 +1,6 @@
 //! The on-disk format stays readable: `tests/golden/db` is a database directory written
-//! once (by commit `GOLDEN_WRITTEN_BY`'s code) and kept in git: a master record, lane
+//! once by the current format's code and kept in git (`tests/golden/db-4cc2f7a`, the same
+//! history written before log segments had headers, must open too): a master record, lane
 //! registries, log segments of two lanes with commits after a checkpoint, and page
 //! segments holding the checkpoint's pages and translation table. This build must open it
 //! (read-only and read-write), recover exactly the expected records, and find every file
@@ -22,13 +23,19 @@ use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Where the golden database lives, beside this file.
-fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/db")
+/// Where a golden database lives, beside this file: `db` (the current format) or an older
+/// format's directory.
+fn golden_at(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name)
 }
 
-/// Written by the commit before the one that added this test.
-const GOLDEN_WRITTEN_BY: &str = "4cc2f7a";
+/// The current format's golden directory.
+fn golden() -> PathBuf {
+    golden_at("db")
+}
+
+/// The format of `golden/db`: log segments with headers (the segment-header change).
+const GOLDEN_WRITTEN_BY: &str = "the commit that gave log segments headers";
 /// The generation the golden master record names: 1 at creation, one more per checkpoint.
 const GOLDEN_GENERATION: u64 = 3;
 
@@ -184,8 +191,8 @@ fn write_golden(dir: &Path) {
 }
 
 /// A fresh copy of the golden directory (opening recovers, which writes).
-fn copy_golden() -> tempfile::TempDir {
-    let src = golden();
+fn copy_golden(name: &str) -> tempfile::TempDir {
+    let src = golden_at(name);
     assert!(
         src.join("MASTER").exists(),
         "{} is missing (written by TSUMIKI_WRITE_GOLDEN=1 at {GOLDEN_WRITTEN_BY})",
@@ -236,11 +243,22 @@ fn golden_directory_opens_with_every_record() {
         write_golden(&dir);
         eprintln!("wrote {}", dir.display());
     }
+    check_golden("db");
+}
+
+/// The golden database as 4cc2f7a wrote it, before log segments had headers: lanes with no
+/// header anywhere are read as before.
+#[test]
+fn golden_directory_before_segment_headers_opens_with_every_record() {
+    check_golden("db-4cc2f7a");
+}
+
+fn check_golden(name: &str) {
     let (model, at_checkpoint, after) = expected();
     assert!(after >= 20 && at_checkpoint.len() >= 60, "the history exercises both phases");
 
     // File-level facts, read without writing.
-    let copy = copy_golden();
+    let copy = copy_golden(name);
     let storage = DirStorage::new(copy.path()).unwrap();
     let m = read_master(&storage).unwrap().expect("a master record");
     assert_eq!(m.generation, GOLDEN_GENERATION, "{m:?}");
@@ -288,7 +306,7 @@ fn golden_directory_opens_with_every_record() {
 
     // Read-write, on a fresh copy: the same records; then it takes new commits and a
     // clean close, and reopens with them and nothing to replay.
-    let copy = copy_golden();
+    let copy = copy_golden(name);
     let db = Db::open(copy.path(), options()).unwrap();
     assert_state(&dump(&db), &model, "read-write open");
     for (k, v) in &model {
