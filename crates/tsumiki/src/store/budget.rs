@@ -13,7 +13,7 @@ pub struct CacheBudget {
     /// The whole cache, as configured.
     pub total: usize,
     /// What recovery's replay gathers in memory before it writes to the pages: a quarter of
-    /// the cache, at least [`MIN_REPLAY_BYTES`].
+    /// the cache, at least `MIN_REPLAY_BYTES` (1 KiB).
     pub replay: usize,
     /// What each of a checkpoint's three buffers may hold: the lanes' copies of their
     /// blocks, the list of the ended generation's writes (the generation's log is capped at

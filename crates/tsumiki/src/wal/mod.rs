@@ -217,7 +217,7 @@ pub(crate) struct Wal {
     /// Bytes the last checkpoint wrote to the page store.
     checkpoint_written: AtomicU64,
     /// The page store's live bytes after the last checkpoint (or at open), for
-    /// [`LOG_SHARE`].
+    /// `generation::LOG_SHARE`.
     store_live: AtomicU64,
     /// The most log one generation may reach for its checkpoint's memory (see
     /// [`Wal::set_generation_cap`]).
