@@ -120,7 +120,12 @@ fn batch_race(cfg: BwTreeConfig) {
 }
 
 /// With the planted non-atomic install, shuttle must find a lost update.
+/// Ignored in the plain run: a lost install leaves freed nodes in the epoch collector's
+/// global garbage, which crashes whatever test of the same process collects it next. CI runs
+/// it alone: `cargo test -p tsumiki-db --release --features shuttle --test shuttle --
+/// --ignored --exact shuttle_catches_planted_bug`.
 #[test]
+#[ignore = "run alone (the plant corrupts the process's epoch garbage): -- --ignored --exact"]
 fn shuttle_catches_planted_bug() {
     tsumiki::index::plant_nonatomic_install(true);
     let caught = std::panic::catch_unwind(|| {
