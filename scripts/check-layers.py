@@ -418,7 +418,7 @@ def self_test(src_dir):
         return 1
     plants = [
         # (file, text appended, expected message part)
-        ("index/tree.rs", "\nuse crate::wal::format::BLOCK;\n", "upward import `crate::wal::format::BLOCK`"),
+        ("index/tree/mod.rs", "\nuse crate::wal::format::BLOCK;\n", "upward import `crate::wal::format::BLOCK`"),
         ("wal/mod.rs", "\nfn planted() -> usize {\n    crate::store::pages::PAGE_TARGET\n}\n", "`wal` may not import `store`"),
         ("store/pages.rs", "\nuse crate::{\n    Db,\n    Options,\n};\n", "a crate-root re-export of `db`"),
         ("cc/mod.rs", "\npub(crate) use crate::wal::Wal as PlantedWal;\n", "`cc` may not import `wal`"),
@@ -430,31 +430,34 @@ def self_test(src_dir):
     ]
     # Not violations: the same text inside a comment, a string or a test module.
     benign = [
-        ("index/tree.rs", "\n// use crate::db::Db;\n/// crate::store::pages::PAGE_TARGET\nconst PLANTED: &str = \"crate::db::x\";\n"),
+        ("index/tree/mod.rs", "\n// use crate::db::Db;\n/// crate::store::pages::PAGE_TARGET\nconst PLANTED: &str = \"crate::db::x\";\n"),
         ("store/inspect.rs", "\n#[cfg(test)]\nmod planted_tests {\n    use crate::{Db, Options};\n}\n"),
     ]
+    def run_planted(rel, text):
+        """Runs the check on a copy of the tree with `text` appended to `rel` (which must
+        exist: a plant in a new file would test nothing the crate compiles)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "src")
+            shutil.copytree(src_dir, copy)
+            path = os.path.join(copy, rel)
+            if not os.path.exists(path):
+                raise SystemExit(f"self-test: {rel} does not exist; plant into a real file")
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return subprocess.run([sys.executable, os.path.abspath(__file__), "--src", copy], capture_output=True, text=True)
+
     failures = 0
     for rel, text, want in plants:
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = os.path.join(tmp, "src")
-            shutil.copytree(src_dir, copy)
-            with open(os.path.join(copy, rel), "a", encoding="utf-8") as f:
-                f.write(text)
-            res = subprocess.run([sys.executable, os.path.abspath(__file__), "--src", copy], capture_output=True, text=True)
-            said = [ln for ln in res.stdout.splitlines() if want in ln and rel in ln and not ln.startswith("note:")]
-            ok = res.returncode == 1 and bool(said)
-            print(f"self-test: planted in {rel}: {'caught' if ok else 'MISSED'}: {(said or res.stdout.splitlines()[-1:])[0]}")
-            failures += not ok
+        res = run_planted(rel, text)
+        said = [ln for ln in res.stdout.splitlines() if want in ln and rel in ln and not ln.startswith("note:")]
+        ok = res.returncode == 1 and bool(said)
+        print(f"self-test: planted in {rel}: {'caught' if ok else 'MISSED'}: {(said or res.stdout.splitlines()[-1:])[0]}")
+        failures += not ok
     for rel, text in benign:
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = os.path.join(tmp, "src")
-            shutil.copytree(src_dir, copy)
-            with open(os.path.join(copy, rel), "a", encoding="utf-8") as f:
-                f.write(text)
-            res = subprocess.run([sys.executable, os.path.abspath(__file__), "--src", copy], capture_output=True, text=True)
-            ok = res.returncode == 0
-            print(f"self-test: benign text in {rel}: {'passes' if ok else 'FALSE ALARM: ' + res.stdout.strip()}")
-            failures += not ok
+        res = run_planted(rel, text)
+        ok = res.returncode == 0
+        print(f"self-test: benign text in {rel}: {'passes' if ok else 'FALSE ALARM: ' + res.stdout.strip()}")
+        failures += not ok
     print("self-test: " + ("ok" if failures == 0 else f"{failures} FAILED"))
     return 1 if failures else 0
 

@@ -43,8 +43,6 @@ use crate::cc::{WriteEntry, WriteKind};
 use crate::error::{Error, Poison};
 use crate::storage::{Storage, StorageFile};
 
-// The limit the public error names is the log record's.
-const _: () = assert!(format::MAX_RECORD as u64 == crate::error::MAX_TXN_BYTES);
 use format::{
     RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
 };

@@ -200,37 +200,44 @@ pub struct CommitMode {
 
 impl CommitMode {
     /// Whether commits are logged at all.
+    #[inline]
     pub fn logs(&self) -> bool {
         self.mode != LogMode::None
     }
 
     /// P-WAL: each worker appends to a lane of its own.
+    #[inline]
     pub fn private_lanes(&self) -> bool {
         self.mode == LogMode::PWal
     }
 
     /// The single shared WAL: appends are serialized on one lane.
+    #[inline]
     pub fn serialized(&self) -> bool {
         self.mode == LogMode::SWal
     }
 
     /// Early lock release: locks go before the record is durable.
+    #[inline]
     pub fn elr(&self) -> bool {
         self.release == Release::Elr
     }
 
     /// No early lock release: a commit's record is durable before its writes are visible.
+    #[inline]
     pub fn nlr(&self) -> bool {
         self.release == Release::Nlr
     }
 
     /// A commit waits for an fdatasync of its record.
+    #[inline]
     pub fn syncs(&self) -> bool {
         self.durability == Durability::Sync
     }
 
     /// Commits are flushed to the files as they come (synced or not); with
     /// `Durability::None` they wait in memory for large batches.
+    #[inline]
     pub fn flushes(&self) -> bool {
         self.durability != Durability::None
     }
