@@ -63,6 +63,12 @@ for t in dbm_test dbm_test_static dbm_test_gdbm; do
     mkdir "$tmp/run-$t"
     "$bin/$t" "$tmp/run-$t" > "$tmp/$t.out"
 done
+# A real full disk: a 16 MiB tmpfs mounted in a mount namespace of the test's own (no
+# privilege needed where user namespaces are allowed; CI runs as root).
+echo "dbm_test --full-disk (a 16 MiB tmpfs)"
+mkdir "$tmp/small"
+unshare --user --map-root-user --mount sh -c \
+    'mount -t tmpfs -o size=16m,mode=0700 tmpfs "$1" && "$2" --full-disk "$1"' sh "$tmp/small" "$bin/dbm_test"
 diff -u "$tmp/dbm_test_gdbm.out" "$tmp/dbm_test.out"
 diff -u "$tmp/dbm_test_gdbm.out" "$tmp/dbm_test_static.out"
 echo "transcripts agree ($(wc -l < "$tmp/dbm_test.out") lines)"

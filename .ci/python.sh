@@ -20,6 +20,12 @@ python3 -m venv "$venv"
 echo "== Python: the dbm, shelve and transaction tests"
 "$venv/bin/python" -m pytest -q crates/tsumiki-py/tests
 
+echo "== Python: a real full disk (a 16 MiB tmpfs in a mount namespace of its own)"
+mkdir "$venv/small"
+TSUMIKI_FULL_DIR_REQUIRED=1 unshare --user --map-root-user --mount sh -c \
+    'mount -t tmpfs -o size=16m,mode=0700 tmpfs "$1" && TSUMIKI_FULL_DIR="$1" "$2" -m pytest -q "$3" -k test_full_disk_is_enospc' \
+    sh "$venv/small" "$venv/bin/python" crates/tsumiki-py/tests/test_dbm.py
+
 echo "== Python: the README example"
 # From another directory, so that only the installed module can be imported.
 (cd "$venv" && "$venv/bin/python" "$repo/crates/tsumiki-py/examples/hello.py")

@@ -249,20 +249,6 @@ fn c_message(msg: &str) -> CString {
 /// never locks it (it locks the directory itself), so callers may.
 pub const LOCK_FILE: &str = tsumiki::wal::storage::CALLER_LOCK_FILE;
 
-/// Test only: `TSUMIKI_TEST_WRITE_QUOTA=BYTES` makes a database this process opens first
-/// fail its writes with `ENOSPC` once that many bytes were written (a full disk, for the
-/// C test; see [`OpenOptions::write_quota_for_tests`]).
-fn write_quota() -> Result<Option<u64>, Failure> {
-    let Some(v) = std::env::var_os("TSUMIKI_TEST_WRITE_QUOTA") else { return Ok(None) };
-    match v.to_str().and_then(|s| s.parse().ok()) {
-        Some(n) => Ok(Some(n)),
-        None => Err(Failure::bad_argument(format!(
-            "TSUMIKI_TEST_WRITE_QUOTA={}: not a number of bytes",
-            v.to_string_lossy()
-        ))),
-    }
-}
-
 /// The options of a database this process opens first: the defaults, with the protocol
 /// named by the environment variable `TSUMIKI_CC` if it is set.
 fn options() -> Result<Options, Failure> {
@@ -303,10 +289,9 @@ fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm
     // Held through the open, so that two threads opening one path share one database.
     let mut reg = registry();
     let shared = |canonical: &Path| reg.get(canonical).cloned();
-    // The options and the test hook apply to a database this process opens first; a
-    // handle's read-only flag is the handle's (the database is shared with writers).
+    // The options apply to a database this process opens first; a handle's read-only flag
+    // is the handle's (the database is shared with writers).
     let opts = options()?;
-    how.write_quota_for_tests(write_quota()?);
     let db = how.open_shared(path, opts, shared)?;
     let canonical = std::fs::canonicalize(path).map_err(|e| {
         Failure::from(Error::Io { context: format!("resolving {}", path.display()), source: Arc::new(e) })

@@ -317,19 +317,7 @@ fn open_path(path: &Path, flag: Flag, mode: u32) -> Result<Db, Failure> {
         Flag::Create => how.create(true),
         Flag::New => how.create(true).truncate(true),
     };
-    how.write_quota_for_tests(write_quota().map_err(|e| Failure::Open(e, path.into()))?);
     how.open(path, Options::default()).map_err(|e| Failure::Open(e, path.into()))
-}
-
-/// Test only: `TSUMIKI_TEST_WRITE_QUOTA=BYTES` makes the writes of a database opened then
-/// fail with `ENOSPC` once that many bytes were written (a full disk, for the tests; as
-/// the C library).
-fn write_quota() -> Result<Option<u64>, Error> {
-    let Some(v) = std::env::var_os("TSUMIKI_TEST_WRITE_QUOTA") else { return Ok(None) };
-    match v.to_str().and_then(|s| s.parse().ok()) {
-        Some(n) => Ok(Some(n)),
-        None => Err(Error::Config(format!("TSUMIKI_TEST_WRITE_QUOTA={}: not a number of bytes", v.to_string_lossy()))),
-    }
 }
 
 /// Opens the database in directory `file` (a str, bytes or os.PathLike path) and returns a

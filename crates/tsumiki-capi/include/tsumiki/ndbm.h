@@ -67,10 +67,6 @@
  * TSUMIKI_DBM_POISONED: close the database and reopen it once space is freed; every
  * acknowledged commit survives), and from every later write. A NULL handle makes every
  * function fail with errno EINVAL.
- *
- * Testing: TSUMIKI_TEST_WRITE_QUOTA=BYTES in the environment, read when the process opens a
- * database that none of its handles has open, makes its writes fail with ENOSPC once that
- * many bytes were written (a full disk on demand). Never set it otherwise.
  */
 #ifndef TSUMIKI_NDBM_H
 #define TSUMIKI_NDBM_H

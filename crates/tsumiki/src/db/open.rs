@@ -4,12 +4,11 @@
 use std::borrow::Borrow;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Db, Options};
 use crate::error::Error;
-use crate::wal::storage::{DirStorage, Storage, StorageFile};
+use crate::wal::storage::{DirStorage, Storage};
 
 /// Keys deleted per transaction by a truncating open.
 const TRUNCATE_BATCH: usize = 1024;
@@ -55,6 +54,7 @@ pub struct OpenOptions {
     create_new: bool,
     truncate: bool,
     mode: u32,
+    #[cfg(feature = "test-plants")]
     write_quota: Option<u64>,
 }
 
@@ -73,6 +73,7 @@ impl OpenOptions {
             create_new: false,
             truncate: false,
             mode: 0o777,
+            #[cfg(feature = "test-plants")]
             write_quota: None,
         }
     }
@@ -110,10 +111,9 @@ impl OpenOptions {
         self
     }
 
-    /// Test only: writes fail with `ENOSPC` once `bytes` have been written through this
-    /// open (a full disk, deterministically, for the bindings' tests). Never set it
-    /// otherwise.
-    #[doc(hidden)]
+    /// Test only (the cargo feature `test-plants`): writes fail with `ENOSPC` once `bytes`
+    /// have been written through this open (a full disk, deterministically).
+    #[cfg(feature = "test-plants")]
     pub fn write_quota_for_tests(&mut self, bytes: Option<u64>) -> &mut Self {
         self.write_quota = bytes;
         self
@@ -201,10 +201,13 @@ impl OpenOptions {
             None => {
                 let storage = DirStorage::new(&canonical)
                     .map_err(|e| Error::io(format!("opening directory {}", canonical.display()), e))?;
+                #[cfg(feature = "test-plants")]
                 let storage: Arc<dyn Storage> = match self.write_quota {
-                    Some(q) => Arc::new(Quota { inner: storage, left: Arc::new(AtomicU64::new(q)) }),
+                    Some(q) => Arc::new(quota::Quota { inner: storage, left: Arc::new(q.into()) }),
                     None => Arc::new(storage),
                 };
+                #[cfg(not(feature = "test-plants"))]
+                let storage: Arc<dyn Storage> = Arc::new(storage);
                 wrap(Db::open_with_storage(storage, opts)?)
             }
         };
@@ -294,70 +297,80 @@ fn empty(db: &Db) -> Result<(), Error> {
     }
 }
 
-/// A directory whose writes fail with `ENOSPC` once a number of bytes were written
-/// ([`OpenOptions::write_quota_for_tests`]).
-struct Quota {
-    inner: DirStorage,
-    left: Arc<AtomicU64>,
-}
+/// A full disk, simulated for the tests (feature `test-plants` only).
+#[cfg(feature = "test-plants")]
+mod quota {
+    use std::io;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
 
-fn take(left: &AtomicU64, n: usize) -> io::Result<()> {
-    left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(n as u64))
-        .map(drop)
-        .map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))
-}
+    use crate::wal::storage::{DirStorage, Storage, StorageFile};
 
-impl Storage for Quota {
-    fn list(&self) -> io::Result<Vec<String>> {
-        self.inner.list()
+    /// A directory whose writes fail with `ENOSPC` once a number of bytes were written
+    /// ([`super::OpenOptions::write_quota_for_tests`]).
+    pub(super) struct Quota {
+        pub(super) inner: DirStorage,
+        pub(super) left: Arc<AtomicU64>,
     }
 
-    fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(QuotaFile { inner: self.inner.open(name, create)?, left: self.left.clone() }))
+    fn take(left: &AtomicU64, n: usize) -> io::Result<()> {
+        left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(n as u64))
+            .map(drop)
+            .map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))
     }
 
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.inner.remove(name)
+    impl Storage for Quota {
+        fn list(&self) -> io::Result<Vec<String>> {
+            self.inner.list()
+        }
+
+        fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
+            Ok(Box::new(QuotaFile { inner: self.inner.open(name, create)?, left: self.left.clone() }))
+        }
+
+        fn remove(&self, name: &str) -> io::Result<()> {
+            self.inner.remove(name)
+        }
+
+        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+            self.inner.rename(from, to)
+        }
+
+        fn sync_dir(&self) -> io::Result<()> {
+            self.inner.sync_dir()
+        }
+
+        fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
+            self.inner.lock()
+        }
     }
 
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.inner.rename(from, to)
+    struct QuotaFile {
+        inner: Box<dyn StorageFile>,
+        left: Arc<AtomicU64>,
     }
 
-    fn sync_dir(&self) -> io::Result<()> {
-        self.inner.sync_dir()
-    }
+    impl StorageFile for QuotaFile {
+        fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+            self.inner.read_at(buf, off)
+        }
 
-    fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
-        self.inner.lock()
-    }
-}
+        fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+            take(&self.left, buf.len())?;
+            self.inner.write_at(buf, off)
+        }
 
-struct QuotaFile {
-    inner: Box<dyn StorageFile>,
-    left: Arc<AtomicU64>,
-}
+        fn sync_data(&self) -> io::Result<()> {
+            self.inner.sync_data()
+        }
 
-impl StorageFile for QuotaFile {
-    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, off)
-    }
+        fn len(&self) -> io::Result<u64> {
+            self.inner.len()
+        }
 
-    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        take(&self.left, buf.len())?;
-        self.inner.write_at(buf, off)
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        self.inner.sync_data()
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-
-    fn set_direct(&self) -> bool {
-        self.inner.set_direct()
+        fn set_direct(&self) -> bool {
+            self.inner.set_direct()
+        }
     }
 }
 
