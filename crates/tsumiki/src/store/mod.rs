@@ -2,7 +2,7 @@
 //! store's table, recovery), checkpoints while open (a new generation of logs, the pages
 //! the last one changed written beside it, the older logs deleted), and close.
 //!
-//! The state at the start of a generation is the page store's ([`pages`], paper 004): a
+//! The state at the start of a generation is the page store's (`pages`, paper 004): a
 //! translation table the master record names, and page chains of base and delta images.
 //! Opening never invents a state and never destroys one it cannot prove obsolete:
 //! - the master record names the table by address, length and CRC32C, the table names
