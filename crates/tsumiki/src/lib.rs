@@ -60,7 +60,8 @@ pub mod plants;
 pub(crate) mod plants;
 #[doc(hidden)]
 pub mod storage;
-pub(crate) mod store;
+#[doc(hidden)]
+pub mod store;
 #[doc(hidden)]
 pub mod wal;
 
@@ -75,6 +76,7 @@ pub use store::budget::CacheBudget;
 pub use store::check::{check, CheckReport, Finding, Severity};
 pub use store::inspect::{inspect, FileReport, Inspection};
 pub use store::pages::StoreStats;
+pub use store::StoreOptions;
 // The page store's decoders, for the fuzz tests (`tests/corruption.rs`).
 #[doc(hidden)]
 pub use store::pages::fuzz as page_fuzz;

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::error::Error;
+
 /// A directory of files the database owns.
 pub trait Storage: Send + Sync {
     /// The names of the files in the directory.
@@ -67,6 +69,18 @@ pub fn create_fresh(storage: &dyn Storage, name: &str) -> io::Result<Box<dyn Sto
         }
         r => r,
     }
+}
+
+/// Writes `name` whole: `bytes` under `name.tmp`, synced, renamed, directory synced (a
+/// crash leaves the old file or the new one).
+pub fn write_whole(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = format!("{name}.tmp");
+    let f = create_fresh(storage, &tmp).map_err(|e| Error::io(&tmp, e))?;
+    f.write_at(bytes, 0).map_err(|e| Error::io(&tmp, e))?;
+    f.sync_data().map_err(|e| Error::io(&tmp, e))?;
+    drop(f);
+    storage.rename(&tmp, name).map_err(|e| Error::io(name, e))?;
+    storage.sync_dir().map_err(|e| Error::io("syncing the database directory", e))
 }
 
 /// Reads the whole file.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tsumiki::plants::Plants;
-use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
+use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options, StoreOptions};
 
 fn key(n: u64) -> Vec<u8> {
     format!("k{n:06}").into_bytes()
@@ -25,9 +25,10 @@ fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
 
 /// A small cache, frequent checkpoints, buffered commits (the test is about the cache).
 fn opts(cc: Cc, cache_bytes: usize, evict_dirty: bool) -> Options {
-    let log = LogOptions { durability: Durability::Buffered, checkpoint_bytes: 256 << 10, ..LogOptions::default() };
+    let log = LogOptions { durability: Durability::Buffered, ..LogOptions::default() };
+    let store = StoreOptions { checkpoint_bytes: 256 << 10, ..StoreOptions::default() };
     let plants = Plants { evict_dirty, ..Plants::NONE };
-    Options { cc, cache_bytes, log, plants, ..Options::default() }
+    Options { cc, cache_bytes, log, store, plants, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -232,7 +233,7 @@ fn phantoms(cc: Cc, unguarded: bool, scanning: Duration) -> Result<(), String> {
     const PRESENT: u64 = 64;
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(cc, 1, false);
-    o.log.checkpoint_bytes = 8 << 10;
+    o.store.checkpoint_bytes = 8 << 10;
     o.plants.scan_gap_unguarded = unguarded;
     // The planted run writes faster.
     let think = if unguarded { 200 } else { 2000 };

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
+use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release, StoreOptions};
 
 fn disk_bytes(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -23,14 +23,9 @@ fn log_files(dir: &Path) -> usize {
 }
 
 fn opts(cc: Cc, release: Release, checkpoint_bytes: u64) -> Options {
-    let log = LogOptions {
-        release,
-        durability: Durability::Buffered,
-        segment_size: 1 << 20,
-        checkpoint_bytes,
-        ..LogOptions::default()
-    };
-    Options { cc, log, ..Options::default() }
+    let log = LogOptions { release, durability: Durability::Buffered, segment_size: 1 << 20, ..LogOptions::default() };
+    let store = StoreOptions { checkpoint_bytes, ..StoreOptions::default() };
+    Options { cc, log, store, ..Options::default() }
 }
 
 /// `opts` with a block per commit: synced durability (buffered commits share blocks, so
@@ -202,7 +197,7 @@ fn logs_on_disk_stay_a_fraction_of_the_data() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 20);
     o.log.segment_size = 256 << 10;
-    o.log.page_segment_size = 128 << 10;
+    o.store.page_segment_size = 128 << 10;
     let db = Db::create(dir.path(), o).unwrap();
     fill_keys(&db, KEYS);
     let log_bytes = || wal_bytes(dir.path());
@@ -244,7 +239,7 @@ fn outpaced_checkpoints(no_throttle: bool) -> (u64, u64) {
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 20);
     o.plants.skip_sync = true;
     o.log.segment_size = 256 << 10;
-    o.log.page_segment_size = 128 << 10;
+    o.store.page_segment_size = 128 << 10;
     o.plants.checkpoint_delay = std::time::Duration::from_millis(400);
     o.plants.no_throttle = no_throttle;
     let db = Db::create(dir.path(), o).unwrap();
@@ -308,7 +303,7 @@ fn steady_overwrites(per_txn: usize, txns: usize) {
     const KEYS: u32 = 20_000;
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(Cc::TicToc, Release::Nlr, 256 << 10);
-    o.log.page_segment_size = 128 << 10;
+    o.store.page_segment_size = 128 << 10;
     let db = Db::create(dir.path(), o.clone()).unwrap();
     let mut model = BTreeMap::new();
     // Every key first, then random overwrites.
@@ -391,7 +386,7 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
     let checkpoints = |interval_ms: u64, commits: u32| {
         let dir = tempfile::tempdir().unwrap();
         let mut o = opts(Cc::TicToc, Release::Nlr, 0);
-        o.log.checkpoint_interval = std::time::Duration::from_millis(interval_ms);
+        o.store.checkpoint_interval = std::time::Duration::from_millis(interval_ms);
         let db = Db::create(dir.path(), o.clone()).unwrap();
         for i in 0..commits {
             db.run(|t| t.put(i.to_be_bytes(), b"v")).unwrap();
@@ -433,7 +428,7 @@ fn an_idle_database_keeps_no_recycled_segments() {
     };
     let dir = tempfile::tempdir().unwrap();
     let mut o = block_per_commit(Cc::TicToc, Release::Nlr, 64 << 10);
-    o.log.checkpoint_interval = std::time::Duration::from_millis(200);
+    o.store.checkpoint_interval = std::time::Duration::from_millis(200);
     let db = Db::create(dir.path(), o).unwrap();
     for i in 0..2000u32 {
         db.run(|t| t.put((i % 100).to_be_bytes(), [7u8; 100])).unwrap();

@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tsumiki::store::master::read_master;
 use tsumiki::wal::format::{BLOCK, PAYLOAD};
-use tsumiki::wal::recovery::{read_master, read_registry};
+use tsumiki::wal::recovery::read_registry;
 use tsumiki::wal::storage::DirStorage;
-use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options};
+use tsumiki::{Cc, Db, Durability, Error, LogOptions, Options, StoreOptions};
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -42,15 +43,14 @@ const GOLDEN_GENERATION: u64 = 3;
 /// The options the golden database was written with: the smallest segments, no automatic
 /// checkpoint (the history takes one), synced commits (one log block each).
 fn options() -> Options {
-    let log = LogOptions {
-        durability: Durability::Sync,
-        segment_size: 8 << 10,
+    let log = LogOptions { durability: Durability::Sync, segment_size: 8 << 10, ..LogOptions::default() };
+    let store = StoreOptions {
         page_segment_size: 64 << 10,
         checkpoint_bytes: 0,
         checkpoint_interval: Duration::ZERO,
-        ..LogOptions::default()
+        ..StoreOptions::default()
     };
-    Options { cc: Cc::TicToc, log, ..Options::default() }
+    Options { cc: Cc::TicToc, log, store, ..Options::default() }
 }
 
 /// One write of a transaction: a value, or a deletion (`None`).

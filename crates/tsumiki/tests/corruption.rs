@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tsumiki::storage::{SimImage, SimRng, SimStorage};
-use tsumiki::wal::format::{self, LoggedWrite, Master, RecordEncoder, Trailer, BLOCK};
+use tsumiki::store::master::{self, Master};
+use tsumiki::wal::format::{self, LoggedWrite, RecordEncoder, Trailer, BLOCK};
 use tsumiki::wal::recovery;
-use tsumiki::{Db, Error, LogMode, LogOptions, Options, Release};
+use tsumiki::{Db, Error, LogMode, LogOptions, Options, Release, StoreOptions};
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -285,8 +286,9 @@ fn fuzz_page_decoders() {
 #[test]
 fn fuzz_page_segments() {
     let secs: u64 = std::env::var("TSUMIKI_FUZZ_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    let log = LogOptions { segment_size: 16 << 10, page_segment_size: 8 << 10, ..LogOptions::default() };
-    let opts = Options { log, ..Options::default() };
+    let log = LogOptions { segment_size: 16 << 10, ..LogOptions::default() };
+    let store = StoreOptions { page_segment_size: 8 << 10, ..StoreOptions::default() };
+    let opts = Options { log, store, ..Options::default() };
     let disk = SimStorage::new(5);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
     let mut model = State::new();
@@ -381,7 +383,7 @@ proptest! {
 /// damaged ones are `Corrupt`; a file of the wrong size is `Corrupt`.
 #[test]
 fn master_superblocks_alternate_and_survive_a_torn_write() {
-    use tsumiki::wal::recovery::{read_master, write_master, MASTER_FILE_LEN};
+    use tsumiki::store::master::{read_master, write_master, MASTER_FILE_LEN};
     let dir = tempfile::tempdir().unwrap();
     let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let path = dir.path().join("MASTER");
@@ -428,7 +430,7 @@ fn a_single_record_master_of_the_earlier_format_is_named() {
     let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
     let m = Master { generation: 3, table: Some((0, 0, 64, 7)), last_exit: true, elr: false, segment_size: 1 << 20 };
     std::fs::write(dir.path().join("MASTER"), m.encode()).unwrap();
-    match recovery::read_master(&storage) {
+    match master::read_master(&storage) {
         Err(Error::Corrupt(msg)) => assert!(msg.contains("earlier tsumiki format"), "{msg}"),
         other => panic!("{other:?}"),
     }

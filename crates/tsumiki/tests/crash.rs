@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tsumiki::plants::Plants;
 use tsumiki::storage::{SimRng, SimStorage};
-use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release};
+use tsumiki::{Cc, Db, Durability, Error, LogMode, LogOptions, Options, Release, StoreOptions};
 
 fn iterations(default: u64) -> u64 {
     std::env::var("TSUMIKI_CRASH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -40,16 +40,17 @@ fn pick(seed: u64) -> Options {
     let mut rng = SimRng::new(seed.wrapping_mul(0x9E37));
     let cc = Cc::ALL[rng.below(Cc::ALL.len() as u64) as usize];
     let vs = log_variants();
-    let mut log = vs[rng.below(vs.len() as u64) as usize].clone();
+    let log = vs[rng.below(vs.len() as u64) as usize].clone();
+    let mut store = StoreOptions::default();
     if rng.below(2) == 0 {
         // Checkpoints every few commits: power is lost in every step of them too (lanes
         // moving to a new generation, page deltas and bases, splits, the table, the master
         // record, log removal, cleaning and segment reuse).
-        log.checkpoint_bytes = 12 << 10;
+        store.checkpoint_bytes = 12 << 10;
     }
     // The smallest page segments: every checkpoint fills one, so segments are cleaned and
     // reused within an iteration.
-    log.page_segment_size = 8 << 10;
+    store.page_segment_size = 8 << 10;
     // P-WAL with NLR group commit (Algorithm 3) holds locks across commits: TicToc, 2PL.
     let holds = log.mode == LogMode::PWal && log.release == Release::Nlr && log.group > 1;
     let cc = if holds && matches!(cc, Cc::Silo | Cc::MvccSi(_)) { Cc::TicToc } else { cc };
@@ -57,7 +58,7 @@ fn pick(seed: u64) -> Options {
     // recovery moves its replayed writes to the pages every few KiB (power is lost in the
     // middle of that too).
     let cache_bytes = if rng.below(4) == 0 { 1 } else { Options::default().cache_bytes };
-    Options { cc, log, cache_bytes, ..Options::default() }
+    Options { cc, log, store, cache_bytes, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -84,7 +85,7 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
         Planted::SkipSync => opts.plants.skip_sync = true,
         Planted::EarlyLogRemoval => {
             opts.plants.early_log_removal = true;
-            opts.log.checkpoint_bytes = 12 << 10;
+            opts.store.checkpoint_bytes = 12 << 10;
         }
     }
     let what = format!("seed {seed} ({}, {})", opts.cc.name(), opts.log.name());
@@ -196,14 +197,14 @@ fn planted_early_log_removal_is_caught() {
 /// the same order every run) and loses power after operation `crash_at` (`None`: never).
 /// Returns the storage operations the run made, or how recovery went wrong.
 fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, String> {
-    let log = LogOptions {
-        segment_size: 16 << 10,
+    let log = LogOptions { segment_size: 16 << 10, ..LogOptions::default() };
+    let store = StoreOptions {
         // Only the explicit checkpoints below: none by log volume or by time.
         checkpoint_bytes: 0,
         checkpoint_interval: Duration::ZERO,
         // Every checkpoint fills a segment or two, so cleaning frees and reuses segments.
         page_segment_size: 8 << 10,
-        ..LogOptions::default()
+        ..StoreOptions::default()
     };
     let plants = Plants {
         early_segment_reuse: planted == SweepBug::EarlyReuse,
@@ -211,7 +212,7 @@ fn checkpoint_run(crash_at: Option<u64>, planted: SweepBug) -> Result<u64, Strin
         first_logged_value: planted == SweepBug::FirstLoggedValue,
         ..Plants::NONE
     };
-    let opts = Options { cc: Cc::TicToc, log, plants, ..Options::default() };
+    let opts = Options { cc: Cc::TicToc, log, store, plants, ..Options::default() };
     let disk = SimStorage::new(7);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("open: {e}"))?;
     if let Some(k) = crash_at {

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tsumiki::{Db, Error, LogOptions, Options};
+use tsumiki::{Db, Error, LogOptions, Options, StoreOptions};
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -26,7 +26,8 @@ const BLOCK: usize = 4096;
 fn opts() -> Options {
     // Small segments: a lane and the page store span several, so first and last differ.
     Options {
-        log: LogOptions { segment_size: 64 << 10, page_segment_size: 16 << 10, ..LogOptions::default() },
+        log: LogOptions { segment_size: 64 << 10, ..LogOptions::default() },
+        store: StoreOptions { page_segment_size: 16 << 10, ..StoreOptions::default() },
         ..Options::default()
     }
 }

@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use tsumiki::storage::SimStorage;
-use tsumiki::{Db, Error, ErrorKind, LogOptions, Options};
+use tsumiki::{Db, Error, ErrorKind, LogOptions, Options, StoreOptions};
 
 fn opts() -> Options {
     // Small segments and checkpoints, so that both meet the full disk.
-    let log = LogOptions { segment_size: 256 << 10, checkpoint_bytes: 512 << 10, ..LogOptions::default() };
-    Options { log, ..Options::default() }
+    let log = LogOptions { segment_size: 256 << 10, ..LogOptions::default() };
+    let store = StoreOptions { checkpoint_bytes: 512 << 10, ..StoreOptions::default() };
+    Options { log, store, ..Options::default() }
 }
 
 fn key(i: u32) -> [u8; 4] {

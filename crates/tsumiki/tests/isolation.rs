@@ -184,14 +184,14 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
             // validation, and a range leaves only while it is clean: checkpoints every KiB
             // make that about ten times as common as at 8 KiB (4 and 6 of 200 histories
             // under TicToc and Silo, against 1 and 0).
-            opts.log.checkpoint_bytes = if unmarked { 1 << 10 } else { 8 << 10 };
+            opts.store.checkpoint_bytes = if unmarked { 1 << 10 } else { 8 << 10 };
             opts.plants.evict_unmarked = unmarked;
             Db::create(dir.path(), opts).unwrap()
         }
         Store::PausedMisses { unchecked } => {
             opts.cache_bytes = 1;
             opts.log.durability = tsumiki::Durability::Buffered;
-            opts.log.checkpoint_bytes = 8 << 10;
+            opts.store.checkpoint_bytes = 8 << 10;
             opts.plants.lookup_pause = true;
             opts.plants.load_count_unchecked = unchecked;
             Db::create(dir.path(), opts).unwrap()

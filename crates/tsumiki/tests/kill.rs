@@ -15,7 +15,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tsumiki::plants::Plants;
 use tsumiki::storage::SimRng;
-use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release};
+use tsumiki::{Cc, Db, Durability, LogMode, LogOptions, Options, Release, StoreOptions};
 
 const SLOTS: u64 = 8;
 
@@ -65,17 +65,10 @@ fn options(variant: u64, child: Child) -> Options {
     // Every other variant takes a checkpoint every 64 KiB of log, so kills
     // land inside checkpoints too.
     let checkpoint_bytes = if variant.is_multiple_of(2) { 64 << 10 } else { 64 << 20 };
-    let log = LogOptions {
-        mode,
-        release,
-        group,
-        durability,
-        segment_size: 1 << 20,
-        checkpoint_bytes,
-        ..LogOptions::default()
-    };
+    let log = LogOptions { mode, release, group, durability, segment_size: 1 << 20, ..LogOptions::default() };
+    let store = StoreOptions { checkpoint_bytes, ..StoreOptions::default() };
     let plants = Plants { repack_drops_tail: child == Child::DropTail, ..Plants::NONE };
-    Options { cc, log, plants, ..Options::default() }
+    Options { cc, log, store, plants, ..Options::default() }
 }
 
 /// The child: runs until killed. Does nothing unless started by `sigkill_recovery`.

@@ -10,7 +10,7 @@ use std::sync::Barrier;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tsumiki::plants::Plants;
-use tsumiki::{Cc, Db, LogOptions, Options};
+use tsumiki::{Cc, Db, Options, StoreOptions};
 
 fn key(n: u64) -> Vec<u8> {
     format!("k{n:06}").into_bytes()
@@ -25,7 +25,7 @@ fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
 /// Checkpoints here prepare their pages on helper threads (the default has none): the
 /// closes and recoveries rewrite most pages, enough for the helpers to run.
 fn opts(cc: Cc) -> Options {
-    Options { cc, log: LogOptions { checkpoint_helpers: 2, ..LogOptions::default() }, ..Options::default() }
+    Options { cc, store: StoreOptions { checkpoint_helpers: 2, ..StoreOptions::default() }, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {

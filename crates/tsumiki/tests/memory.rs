@@ -140,13 +140,13 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     // No checkpoint while open (by volume or time): `u64::MAX` still let the logs' space
     // cap (a sixteenth of the data, at least 8 MiB) take them, and whether the last one
     // covered the whole log depended on timing (the test failed when run alone).
-    let log = tsumiki::LogOptions {
+    let store = tsumiki::StoreOptions {
         checkpoint_bytes: 0,
         checkpoint_interval: std::time::Duration::ZERO,
-        ..tsumiki::LogOptions::default()
+        ..tsumiki::StoreOptions::default()
     };
     let value = vec![7u8; 150];
-    let db = Db::create(dir.path(), Options { log: log.clone(), ..Options::default() }).unwrap();
+    let db = Db::create(dir.path(), Options { store, ..Options::default() }).unwrap();
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         db.run(|t| {
             for &k in chunk {
@@ -166,7 +166,7 @@ fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     counting::collect_garbage(64);
     let base = counting::reset_peak();
     let cache = 8 << 20;
-    let db = Db::create(dir.path(), Options { log, cache_bytes: cache, ..Options::default() }).unwrap();
+    let db = Db::create(dir.path(), Options { store, cache_bytes: cache, ..Options::default() }).unwrap();
     let peak = PEAK.load(Ordering::SeqCst) - base;
     // Every commit is replayed: none was folded into the pages before the crash.
     let replayed = db.recovery_stats().unwrap().records_applied;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tsumiki::{Cc, Db, Error, LogOptions, Options, Release};
+use tsumiki::{Cc, Db, Error, LogOptions, Options, Release, StoreOptions};
 
 fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()
@@ -135,7 +135,7 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
     let before = names(dir.path());
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
     let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
-    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    let newest = tsumiki::store::master::read_master(&storage).unwrap().unwrap();
     drop(storage);
     for has_table in [false, true] {
         let mut crafted = newest;
@@ -143,7 +143,7 @@ fn a_crafted_master_is_refused_and_the_logs_stay() {
         if !has_table {
             crafted.table = None;
         }
-        let m = tsumiki::wal::recovery::master_file(&crafted);
+        let m = tsumiki::store::master::master_file(&crafted);
         std::fs::write(dir.path().join("MASTER"), &m).unwrap();
         assert!(is_corrupt(Db::create(dir.path(), Options::default())), "has_table {has_table}");
         assert_eq!(names(dir.path()), before, "a refused open deleted files");
@@ -161,14 +161,14 @@ fn a_master_at_the_last_generation_is_refused_even_after_a_clean_close() {
     closed_db(dir.path(), 10);
     let real = std::fs::read(dir.path().join("MASTER")).unwrap();
     let storage = tsumiki::wal::storage::DirStorage::new(dir.path()).unwrap();
-    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    let newest = tsumiki::store::master::read_master(&storage).unwrap().unwrap();
     drop(storage);
     assert!(newest.last_exit);
     let before = names(dir.path());
-    // (1 << 62: `format::MAX_GENERATION`.)
+    // (1 << 62: `master::MAX_GENERATION`.)
     for generation in [u64::MAX, u64::MAX - 1, (1u64 << 62) + 1] {
-        let crafted = tsumiki::wal::format::Master { generation, ..newest };
-        std::fs::write(dir.path().join("MASTER"), tsumiki::wal::recovery::master_file(&crafted)).unwrap();
+        let crafted = tsumiki::store::master::Master { generation, ..newest };
+        std::fs::write(dir.path().join("MASTER"), tsumiki::store::master::master_file(&crafted)).unwrap();
         match Db::create(dir.path(), Options::default()) {
             Err(Error::Corrupt(m)) => assert!(m.contains("generation"), "{m}"),
             Err(e) => panic!("generation {generation}: {e}"),
@@ -280,7 +280,7 @@ fn refused_configurations_create_nothing() {
     let bad = [
         Options { log: LogOptions { segment_size: 1000, ..LogOptions::default() }, ..Options::default() },
         Options { log: LogOptions { group: 0, ..LogOptions::default() }, ..Options::default() },
-        Options { log: LogOptions { checkpoint_helpers: 65, ..LogOptions::default() }, ..Options::default() },
+        Options { store: StoreOptions { checkpoint_helpers: 65, ..StoreOptions::default() }, ..Options::default() },
         Options { cc: Cc::Silo, log: LogOptions { group: 8, ..LogOptions::default() }, ..Options::default() },
     ];
     for o in bad {
@@ -357,7 +357,7 @@ fn a_clean_master_with_commits_logged_after_it_is_refused() {
     let path = dir.path().join("MASTER");
     let real = std::fs::read(&path).unwrap();
     let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
-    let newest = tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap();
+    let newest = tsumiki::store::master::read_master(&storage).unwrap().unwrap();
     assert!(!newest.last_exit);
     // Zero whichever superblock holds the newest record.
     let mut lost = real.clone();
@@ -365,13 +365,13 @@ fn a_clean_master_with_commits_logged_after_it_is_refused() {
         let mut one = vec![0u8; 8192];
         one[..4096].copy_from_slice(slot);
         std::fs::write(&path, &one).unwrap();
-        if tsumiki::wal::recovery::read_master(&storage).ok().flatten() == Some(newest) {
+        if tsumiki::store::master::read_master(&storage).ok().flatten() == Some(newest) {
             slot.fill(0);
             break;
         }
     }
     std::fs::write(&path, &lost).unwrap();
-    assert!(tsumiki::wal::recovery::read_master(&storage).unwrap().unwrap().last_exit, "the survivor is the clean one");
+    assert!(tsumiki::store::master::read_master(&storage).unwrap().unwrap().last_exit, "the survivor is the clean one");
     let before = names(dir.path());
     assert!(is_corrupt(Db::create(dir.path(), Options::default())));
     assert_eq!(names(dir.path()), before, "a refused open deleted files");

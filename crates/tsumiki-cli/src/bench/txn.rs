@@ -19,7 +19,7 @@ use tsumiki::cc::Protocol;
 use tsumiki::db::{TypedDb, TypedTxn};
 use tsumiki::index::BwTreeConfig;
 use tsumiki::storage::DirStorage;
-use tsumiki::{Cc, Device, Durability, Error, Gc, LockWait, LogMode, LogOptions, Release};
+use tsumiki::{Cc, Device, Durability, Error, Gc, LockWait, LogMode, LogOptions, Release, StoreOptions};
 
 use super::cleanup::TempDir;
 use super::plot::{self, Chart};
@@ -112,18 +112,27 @@ pub struct TxnArgs {
     /// afterwards (and on Ctrl-C) (default: the system temp dir).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
-    /// Log bytes between checkpoints of logged runs (`LogOptions::checkpoint_bytes`;
+    /// Log bytes between checkpoints of logged runs (`StoreOptions::checkpoint_bytes`;
     /// 0: none while the run lasts), to see what checkpoints cost.
-    #[arg(long, default_value_t = LogOptions::default().checkpoint_bytes)]
+    #[arg(long, default_value_t = StoreOptions::default().checkpoint_bytes)]
     pub checkpoint_bytes: u64,
     /// Threads that prepare a checkpoint's pages beside its own
-    /// (`LogOptions::checkpoint_helpers`; 0: none).
+    /// (`StoreOptions::checkpoint_helpers`; 0: none).
     #[arg(long, default_value_t = 0)]
     pub checkpoint_helpers: usize,
     /// Synced logs through the OS page cache rather than with direct I/O
     /// (`LogOptions::direct_io`).
     #[arg(long)]
     pub no_direct_io: bool,
+}
+
+/// The checkpoint settings of logged runs, from the arguments.
+fn store_options(args: &TxnArgs) -> StoreOptions {
+    StoreOptions {
+        checkpoint_bytes: args.checkpoint_bytes,
+        checkpoint_helpers: args.checkpoint_helpers,
+        ..StoreOptions::default()
+    }
 }
 
 /// The log settings to run, from the arguments (`None`: in memory).
@@ -153,8 +162,6 @@ fn log_variants(args: &TxnArgs) -> Result<Vec<Option<LogOptions>>, String> {
                     group,
                     device,
                     durability,
-                    checkpoint_bytes: args.checkpoint_bytes,
-                    checkpoint_helpers: args.checkpoint_helpers,
                     direct_io: !args.no_direct_io,
                     ..LogOptions::default()
                 }));
@@ -757,11 +764,12 @@ fn si_stats(db: &TypedDb<Si>) -> Option<GcMetrics> {
     })
 }
 
-/// An in-memory database, or a logged one in `dir`.
+/// An in-memory database, or a logged one in `dir` (checkpoints per `store`).
 fn open_db<P: Protocol>(
     proto: P,
     index: &BwTreeConfig,
     log: &Option<LogOptions>,
+    store: StoreOptions,
     dir: &std::path::Path,
 ) -> Result<TypedDb<P>, String> {
     match log {
@@ -773,6 +781,7 @@ fn open_db<P: Protocol>(
                 index.clone(),
                 std::sync::Arc::new(storage),
                 l.clone(),
+                store,
                 tsumiki::DEFAULT_CACHE_BYTES,
             )
             .map_err(|e| e.to_string())
@@ -804,11 +813,12 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
     let logs = log_variants(args)?;
     let mut reporter = Reporter::start(Family::Txn, &args.out, args)?;
     // Every (protocol, log) pair that runs, the library's own rules deciding which exist.
+    let store = store_options(args);
     let mut todo = Vec::new();
     for cc in ccs {
         for log in &logs {
             if let Some(l) = log {
-                let opts = tsumiki::Options { cc, log: l.clone(), ..tsumiki::Options::default() };
+                let opts = tsumiki::Options { cc, log: l.clone(), store, ..tsumiki::Options::default() };
                 if let Err(e) = opts.validate() {
                     eprintln!("note: skipping {} under {}: {e}", l.name(), cc.name());
                     continue;
@@ -829,20 +839,22 @@ pub fn run(args: &TxnArgs) -> Result<(), String> {
         let dir = tmp.as_ref().map_or_else(std::path::PathBuf::new, |t| t.path().join("db"));
         let rows = match cc {
             Cc::TicToc => {
-                run_cc(open_db(TicToc::default(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+                run_cc(open_db(TicToc::default(), &index, log, store, &dir)?, &plan, args, log, None, no_stats, &step)?
             }
-            Cc::Silo => run_cc(open_db(Silo::new(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?,
+            Cc::Silo => {
+                run_cc(open_db(Silo::new(), &index, log, store, &dir)?, &plan, args, log, None, no_stats, &step)?
+            }
             Cc::TwoPl(LockWait::NoWait) => {
-                run_cc(open_db(TwoPl::no_wait(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+                run_cc(open_db(TwoPl::no_wait(), &index, log, store, &dir)?, &plan, args, log, None, no_stats, &step)?
             }
             Cc::TwoPl(LockWait::WaitDie) => {
-                run_cc(open_db(TwoPl::wait_die(), &index, log, &dir)?, &plan, args, log, None, no_stats, &step)?
+                run_cc(open_db(TwoPl::wait_die(), &index, log, store, &dir)?, &plan, args, log, None, no_stats, &step)?
             }
             Cc::MvccSi(_) => {
                 let mut rows = Vec::new();
                 for &gc in &gcs {
                     let dir = dir.join(gc.name());
-                    let db = open_db(Si::new(gc, args.gc_refresh), &index, log, &dir)?;
+                    let db = open_db(Si::new(gc, args.gc_refresh), &index, log, store, &dir)?;
                     rows.extend(run_cc(db, &plan, args, log, Some(gc.name()), si_stats, &step)?);
                 }
                 rows

@@ -18,7 +18,7 @@ use tsumiki::db::TypedDb;
 use tsumiki::index::BwTreeConfig;
 use tsumiki::storage::{DirStorage, NvmStorage, Storage, StorageFile};
 use tsumiki::wal::format::{BLOCK, PAYLOAD, RECORD_HEADER};
-use tsumiki::{Device, Durability, LogMode, LogOptions, Release};
+use tsumiki::{Device, Durability, LogMode, LogOptions, Release, StoreOptions};
 
 use super::cleanup::TempDir;
 use super::plot::{self, Chart};
@@ -151,6 +151,7 @@ fn run_engine(
         BwTreeConfig::default(),
         std::sync::Arc::new(storage),
         opts,
+        StoreOptions::default(),
         tsumiki::DEFAULT_CACHE_BYTES,
     )
     .map_err(|e| e.to_string())?;

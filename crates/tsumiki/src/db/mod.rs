@@ -52,6 +52,7 @@ use crate::plants::Plants;
 use crate::storage::{DirStorage, Storage};
 use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
+use crate::store::StoreOptions;
 use crate::wal::recovery::RecoveryStats;
 use crate::wal::{CommitMode, CommitTicket, LogOptions, WalStats};
 
@@ -170,6 +171,9 @@ pub struct Options {
     /// Logging, for databases opened with a path ([`Db::open`]): P-WAL with NLR and
     /// fdatasync at every commit by default.
     pub log: LogOptions,
+    /// The page store and its checkpoints, for databases opened with a path: a checkpoint
+    /// every 64 MiB of log or 60 s, 4 MiB page segments by default.
+    pub store: StoreOptions,
     /// Databases opened with a path: the memory the records may hold (keys, values and
     /// their share of the index, estimated) together with a checkpoint's buffers (3/16 of
     /// it, which the records leave free), [`DEFAULT_CACHE_BYTES`] by default. Past it,
@@ -197,6 +201,8 @@ pub struct Resolved {
     pub policy: CommitMode,
     /// [`Options::cache_bytes`] split into the records' share and a checkpoint's buffers.
     pub cache: CacheBudget,
+    /// The page store's and checkpoints' settings ([`Options::store`]), checked.
+    pub store: StoreOptions,
 }
 
 /// The record cache of a database with pages ([`Db::cache_stats`]).
@@ -232,6 +238,7 @@ impl Default for Options {
             index: BwTreeConfig::default(),
             gc_refresh: DEFAULT_REFRESH,
             log: LogOptions::default(),
+            store: StoreOptions::default(),
             cache_bytes: DEFAULT_CACHE_BYTES,
             read_only: false,
             #[cfg(feature = "test-plants")]
@@ -254,7 +261,8 @@ impl Options {
             return Err(Error::Config("gc_refresh must be above zero".into()));
         }
         let policy = CommitMode::resolve(&self.log, self.cc.name(), self.cc.can_hold_locks())?;
-        Ok(Resolved { policy, cache: CacheBudget::new(self.cache_bytes) })
+        self.store.validate()?;
+        Ok(Resolved { policy, cache: CacheBudget::new(self.cache_bytes), store: self.store })
     }
 
     /// The test plants: [`Plants::NONE`] in every build without the feature `test-plants`.
@@ -311,17 +319,19 @@ impl<P: Protocol> TypedDb<P> {
     }
 
     /// A database kept in `storage`: recovers what its files hold, then logs every commit
-    /// per `log`.
+    /// per `log` and takes checkpoints per `store`.
     pub fn open_durable(
         proto: P,
         index: BwTreeConfig,
         storage: Arc<dyn Storage>,
         log: LogOptions,
+        store: StoreOptions,
         cache_bytes: usize,
     ) -> Result<Self, Error> {
         let policy = CommitMode::resolve(&log, proto.name(), proto.can_hold_locks())?;
+        store.validate()?;
         let cache = CacheBudget::new(cache_bytes);
-        Self::open_durable_as(proto, index, storage, log, Resolved { policy, cache }, false, Plants::NONE)
+        Self::open_durable_as(proto, index, storage, log, Resolved { policy, cache, store }, false, Plants::NONE)
     }
 
     /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
@@ -336,7 +346,7 @@ impl<P: Protocol> TypedDb<P> {
     ) -> Result<Self, Error> {
         let mut eng = Engine::new(proto, index)?;
         eng.read_only = read_only;
-        eng.open_durable(storage, log, resolved.policy, resolved.cache, plants)?;
+        eng.open_durable(storage, resolved.store, log, resolved.policy, resolved.cache, plants)?;
         let eng = Arc::new(eng);
         let checkpointer = Some(Checkpointer::start(&eng)?);
         Ok(TypedDb { eng, checkpointer })
@@ -532,7 +542,7 @@ impl Db {
             return Err(Error::Config("the database path is empty".into()));
         }
         if !create || opts.read_only {
-            match std::fs::metadata(path.join(crate::wal::recovery::MASTER)) {
+            match std::fs::metadata(path.join(crate::store::master::MASTER)) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     let why = if path.is_dir() { "holds no tsumiki database" } else { "does not exist" };
@@ -595,7 +605,7 @@ impl Db {
     }
 
     /// Takes a checkpoint now (commits also take one every
-    /// [`LogOptions::checkpoint_bytes`] of log): the pages the log changed are written
+    /// [`StoreOptions::checkpoint_bytes`] of log): the pages the log changed are written
     /// beside a new generation of logs and the older logs are deleted, so recovery replays only what
     /// comes after. Transactions may run meanwhile. A no-op without files.
     pub fn checkpoint(&self) -> Result<(), Error> {

@@ -244,7 +244,7 @@ fn classify(path: &Path) -> Result<Found, Error> {
     if !meta.is_dir() {
         return Ok(Found::Other);
     }
-    match std::fs::symlink_metadata(path.join(crate::wal::recovery::MASTER)) {
+    match std::fs::symlink_metadata(path.join(crate::store::master::MASTER)) {
         Ok(_) => return Ok(Found::Database),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("looking into", e)),

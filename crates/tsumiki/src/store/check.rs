@@ -36,13 +36,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::master::{check_slot, Master, MASTER, MASTER_FILE_LEN};
 use super::pages::{parse_segment_file, segment_file, ImageRef, PageStore, STORE_LANE};
 use crate::block::{open_block, BLOCK, PAYLOAD};
 use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 use crate::storage::{read_all, Storage, StorageFile};
-use crate::wal::format::{self, Master, MASTER_LEN};
-use crate::wal::recovery::{self, MASTER, MASTER_FILE_LEN};
+use crate::wal::format;
+use crate::wal::recovery;
 use crate::wal::Release;
 
 // The page store's on-disk layout, restated (see `store::pages`): an independent reader.
@@ -60,9 +61,6 @@ const MAX_PAGE_CHAIN: usize = super::pages::MAX_CHAIN + 1;
 const MAX_TABLE_CHAIN: usize = 16;
 /// The longest image the page store reads (`pages::MAX_IMAGE`).
 const MAX_IMAGE: usize = (MAX_VALUE_LEN + MAX_KEY_LEN + (64 << 10)) * 2;
-/// A master superblock: the record, its write sequence, a CRC32C of both; zeros to the
-/// block's end.
-const SLOT_LEN: usize = MASTER_LEN + 8 + 4;
 /// Bytes read at once when a file is scanned block by block.
 const CHUNK: usize = 256 * BLOCK;
 
@@ -398,13 +396,13 @@ impl Checker {
                 // The second superblock of a new database is not written yet.
                 continue;
             }
-            match decode_slot(slot) {
+            match check_slot(slot) {
                 Ok((m, seq)) => {
                     if best.is_none_or(|(_, s, _)| seq > s) {
                         best = Some((m, seq, i));
                     }
                 }
-                Err((at, why)) => bad.push((i, at, why)),
+                Err(e) => bad.push((i, e.offset(), e.to_string())),
             }
         }
         for (i, at, why) in bad {
@@ -1028,23 +1026,6 @@ fn scan_blocks(storage: &dyn Storage, name: &str, f: &mut dyn FnMut(u64, &[u8]))
     Ok(len)
 }
 
-/// A master superblock's record and write sequence, or where and why it is not valid.
-fn decode_slot(b: &[u8]) -> Result<(Master, u64), (usize, String)> {
-    if b.len() < BLOCK {
-        return Err((0, format!("only {} of its {BLOCK} bytes are there", b.len())));
-    }
-    let master = Master::decode(&b[..MASTER_LEN]).map_err(|e| (0, e))?;
-    let crc = crc32c::crc32c(&b[..MASTER_LEN + 8]);
-    if crc.to_le_bytes() != b[MASTER_LEN + 8..SLOT_LEN] {
-        return Err((MASTER_LEN, "the superblock's checksum does not match".into()));
-    }
-    if let Some(i) = b[SLOT_LEN..].iter().position(|&x| x != 0) {
-        return Err((SLOT_LEN + i, "bytes after the record, which are always zero, are not".into()));
-    }
-    let seq = u64::from_le_bytes(b[MASTER_LEN..MASTER_LEN + 8].try_into().expect("8 bytes"));
-    Ok((master, seq))
-}
-
 fn decode_ref(b: &[u8]) -> ImageRef {
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
     ImageRef {
@@ -1302,6 +1283,7 @@ mod tests {
     /// is damage.
     #[test]
     fn any_flipped_byte_of_master_is_damage() {
+        use crate::store::master::SLOT_LEN;
         let dir = filled(10, true);
         let path = dir.path().join(MASTER);
         for at in (0..SLOT_LEN as u64 + 8).chain([100, 4000]).flat_map(|o| [o, o + BLOCK as u64]) {
@@ -1352,18 +1334,14 @@ mod tests {
     /// the record count matches after each close.
     #[test]
     fn healthy_through_checkpoints_cleaning_and_crashes() {
-        use crate::{LogOptions, Release};
+        use crate::{LogOptions, Release, StoreOptions};
         use std::collections::BTreeMap;
         for release in [Release::Nlr, Release::Elr] {
             let dir = tempfile::tempdir().unwrap();
-            let log = LogOptions {
-                release,
-                segment_size: 64 << 10,
-                checkpoint_bytes: 128 << 10,
-                page_segment_size: 32 << 10,
-                ..LogOptions::default()
-            };
-            let opts = Options { log, ..Options::default() };
+            let log = LogOptions { release, segment_size: 64 << 10, ..LogOptions::default() };
+            let store =
+                StoreOptions { checkpoint_bytes: 128 << 10, page_segment_size: 32 << 10, ..StoreOptions::default() };
+            let opts = Options { log, store, ..Options::default() };
             let mut model: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
             let mut x = 0x9E37_79B9_7F4A_7C15u64;
             let mut next = move || {

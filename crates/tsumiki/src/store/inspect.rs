@@ -10,9 +10,10 @@ use crate::block::{open_block, BLOCK, FLAG_FLUSH_END};
 use crate::error::Error;
 use crate::storage::Storage;
 use crate::wal::format::{parse_registry_name, parse_segment_name};
-use crate::wal::recovery::{read_master, read_registry, MASTER};
+use crate::wal::recovery::read_registry;
 
 use super::check::ReadOnlyDir;
+use super::master::{read_master, MASTER};
 use super::pages::{parse_segment_file, PageStore, STORE_LANE};
 
 /// What one file holds, block by block.

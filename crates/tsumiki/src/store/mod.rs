@@ -2,7 +2,7 @@
 //! store's table, recovery), checkpoints while open (a new generation of logs, the pages
 //! the last one changed written beside it, the older logs deleted), and close.
 //!
-//! The state at the start of a generation is the page store's ([`pages`], paper 004): a
+//! The state at the start of a generation is the page store's (`pages`, paper 004): a
 //! translation table the master record names, and page chains of base and delta images.
 //! Opening never invents a state and never destroys one it cannot prove obsolete:
 //! - the master record names the table by address, length and CRC32C, the table names
@@ -17,7 +17,11 @@
 pub mod budget;
 pub(crate) mod check;
 pub(crate) mod inspect;
+pub mod master;
+mod options;
 pub(crate) mod pages;
+
+pub use options::{StoreOptions, MAX_CHECKPOINT_HELPERS};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,10 +31,11 @@ use parking_lot::Mutex;
 use crate::error::{Error, Poison};
 use crate::plants::Plants;
 use crate::storage::{NvmStorage, Storage};
-use crate::wal::format::{parse_segment_name, Master};
+use crate::wal::format::parse_segment_name;
 use crate::wal::recovery::{self, Logged, RecoveryStats};
-use crate::wal::{CommitMode, Device, LogOptions, Release, Wal};
+use crate::wal::{CommitMode, Device, LogOptions, Pacing, Release, Wal};
 use budget::CacheBudget;
+use master::{read_master, write_master, Master, MAX_GENERATION};
 use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
 
 /// The files behind a database opened with a path.
@@ -107,13 +112,14 @@ fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
     t.map(|r| (r.seg, r.off, r.len, r.crc))
 }
 
-/// Opens the database in `storage` for a protocol named `protocol`: takes its lock,
-/// recovers its state, and starts a new log. `load` receives the recovered state, one live
-/// key at a time in strictly increasing key order (what a bulk load wants). Replay gathers
-/// at most about `replay_bytes` of replayed writes in memory before it writes them to the
-/// pages (see [`replay_changes`]).
+/// Opens the database in `storage` with the validated settings `settings`: takes its
+/// lock, recovers its state, and starts a new log (per `log` and `policy`). `load`
+/// receives the recovered state, one live key at a time in strictly increasing key order
+/// (what a bulk load wants). Replay gathers at most about `replay_bytes` of replayed
+/// writes in memory before it writes them to the pages (see [`replay_changes`]).
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
+    settings: StoreOptions,
     log: LogOptions,
     policy: CommitMode,
     plants: Plants,
@@ -128,7 +134,7 @@ pub(crate) fn open(
     let mut stats = RecoveryStats::default();
     // Opening must not need free space: on a full disk the database opens read-only.
     let mut read_only: Option<Error> = None;
-    let seg_bytes = log.page_segment_size;
+    let seg_bytes = settings.page_segment_size;
     let early_reuse = plants.early_segment_reuse;
     // Pages stay on disk until used when a checkpoint can tell the changed keys from the
     // log (it writes only those, all of them in memory); otherwise it rewrites every page
@@ -137,12 +143,12 @@ pub(crate) fn open(
     let mut lazy = logs_readable;
     let open_pages = |table: Option<ImageRef>| -> Result<PageStore, Error> {
         let mut p = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
-        p.set_helpers(log.checkpoint_helpers);
+        p.set_helpers(settings.checkpoint_helpers);
         Ok(p)
     };
-    let (generation, table, pages) = match recovery::read_master(&*storage)? {
+    let (generation, table, pages) = match read_master(&*storage)? {
         None => {
-            recovery::write_master(&*storage, &master(1, None, false, &log))?;
+            write_master(&*storage, &master(1, None, false, &log))?;
             (1, None, open_pages(None)?)
         }
         Some(m) => {
@@ -195,7 +201,7 @@ pub(crate) fn open(
                         storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
                     }
                 }
-                match recovery::write_master(&*storage, &master(m.generation, table, false, &log)) {
+                match write_master(&*storage, &master(m.generation, table, false, &log)) {
                     Ok(()) => {}
                     // The clean exit's master record stays true while nothing is written.
                     Err(e) if disk_full(&e) => read_only = Some(e),
@@ -211,7 +217,7 @@ pub(crate) fn open(
                 let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                 let g = gens[gens.len() - 1]
                     .checked_add(1)
-                    .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
+                    .filter(|&g| g <= MAX_GENERATION)
                     .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
                 // The replayed writes go to the pages as deltas of generation `g` a batch
                 // at a time, whenever they pass `replay_bytes` (lazy open: memory bounded
@@ -233,7 +239,7 @@ pub(crate) fn open(
                     }
                     pages.apply(g, &changes.as_slice(), None)?;
                     let t = pages.write_table()?;
-                    recovery::write_master(&*storage, &master(g, Some(t), false, &log))?;
+                    write_master(&*storage, &master(g, Some(t), false, &log))?;
                     Ok(Some(t))
                 })();
                 match attempt {
@@ -274,7 +280,9 @@ pub(crate) fn open(
         Device::File => storage.clone(),
         Device::Nvm(lat) => Arc::new(NvmStorage::new(lat)),
     };
-    let wal = Arc::new(Wal::new(log_storage, log, policy, plants, generation));
+    let pacing =
+        Pacing { checkpoint_bytes: settings.checkpoint_bytes, checkpoint_interval: settings.checkpoint_interval };
+    let wal = Arc::new(Wal::new(log_storage, log, pacing, policy, plants, generation));
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
     wal.set_echo_budget(budget.checkpoint_buffer);
@@ -408,15 +416,15 @@ impl Durable {
             // Nothing was committed since open: the state is still the one this generation
             // started from (its table, or nothing), so mark the exit clean without
             // writing anything else.
-            return recovery::write_master(&*self.storage, &master(current.generation, current.table, true, opts));
+            return write_master(&*self.storage, &master(current.generation, current.table, true, opts));
         }
         let g = current
             .generation
             .checked_add(1)
-            .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
+            .filter(|&g| g <= MAX_GENERATION)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         let t = self.write_pages(&mut current, g, state, false)?;
-        recovery::write_master(&*self.storage, &master(g, Some(t), true, opts))?;
+        write_master(&*self.storage, &master(g, Some(t), true, opts))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
     }
@@ -449,7 +457,7 @@ impl Durable {
             }
             // Recovery from this record replays the ended generation's logs too.
             let named = if self.wal.plants.milestone_skips_replay { g } else { *generation };
-            recovery::write_master(&*self.storage, &master(named, Some(t), false, opts))?;
+            write_master(&*self.storage, &master(named, Some(t), false, opts))?;
             *table = Some(t);
             p.commit();
             Ok(())
@@ -539,7 +547,7 @@ impl Durable {
         let g = current
             .generation
             .checked_add(1)
-            .filter(|&g| g <= crate::wal::format::MAX_GENERATION)
+            .filter(|&g| g <= MAX_GENERATION)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
         // Once the lanes have moved on, a failure poisons the log: the lanes could not move
         // on again without a master record naming where they went (a failed checkpoint
@@ -558,7 +566,7 @@ impl Durable {
         if self.wal.plants.early_log_removal {
             recovery::remove_stale(&self.storage, g).map_err(poison)?;
         }
-        recovery::write_master(&*self.storage, &m).map_err(poison)?;
+        write_master(&*self.storage, &m).map_err(poison)?;
         current.generation = g;
         current.table = Some(t);
         current.pages.commit();

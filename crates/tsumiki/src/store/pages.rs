@@ -585,7 +585,7 @@ impl PageStore {
     }
 
     /// Sets the threads that prepare a pass's pages (see
-    /// [`LogOptions::checkpoint_helpers`](crate::wal::LogOptions::checkpoint_helpers)).
+    /// [`StoreOptions::checkpoint_helpers`](super::StoreOptions::checkpoint_helpers)).
     pub fn set_helpers(&mut self, helpers: usize) {
         self.helpers = helpers;
     }

@@ -1,4 +1,4 @@
-//! The on-disk format of log lanes and the master record.
+//! The on-disk format of log lanes: records, segments and their names, lane registries.
 //!
 //! A lane is a byte stream of records cut into the fixed 4 KiB blocks of [`crate::block`],
 //! whose 40-byte trailer multiplexes the lane's state into the same write (paper 004).
@@ -197,121 +197,6 @@ pub fn decode_record(bytes: &[u8]) -> Result<(LogRecord, usize), DecodeError> {
     Ok((LogRecord { order: view.order, writes }, n))
 }
 
-/// The master record: which generation of files is current, where the page store's
-/// translation table is, and whether the last process exited cleanly (paper 003's
-/// `last_exit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Master {
-    /// Logs of this generation are current (replayed over the table's state).
-    pub generation: u64,
-    /// The translation table of the page store: segment, payload offset, length, CRC32C.
-    /// Only generation 1 may have none (an empty database).
-    pub table: Option<(u32, u64, u32, u32)>,
-    /// Set at a clean close: the table holds everything and no log needs replaying.
-    pub last_exit: bool,
-    /// Whether this generation's logs were written with early lock release (LSN order and
-    /// watermarks) rather than NLR (commit-timestamp order).
-    pub elr: bool,
-    /// The largest log segment, in bytes (segments grow from [`FIRST_SEGMENT`] to it:
-    /// [`segment_len`]).
-    pub segment_size: u64,
-}
-
-/// The highest generation a master record may name. A database advances one generation
-/// per checkpoint, close or recovery (up to two past its master record's), so none
-/// reaches this (2^62: a checkpoint a microsecond for 146,000 years); a record naming one
-/// beyond was crafted, and is refused at every open: accepted, it would open once after a
-/// clean close, then never again after a crash (the next generation does not exist).
-pub const MAX_GENERATION: u64 = 1 << 62;
-
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI6";
-/// The magics of earlier formats, refused with their own message: before the page store,
-/// before log blocks were salted with their generation (recycled segments), before a
-/// lane's last block could be rewritten (packed blocks), and before page entries shared
-/// their keys' prefixes.
-const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 5] = [
-    (b"TSUMIKI1", "before the page store"),
-    (b"TSUMIKI2", "before the page store"),
-    (b"TSUMIKI3", "before recycled log segments"),
-    (b"TSUMIKI4", "before packed log blocks"),
-    (b"TSUMIKI5", "before prefix-compressed page entries"),
-];
-/// Encoded size of [`Master`].
-pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
-
-impl Master {
-    /// Encodes the master record.
-    pub fn encode(&self) -> [u8; MASTER_LEN] {
-        let mut b = [0u8; MASTER_LEN];
-        b[0..8].copy_from_slice(MASTER_MAGIC);
-        b[8..16].copy_from_slice(&self.generation.to_le_bytes());
-        b[16] = self.table.is_some() as u8;
-        b[17] = self.last_exit as u8;
-        b[18] = self.elr as u8;
-        b[19..27].copy_from_slice(&self.segment_size.to_le_bytes());
-        let (seg, off, len, crc) = self.table.unwrap_or_default();
-        b[27..31].copy_from_slice(&seg.to_le_bytes());
-        b[31..39].copy_from_slice(&off.to_le_bytes());
-        b[39..43].copy_from_slice(&len.to_le_bytes());
-        b[43..47].copy_from_slice(&crc.to_le_bytes());
-        let c = crc32c::crc32c(&b[..47]);
-        b[47..51].copy_from_slice(&c.to_le_bytes());
-        b
-    }
-
-    /// Decodes a master record, or says what is wrong with it.
-    pub fn decode(b: &[u8]) -> Result<Master, String> {
-        if let Some((_, when)) = MASTER_MAGIC_OLD.iter().find(|(m, _)| b.len() >= 8 && &b[0..8] == *m) {
-            return Err(format!(
-                "MASTER was written by an earlier tsumiki format ({when}), which this version does not read"
-            ));
-        }
-        if b.len() != MASTER_LEN {
-            return Err(format!("MASTER is {} bytes, expected {MASTER_LEN}", b.len()));
-        }
-        if &b[0..8] != MASTER_MAGIC {
-            return Err("MASTER is not a tsumiki master record (bad magic)".into());
-        }
-        if crc32c::crc32c(&b[..47]).to_le_bytes() != b[47..51] {
-            return Err("MASTER checksum mismatch".into());
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let table = (u32_at(27), u64_at(31), u32_at(39), u32_at(43));
-        let m = Master {
-            generation: u64_at(8),
-            table: (b[16] == 1).then_some(table),
-            last_exit: b[17] == 1,
-            elr: b[18] == 1,
-            segment_size: u64_at(19),
-        };
-        if b[16] > 1
-            || b[17] > 1
-            || b[18] > 1
-            || m.segment_size < 2 * BLOCK as u64
-            || !m.segment_size.is_multiple_of(BLOCK as u64)
-        {
-            return Err("MASTER holds invalid settings".into());
-        }
-        // Every generation after the first starts from a table (recovery, checkpoints and
-        // close all write one), so a later generation without one was not written by
-        // tsumiki.
-        if m.generation > MAX_GENERATION {
-            return Err(format!(
-                "MASTER names generation {}, past the last one a database can reach ({MAX_GENERATION}): it was not written by tsumiki",
-                m.generation
-            ));
-        }
-        if m.generation == 0 || m.table.is_none() && (m.generation != 1 || table != (0, 0, 0, 0)) {
-            return Err(format!("MASTER names generation {} without a translation table", m.generation));
-        }
-        if m.table.is_some_and(|t| t.2 == 0) {
-            return Err("MASTER names an empty translation table".into());
-        }
-        Ok(m)
-    }
-}
-
 /// The first log segment of a lane; each later one doubles, up to the configured
 /// `segment_size`, so an idle or tiny database stays small while a busy lane soon writes
 /// into large preallocated segments.
@@ -457,30 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn master_and_names() {
-        let m = Master {
-            generation: 3,
-            table: Some((2, 8192, 300, 77)),
-            last_exit: false,
-            elr: true,
-            segment_size: 1 << 20,
-        };
-        assert_eq!(Master::decode(&m.encode()), Ok(m));
-        for byte in 0..MASTER_LEN {
-            let mut b = m.encode();
-            b[byte] ^= 1;
-            assert!(Master::decode(&b).is_err(), "flipped byte {byte}");
-        }
-        // Later generations always start from a table.
-        let crafted = Master { generation: u64::MAX, table: None, ..m };
-        assert!(Master::decode(&crafted.encode()).is_err());
-        // A generation that could not advance (recovery and checkpoints name the next).
-        for generation in [u64::MAX, u64::MAX - 1, MAX_GENERATION + 1] {
-            assert!(Master::decode(&Master { generation, ..m }.encode()).is_err(), "{generation}");
-        }
-        assert!(Master::decode(&Master { generation: MAX_GENERATION, ..m }.encode()).is_ok());
-        let empty = Master { table: Some((0, 0, 0, 0)), ..m };
-        assert!(Master::decode(&empty.encode()).is_err());
+    fn segments_and_names() {
         assert_eq!(segment_len(0, 16 << 20), 64 << 10);
         assert_eq!(segment_len(3, 16 << 20), 512 << 10);
         assert_eq!(segment_len(20, 16 << 20), 16 << 20);

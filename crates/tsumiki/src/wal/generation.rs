@@ -44,10 +44,22 @@ const LOG_STALL_HALVES: u64 = 3;
 /// The longest a committer waits in [`Wal::throttle`].
 const MAX_STALL: Duration = Duration::from_secs(1);
 
+/// When checkpoints are due, as the store sets it (`StoreOptions`' fields of the same
+/// names): the log asks it to pace committers and to tell the store's background thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pacing {
+    /// Log bytes since the last checkpoint that make the next one due (see
+    /// [`checkpoint_limit`]; 0: never by volume).
+    pub(crate) checkpoint_bytes: u64,
+    /// Time after which any log since the last checkpoint makes one due (zero: never by
+    /// time).
+    pub(crate) checkpoint_interval: Duration,
+}
+
 impl Wal {
     /// Whether enough log was written since the last checkpoint to take one.
     pub(crate) fn checkpoint_due(&self) -> bool {
-        let limit = self.opts.checkpoint_bytes;
+        let limit = self.pacing.checkpoint_bytes;
         limit > 0 && self.opts.device == Device::File && self.log_since_checkpoint() >= self.checkpoint_limit()
     }
 
@@ -64,7 +76,7 @@ impl Wal {
     /// wait. Never under P-WAL with NLR group commit, whose committers may hold locks past
     /// their commit that a checkpoint waits for; never past [`MAX_STALL`] in one call.
     pub(crate) fn throttle(&self) {
-        if self.opts.checkpoint_bytes == 0
+        if self.pacing.checkpoint_bytes == 0
             || self.opts.device != Device::File
             || self.holds_locks()
             || self.plants.no_throttle
@@ -87,17 +99,17 @@ impl Wal {
     /// over this log's settings and counters.
     fn checkpoint_limit(&self) -> u64 {
         checkpoint_limit(
-            self.opts.checkpoint_bytes,
+            self.pacing.checkpoint_bytes,
             self.checkpoint_written.load(Ordering::Relaxed),
             self.store_live.load(Ordering::Relaxed),
             self.generation_cap.load(Ordering::Relaxed),
         )
     }
 
-    /// Whether [`LogOptions::checkpoint_interval`] has passed since the last checkpoint and
+    /// Whether [`Pacing::checkpoint_interval`] has passed since the last checkpoint and
     /// some log was written since (asked by the background thread's poll, not per commit).
     pub(crate) fn checkpoint_due_by_time(&self) -> bool {
-        let every = self.opts.checkpoint_interval;
+        let every = self.pacing.checkpoint_interval;
         !every.is_zero()
             && self.opts.device == Device::File
             && self.log_since_checkpoint() > 0
@@ -209,10 +221,10 @@ impl Wal {
     }
 
     /// Deletes the segments kept for reuse once no checkpoint came for
-    /// [`LogOptions::checkpoint_interval`] (60 s if that is zero): a database gone idle
+    /// [`Pacing::checkpoint_interval`] (60 s if that is zero): a database gone idle
     /// keeps no log it is not using.
     pub(crate) fn release_idle_segments(&self) {
-        let every = match self.opts.checkpoint_interval {
+        let every = match self.pacing.checkpoint_interval {
             d if d.is_zero() => Duration::from_secs(60),
             d => d,
         };

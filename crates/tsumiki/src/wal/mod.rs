@@ -17,9 +17,10 @@
 //!   own commits through [`crate::Txn::commit_deferred`] tickets.
 //!
 //! # Files (generation `g`)
-//! `MASTER` (which generation is current, and the clean-exit flag), `snap-g.dat` (the
-//! state at the start of the generation), `wal-g-<lane>-<segment>.log` (preallocated log
-//! segments), `LOCK`. See `docs/design.md` for the byte layout.
+//! `wal-g-<lane>-<segment>.log` (preallocated log segments) and `lanes-g` (the lane
+//! registry). The store's files beside them: `MASTER` (which generation is current, and
+//! the clean-exit flag: `store::master`), the page segments, `LOCK`. See `docs/design.md`
+//! for the byte layout.
 
 mod echo;
 pub mod format;
@@ -50,8 +51,9 @@ use segments::{prepare_segment, Prepared, Preparer, Recycled};
 
 #[cfg(test)]
 use generation::checkpoint_limit;
+pub(crate) use generation::Pacing;
 use generation::LOG_FLOOR;
-pub use options::{CommitMode, Device, Durability, LogMode, LogOptions, Release, MAX_CHECKPOINT_HELPERS};
+pub use options::{CommitMode, Device, Durability, LogMode, LogOptions, Release};
 
 /// In-memory log buffer of a lane: records appended but not written yet.
 #[derive(Default)]
@@ -202,6 +204,8 @@ pub struct WalStats {
 pub(crate) struct Wal {
     storage: Arc<dyn Storage>,
     pub(crate) opts: LogOptions,
+    /// When checkpoints are due (the store's settings).
+    pacing: Pacing,
     /// How commits reach the log, resolved once at open: asked by method, never re-derived
     /// from `opts`.
     pub(crate) policy: CommitMode,
@@ -221,7 +225,7 @@ pub(crate) struct Wal {
     /// [`Wal::set_generation_cap`]).
     generation_cap: AtomicU64,
     /// When the lanes last switched generations (or the log started), for
-    /// [`LogOptions::checkpoint_interval`].
+    /// [`Pacing::checkpoint_interval`].
     checkpoint_time: Mutex<std::time::Instant>,
     checkpoints: AtomicU64,
     stalls: AtomicU64,
@@ -278,6 +282,7 @@ impl Wal {
     pub(crate) fn new(
         storage: Arc<dyn Storage>,
         opts: LogOptions,
+        pacing: Pacing,
         policy: CommitMode,
         plants: Plants,
         generation: u64,
@@ -288,6 +293,7 @@ impl Wal {
             recycled,
             storage,
             opts,
+            pacing,
             policy,
             plants,
             generation: AtomicU64::new(generation),

@@ -57,7 +57,8 @@ pub enum Device {
     Nvm(Duration),
 }
 
-/// Logging settings of a database opened with a path ([`crate::Db::open`]).
+/// Logging settings of a database opened with a path ([`crate::Db::open`]). When
+/// checkpoints are taken is the store's ([`crate::StoreOptions`]).
 #[derive(Debug, Clone)]
 pub struct LogOptions {
     /// P-WAL, shared WAL, or none.
@@ -79,29 +80,6 @@ pub struct LogOptions {
     /// fdatasync never also commits a size change (a lane holds at most one segment
     /// beyond what it wrote: larger ones kept a generation's logs at twice their use).
     pub segment_size: u64,
-    /// Log bytes written since the last checkpoint that make the next commit take one
-    /// (64 MiB by default; 0: never while open), or four times what the last checkpoint
-    /// wrote to the page store if that is more, so its cost stays under a quarter of the
-    /// log volume; but never more than a sixteenth of the page store's live bytes (or
-    /// 8 MiB, if more, or this, if less), so the logs on disk stay a fraction of the
-    /// data. A checkpoint starts a new generation of every lane, writes the state beside
-    /// it and deletes the older logs, so the logs of a running database stop growing and
-    /// recovery replays only what came after it.
-    pub checkpoint_bytes: u64,
-    /// Time after which any log written since the last checkpoint makes the background
-    /// thread take one (60 s by default; zero: never by time), so a database written
-    /// slowly also keeps its logs and its recovery short. An idle database takes none.
-    pub checkpoint_interval: Duration,
-    /// Threads that prepare a checkpoint's pages (read their changes' values and the
-    /// entries of those it consolidates) ahead of the checkpoint's own thread, which
-    /// appends them in order (0, the default: that thread prepares them itself). Meant
-    /// for many cores, where one checkpoint thread caps the commit rate; not yet measured
-    /// there (see docs/design.md, known limits), and on two cores a helper takes its core
-    /// from the committers.
-    pub checkpoint_helpers: usize,
-    /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
-    /// least 8 KiB): the unit cleaning frees and reuses.
-    pub page_segment_size: u64,
     /// NLR only: order commit records by an LSN from the shared counter (paper 003's
     /// P-WAL, whose CAS misses are counted) rather than by the protocol's commit timestamp
     /// (paper 001: no shared counter).
@@ -123,18 +101,11 @@ impl Default for LogOptions {
             durability: Durability::Sync,
             device: Device::File,
             segment_size: 1 << 20,
-            checkpoint_bytes: 64 << 20,
-            checkpoint_interval: Duration::from_secs(60),
-            checkpoint_helpers: 0,
-            page_segment_size: 4 << 20,
             lsn_order: false,
             direct_io: true,
         }
     }
 }
-
-/// The most checkpoint helper threads a database may ask for (each pass starts them).
-pub const MAX_CHECKPOINT_HELPERS: usize = 64;
 
 impl LogOptions {
     /// Checks the settings.
@@ -143,18 +114,8 @@ impl LogOptions {
         if s < 2 * BLOCK as u64 || !s.is_multiple_of(BLOCK as u64) {
             return Err(Error::Config(format!("segment_size {s} must be a multiple of 4096 and at least 8192")));
         }
-        let p = self.page_segment_size;
-        if p < 2 * BLOCK as u64 || !p.is_multiple_of(BLOCK as u64) {
-            return Err(Error::Config(format!("page_segment_size {p} must be a multiple of 4096 and at least 8192")));
-        }
         if self.group == 0 {
             return Err(Error::Config("group must be at least 1".into()));
-        }
-        if self.checkpoint_helpers > MAX_CHECKPOINT_HELPERS {
-            return Err(Error::Config(format!(
-                "checkpoint_helpers {} is more than {MAX_CHECKPOINT_HELPERS}",
-                self.checkpoint_helpers
-            )));
         }
         Ok(())
     }

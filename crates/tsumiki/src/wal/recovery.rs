@@ -1,20 +1,18 @@
-//! Recovery: read the master record and every lane's log; cut torn tails; decide which
-//! transactions are durable (analysis); redo them by a k-way merge of the lanes (by LSN
-//! under ELR, by commit timestamp under NLR). The state they are replayed over is the page
-//! store's (`store::pages`).
+//! Recovery: read every lane's log of the generations the store's master record names;
+//! cut torn tails; decide which transactions are durable (analysis); redo them by a k-way
+//! merge of the lanes (by LSN under ELR, by commit timestamp under NLR). The state they are
+//! replayed over is the page store's (`store::pages`). Also the lane registries and the
+//! removal of obsolete logs.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
+use super::format::{self, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
 use super::Release;
 use crate::error::Error;
-use crate::storage::{read_all, Storage, StorageFile};
-
-/// The master record's file name.
-pub const MASTER: &str = "MASTER";
+use crate::storage::{Storage, StorageFile};
 
 /// One lane's log after its torn tail is cut: its records' places, and what is needed to
 /// read them back a window at a time (the log itself is not held in memory: recovery's
@@ -410,122 +408,12 @@ fn take_records(
     Ok(at)
 }
 
-/// The master file's size: two alternating superblocks of one block each.
-pub const MASTER_FILE_LEN: usize = 2 * BLOCK;
-/// A superblock: the encoded [`Master`], the write sequence, and a CRC32C of both.
-const SLOT_LEN: usize = format::MASTER_LEN + 8 + 4;
-
-/// One superblock's bytes (a block, zero-padded): `master`, written as the `seq`-th.
-fn encode_slot(m: &Master, seq: u64) -> Vec<u8> {
-    let mut b = vec![0u8; BLOCK];
-    b[..format::MASTER_LEN].copy_from_slice(&m.encode());
-    b[format::MASTER_LEN..format::MASTER_LEN + 8].copy_from_slice(&seq.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..format::MASTER_LEN + 8]);
-    b[format::MASTER_LEN + 8..SLOT_LEN].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-/// A superblock's master record and sequence, or why it is not valid.
-fn decode_slot(b: &[u8]) -> Result<(Master, u64), String> {
-    if b.iter().all(|&x| x == 0) {
-        return Err("empty".into());
-    }
-    let crc = crc32c::crc32c(&b[..format::MASTER_LEN + 8]);
-    if crc.to_le_bytes() != b[format::MASTER_LEN + 8..SLOT_LEN] {
-        // An older format's whole file, or a damaged slot.
-        return Master::decode(&b[..format::MASTER_LEN]).and(Err("checksum mismatch".into()));
-    }
-    let seq = u64::from_le_bytes(b[format::MASTER_LEN..format::MASTER_LEN + 8].try_into().expect("8 bytes"));
-    Ok((Master::decode(&b[..format::MASTER_LEN])?, seq))
-}
-
-/// The bytes of a master file holding only `m` (in its first superblock, the second
-/// empty): what a new database starts with.
-pub fn master_file(m: &Master) -> Vec<u8> {
-    let mut b = encode_slot(m, 1);
-    b.resize(MASTER_FILE_LEN, 0);
-    b
-}
-
-/// The newest valid superblock of the master file, with its sequence and slot.
-fn newest_slot(b: &[u8]) -> Result<(Master, u64, usize), Error> {
-    if b.len() != MASTER_FILE_LEN {
-        // Earlier formats were one record long: say so rather than "bad size".
-        if b.len() == format::MASTER_LEN && Master::decode(b).is_ok() {
-            return Err(corrupt(
-                "MASTER was written by an earlier tsumiki format (one record, before the two superblocks), which this version does not read".into(),
-            ));
-        }
-        if b.len() > format::MASTER_LEN && b.len() < MASTER_FILE_LEN {
-            Master::decode(&b[..format::MASTER_LEN]).map_err(corrupt)?;
-        }
-        return Err(corrupt(format!("MASTER is {} bytes, expected {MASTER_FILE_LEN} (truncated?)", b.len())));
-    }
-    let slots: Vec<Result<(Master, u64), String>> = b.chunks(BLOCK).map(decode_slot).collect();
-    let mut best: Option<(Master, u64, usize)> = None;
-    for (i, s) in slots.iter().enumerate() {
-        if let Ok((m, seq)) = s {
-            if best.as_ref().is_none_or(|(_, bs, _)| seq > bs) {
-                best = Some((*m, *seq, i));
-            }
-        }
-    }
-    best.ok_or_else(|| {
-        let why: Vec<String> = slots.iter().map(|s| s.as_ref().err().cloned().unwrap_or_default()).collect();
-        corrupt(format!("MASTER holds no valid superblock (first: {}; second: {})", why[0], why[1]))
-    })
-}
-
-/// Reads the master record (the newest valid of the two superblocks: a write torn by a
-/// crash leaves the other); `Ok(None)` for a new (empty) directory.
-pub fn read_master(storage: &dyn Storage) -> Result<Option<Master>, Error> {
-    let names = storage.list().map_err(|e| io("listing the database directory", e))?;
-    if !names.iter().any(|n| n == MASTER) {
-        let ours = names.iter().any(|n| n.starts_with("wal-") || n.starts_with("pages-"));
-        if ours {
-            return Err(corrupt("the MASTER record is missing but log or page files exist".into()));
-        }
-        return Ok(None);
-    }
-    let f = storage.open(MASTER, false).map_err(|e| io(MASTER, e))?;
-    let b = read_all(&*f).map_err(|e| io(MASTER, e))?;
-    newest_slot(&b).map(|(m, _, _)| Some(m))
-}
-
-/// Writes the master record: into the superblock not holding the newest one, then one
-/// fdatasync (no rename, no directory sync). A crash during the write leaves the other
-/// superblock, the previous record, valid. The first write creates the file (a temporary
-/// one renamed into place).
-pub fn write_master(storage: &dyn Storage, m: &Master) -> Result<(), Error> {
-    let names = storage.list().map_err(|e| io("listing the database directory", e))?;
-    if names.iter().any(|n| n == MASTER) {
-        let f = storage.open(MASTER, false).map_err(|e| io(MASTER, e))?;
-        let b = read_all(&*f).map_err(|e| io(MASTER, e))?;
-        let (_, seq, slot) = newest_slot(&b)?;
-        let next = seq.checked_add(1).ok_or_else(|| corrupt("MASTER's write sequence is exhausted".into()))?;
-        f.write_at(&encode_slot(m, next), ((1 - slot) * BLOCK) as u64).map_err(|e| io(MASTER, e))?;
-        return f.sync_data().map_err(|e| io(MASTER, e));
-    }
-    write_whole(storage, MASTER, &master_file(m))
-}
-
-/// Writes `name` whole: `bytes` under `name.tmp`, synced, renamed, directory synced (a
-/// crash leaves the old file or the new one).
-fn write_whole(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<(), Error> {
-    let tmp = format!("{name}.tmp");
-    let f = super::storage::create_fresh(storage, &tmp).map_err(|e| io(&tmp, e))?;
-    f.write_at(bytes, 0).map_err(|e| io(&tmp, e))?;
-    f.sync_data().map_err(|e| io(&tmp, e))?;
-    drop(f);
-    storage.rename(&tmp, name).map_err(|e| io(name, e))?;
-    storage.sync_dir().map_err(|e| io("syncing the database directory", e))
-}
-
 /// Writes generation `generation`'s lane registry saying lanes `0..count` (see
 /// [`format::LaneRegistry`]): whole under a temporary name, synced, renamed, directory
 /// synced.
 pub fn write_registry(storage: &dyn Storage, generation: u64, count: u32) -> Result<(), Error> {
-    write_whole(storage, &format::registry_name(generation), &format::LaneRegistry { generation, count }.encode())
+    let registry = format::LaneRegistry { generation, count }.encode();
+    crate::storage::write_whole(storage, &format::registry_name(generation), &registry)
 }
 
 /// Generation `generation`'s lane count, if its registry exists; a damaged one (or one

@@ -334,6 +334,7 @@ mod tests {
     use crate::plants::Plants;
     use crate::storage::SimStorage;
     use crate::store::budget::CacheBudget;
+    use crate::store::StoreOptions;
     use crate::wal::CommitMode;
     use crate::wal::{Durability, LogOptions};
     use std::sync::Arc;
@@ -358,10 +359,17 @@ mod tests {
 
     fn filled_with(plants: Plants) -> (SimStorage, TypedDb<TicToc>) {
         let disk = SimStorage::new(3);
-        let log = || LogOptions { durability: Durability::Buffered, checkpoint_bytes: 0, ..LogOptions::default() };
-        let db =
-            TypedDb::open_durable(TicToc::default(), BwTreeConfig::default(), Arc::new(disk.clone()), log(), 128 << 10)
-                .unwrap();
+        let log = || LogOptions { durability: Durability::Buffered, ..LogOptions::default() };
+        let store = StoreOptions { checkpoint_bytes: 0, ..StoreOptions::default() };
+        let db = TypedDb::open_durable(
+            TicToc::default(),
+            BwTreeConfig::default(),
+            Arc::new(disk.clone()),
+            log(),
+            store,
+            128 << 10,
+        )
+        .unwrap();
         for chunk in (0..RECORDS).collect::<Vec<_>>().chunks(500) {
             let mut t = db.begin();
             for &i in chunk {
@@ -371,7 +379,7 @@ mod tests {
         }
         db.close().unwrap();
         let policy = CommitMode::resolve(&log(), "tictoc", true).unwrap();
-        let resolved = Resolved { policy, cache: CacheBudget::new(128 << 10) };
+        let resolved = Resolved { policy, cache: CacheBudget::new(128 << 10), store };
         let db = TypedDb::open_durable_as(
             TicToc::default(),
             BwTreeConfig::default(),

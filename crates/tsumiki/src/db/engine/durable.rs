@@ -56,6 +56,7 @@ impl<P: Protocol> Engine<P> {
     pub(crate) fn open_durable(
         &mut self,
         storage: Arc<dyn Storage>,
+        settings: StoreOptions,
         log: LogOptions,
         policy: CommitMode,
         budget: CacheBudget,
@@ -69,6 +70,7 @@ impl<P: Protocol> Engine<P> {
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         let opened = store::open(
             storage,
+            settings,
             log,
             policy,
             plants,
@@ -120,7 +122,7 @@ impl<P: Protocol> Engine<P> {
         self.durable.as_ref().map(|d| d.store_stats())
     }
 
-    /// Whether `LogOptions::checkpoint_interval` passed with log written since the last one.
+    /// Whether `StoreOptions::checkpoint_interval` passed with log written since the last one.
     pub(crate) fn checkpoint_due_by_time(&self) -> bool {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due_by_time())
     }

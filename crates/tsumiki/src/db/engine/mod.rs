@@ -15,7 +15,7 @@ use crate::plants::Plants;
 use crate::storage::Storage;
 use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
-use crate::store::{self, CommittedState, Durable};
+use crate::store::{self, CommittedState, Durable, StoreOptions};
 use crate::wal::{CommitMode, CommitTicket, Lane, LogOptions, Wal};
 
 use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
