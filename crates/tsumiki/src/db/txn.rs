@@ -1,0 +1,393 @@
+//! Transactions of the public API: [`Txn`] (one dispatch over the protocols), [`ReadTxn`],
+//! key ranges and [`Scan`].
+
+use super::*;
+
+/// One call on whichever protocol's transaction `$inner` holds (monomorphized arms).
+macro_rules! dispatch_txn {
+    ($inner:expr, $v:ident => $e:expr) => {
+        match $inner {
+            AnyTxn::TicToc($v) => $e,
+            AnyTxn::Silo($v) => $e,
+            AnyTxn::TwoPl($v) => $e,
+            AnyTxn::Si($v) => $e,
+        }
+    };
+}
+
+/// A read-only transaction, given to [`Db::view`]: the reads of [`Txn`], no writes.
+pub struct ReadTxn<'a> {
+    pub(super) txn: Txn<'a>,
+}
+
+impl<'a> ReadTxn<'a> {
+    /// The value of `key`, if present.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        self.txn.get(key)
+    }
+
+    /// The records whose keys are in `range`; see [`Txn::range`].
+    pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
+        self.txn.range(range)
+    }
+
+    /// Every record; see [`Txn::iter`].
+    pub fn iter(&self) -> Scan<'_, 'a> {
+        self.txn.iter()
+    }
+
+    /// The records whose keys start with `prefix`; see [`Txn::prefix`].
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
+        self.txn.prefix(prefix)
+    }
+}
+
+pub(super) enum AnyTxn<'a> {
+    TicToc(TypedTxn<'a, TicToc>),
+    Silo(TypedTxn<'a, Silo>),
+    TwoPl(TypedTxn<'a, TwoPl>),
+    Si(TypedTxn<'a, Si>),
+}
+
+impl<'a> From<TypedTxn<'a, TicToc>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, TicToc>) -> Self {
+        AnyTxn::TicToc(t)
+    }
+}
+impl<'a> From<TypedTxn<'a, Silo>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, Silo>) -> Self {
+        AnyTxn::Silo(t)
+    }
+}
+impl<'a> From<TypedTxn<'a, TwoPl>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, TwoPl>) -> Self {
+        AnyTxn::TwoPl(t)
+    }
+}
+impl<'a> From<TypedTxn<'a, Si>> for AnyTxn<'a> {
+    fn from(t: TypedTxn<'a, Si>) -> Self {
+        AnyTxn::Si(t)
+    }
+}
+
+// Transactions move between threads (the C and Python bindings hold them across calls).
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Txn<'static>>();
+    assert_send::<TypedTxn<'static, TicToc>>();
+    assert_send::<TypedTxn<'static, Si>>();
+};
+
+/// A transaction. Reads see the transaction's own writes. Under TicToc, Silo and 2PL every
+/// transaction is serializable, scans included (no phantoms); under MVCC-SI it reads the
+/// snapshot taken when it began, and of two concurrent writers of a key the second aborts.
+///
+/// Reads take `&self`, so a [`get`](Self::get) may run while a scan of the same transaction
+/// is open; writes take `&mut self`.
+///
+/// A conflict ([`Error::Conflict`]) rolls the transaction back at once; later calls return
+/// [`Error::TxnFinished`].
+pub struct Txn<'a> {
+    /// Borrowed mutably for one operation (or one step of a scan) at a time.
+    pub(super) inner: RefCell<AnyTxn<'a>>,
+}
+
+impl<'a> Txn<'a> {
+    /// The value of `key`, if present.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert_eq!(txn.get(b"k").unwrap(), None);
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert_eq!(txn.get(b"k").unwrap(), Some(b"v".to_vec())); // its own write
+    /// assert_eq!(txn.get("k").unwrap(), Some(b"v".to_vec())); // any `AsRef<[u8]>`
+    /// ```
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        dispatch_txn!(&mut *self.inner.borrow_mut(), t => t.get(key.as_ref()))
+    }
+
+    /// Stores `value` under `key`, whether or not it exists.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options, Error};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v1").unwrap();
+    /// txn.put("k", String::from("v2")).unwrap();
+    /// assert!(matches!(txn.put(vec![0; 5000], b"v"), Err(Error::KeyTooLong { .. })));
+    /// ```
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.put(key.as_ref(), value.as_ref()))
+    }
+
+    /// Inserts only if `key` is absent; returns whether it did.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert!(txn.insert(b"k", b"first").unwrap());
+    /// assert!(!txn.insert(b"k", b"second").unwrap());
+    /// assert_eq!(txn.get(b"k").unwrap(), Some(b"first".to_vec()));
+    /// ```
+    pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.insert(key.as_ref(), value.as_ref()))
+    }
+
+    /// Replaces the value only if `key` is present; returns whether it did.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// assert!(!txn.update(b"k", b"v").unwrap());
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert!(txn.update(b"k", b"w").unwrap());
+    /// ```
+    pub fn update(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.update(key.as_ref(), value.as_ref()))
+    }
+
+    /// Deletes `key`; returns whether it was present.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// assert!(txn.delete(b"k").unwrap());
+    /// assert!(!txn.delete(b"k").unwrap());
+    /// ```
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
+        dispatch_txn!(self.inner.get_mut(), t => t.delete(key.as_ref()))
+    }
+
+    /// The records whose keys are in `range` (any Rust range of `AsRef<[u8]>` keys:
+    /// `a..b`, `a..=b`, `a..`, `..b`), in ascending key order, as `(key, value)`;
+    /// [`.rev()`](Scan::rev) makes it descending. Reads (a `get`) may run while the scan
+    /// is open.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for k in ["a", "b", "c", "d"] {
+    ///     txn.put(k, k.to_uppercase()).unwrap();
+    /// }
+    /// let keys = |s: tsumiki::Scan| s.map(|r| r.unwrap().0).collect::<Vec<_>>();
+    /// assert_eq!(keys(txn.range("b".."d")), [b"b", b"c"]);
+    /// assert_eq!(keys(txn.range("b"..="d")), [b"b", b"c", b"d"]);
+    /// assert_eq!(keys(txn.range(.."b")), [b"a"]);
+    /// assert_eq!(keys(txn.range("c"..).rev()), [b"d", b"c"]);
+    /// assert_eq!(keys(txn.range(b"a".as_slice()..b"c")), [b"a", b"b"]);
+    /// assert_eq!(txn.range(..).count(), 4);
+    /// // A read inside the scan loop:
+    /// for row in txn.range("a"..) {
+    ///     let (key, value) = row.unwrap();
+    ///     assert_eq!(txn.get(&key).unwrap(), Some(value));
+    /// }
+    /// ```
+    pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
+        let start = match range.start_bound() {
+            Bound::Included(k) => k.to_vec(),
+            Bound::Excluded(k) => successor(k),
+            Bound::Unbounded => Vec::new(),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(k) => Some(successor(k)),
+            Bound::Excluded(k) => Some(k.to_vec()),
+            Bound::Unbounded => None,
+        };
+        Scan { txn: self, cursor: ScanCursor::new(start, end, false) }
+    }
+
+    /// Every record, in ascending key order (`.rev()`: descending).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// # db.run(|t| { t.put("x", "1")?; t.put("y", "2") }).unwrap();
+    /// let txn = db.begin();
+    /// assert_eq!(txn.iter().count(), 2);
+    /// assert_eq!(txn.iter().rev().next().unwrap().unwrap().0, b"y"); // the last key
+    /// ```
+    pub fn iter(&self) -> Scan<'_, 'a> {
+        Scan { txn: self, cursor: ScanCursor::new(Vec::new(), None, false) }
+    }
+
+    /// The records whose keys start with `prefix`, in ascending key order (`.rev()`:
+    /// descending).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for k in ["user:1", "user:2", "users", "video:1"] {
+    ///     txn.put(k, b"").unwrap();
+    /// }
+    /// let keys: Vec<_> = txn.prefix("user:").rev().map(|r| r.unwrap().0).collect();
+    /// assert_eq!(keys, [b"user:2", b"user:1"]);
+    /// ```
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
+        let p = prefix.as_ref();
+        Scan { txn: self, cursor: ScanCursor::new(p.to_vec(), prefix_end(p), false) }
+    }
+
+    /// Makes the transaction's writes visible, or fails with a conflict (rolled back).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut t1 = db.begin();
+    /// let mut t2 = db.begin();
+    /// t1.get(b"x").unwrap();
+    /// t2.put(b"x", b"2").unwrap();
+    /// t2.commit().unwrap();
+    /// t1.put(b"x", b"1").unwrap();
+    /// // t1 read "x" before t2 wrote it and writes it after: not serializable.
+    /// assert!(t1.commit().unwrap_err().is_retryable());
+    /// ```
+    pub fn commit(self) -> Result<(), Error> {
+        dispatch_txn!(self.inner.into_inner(), t => t.commit())
+    }
+
+    /// Commits without waiting for the commit to become durable: the returned ticket's
+    /// [`CommitTicket::wait`] does. A worker that defers several commits and then waits
+    /// for the last lets them share flushes (group commit, paper 001); other transactions
+    /// may see the writes before the ticket is waited on only under early lock release.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// let ticket = txn.commit_deferred().unwrap();
+    /// ticket.wait().unwrap();
+    /// ```
+    pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
+        dispatch_txn!(self.inner.into_inner(), t => t.commit_deferred())
+    }
+
+    /// Rolls the transaction back.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"v").unwrap();
+    /// txn.abort();
+    /// assert_eq!(db.begin().get(b"k").unwrap(), None);
+    /// ```
+    pub fn abort(self) {
+        dispatch_txn!(self.inner.into_inner(), t => t.abort())
+    }
+}
+
+/// A range of keys for [`Txn::range`]: any Rust range (`a..b`, `a..=b`, `a..`, `..b`,
+/// `..=b`, `..`) or pair of [`Bound`]s, of keys of one `AsRef<[u8]>` type (`&str`,
+/// `&[u8]`, `Vec<u8>`, `&[u8; N]`...). (A trait of its own rather than `RangeBounds`,
+/// whose key type Rust cannot infer from `b"a"..b"b"`.)
+pub trait KeyRange {
+    /// The lower bound.
+    fn start_bound(&self) -> Bound<&[u8]>;
+    /// The upper bound.
+    fn end_bound(&self) -> Bound<&[u8]>;
+}
+
+macro_rules! key_range {
+    ($($ty:ty => |$r:ident| ($start:expr, $end:expr)),* $(,)?) => {$(
+        impl<K: AsRef<[u8]>> KeyRange for $ty {
+            #[allow(unused_variables)]
+            fn start_bound(&self) -> Bound<&[u8]> {
+                let $r = self;
+                $start
+            }
+            #[allow(unused_variables)]
+            fn end_bound(&self) -> Bound<&[u8]> {
+                let $r = self;
+                $end
+            }
+        }
+    )*};
+}
+
+key_range! {
+    std::ops::Range<K> => |r| (Bound::Included(r.start.as_ref()), Bound::Excluded(r.end.as_ref())),
+    std::ops::RangeInclusive<K> => |r| (Bound::Included(r.start().as_ref()), Bound::Included(r.end().as_ref())),
+    std::ops::RangeFrom<K> => |r| (Bound::Included(r.start.as_ref()), Bound::Unbounded),
+    std::ops::RangeTo<K> => |r| (Bound::Unbounded, Bound::Excluded(r.end.as_ref())),
+    std::ops::RangeToInclusive<K> => |r| (Bound::Unbounded, Bound::Included(r.end.as_ref())),
+    (Bound<K>, Bound<K>) => |r| (r.0.as_ref().map(AsRef::as_ref), r.1.as_ref().map(AsRef::as_ref)),
+}
+
+impl KeyRange for std::ops::RangeFull {
+    fn start_bound(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+    fn end_bound(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+}
+
+/// The smallest key after `k`.
+fn successor(k: &[u8]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(k.len() + 1);
+    s.extend_from_slice(k);
+    s.push(0);
+    s
+}
+
+/// The smallest key above every key that starts with `prefix` (`None`: no such key).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A scan of a transaction ([`Txn::range`], [`Txn::prefix`], [`Txn::iter`]): `(key,
+/// value)` pairs, or the error that ended it. Each step reads through the transaction, so
+/// what it returns is part of the transaction's reads (validated, or locked, by its
+/// protocol).
+pub struct Scan<'t, 'a> {
+    txn: &'t Txn<'a>,
+    cursor: ScanCursor,
+}
+
+impl Scan<'_, '_> {
+    /// The same records in descending key order (called after some `next()`, what is
+    /// left of the range, descending). The index links its leaves rightward only, so a
+    /// reverse scan reads the range a window at a time from the top, each window (about a
+    /// leaf of the index) forward and then reversed: one descent per window.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// # db.run(|t| (0..200u32).try_for_each(|i| t.put(i.to_be_bytes(), b""))).unwrap();
+    /// let txn = db.begin();
+    /// let mut scan = txn.iter();
+    /// assert_eq!(scan.next().unwrap().unwrap().0, 0u32.to_be_bytes());
+    /// let rest: Vec<_> = scan.rev().map(|r| u32::from_be_bytes(r.unwrap().0.try_into().unwrap())).collect();
+    /// assert_eq!(rest, (1..200).rev().collect::<Vec<u32>>());
+    /// ```
+    #[allow(clippy::should_implement_trait)]
+    pub fn rev(mut self) -> Self {
+        self.cursor.reverse();
+        self
+    }
+}
+
+impl Iterator for Scan<'_, '_> {
+    type Item = Result<(Vec<u8>, Vec<u8>), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let cursor = &mut self.cursor;
+        dispatch_txn!(&mut *self.txn.inner.borrow_mut(), t => cursor.next(t))
+    }
+}

@@ -1,0 +1,177 @@
+//! A database whose protocol is fixed at compile time ([`TypedDb`]), its checkpoint
+//! thread and its per-thread workers.
+
+use super::*;
+
+/// A database whose protocol is fixed at compile time.
+pub struct TypedDb<P: Protocol> {
+    pub(super) eng: Arc<Engine<P>>,
+    /// The background thread that takes checkpoints (databases with files).
+    checkpointer: Option<Checkpointer>,
+}
+
+/// A thread that takes a checkpoint whenever one is due, so that no commit waits for it.
+struct Checkpointer(Background);
+
+impl Checkpointer {
+    /// How often the thread checks whether a checkpoint is due.
+    const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+    fn start<P: Protocol>(eng: &Arc<Engine<P>>) -> Result<Checkpointer, Error> {
+        let weak = Arc::downgrade(eng);
+        let thread = Background::every("tsumiki-checkpoint", Self::POLL, move || {
+            let Some(eng) = weak.upgrade() else { return false };
+            if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
+                // A failure poisons the log; commits report it.
+                let _ = eng.checkpoint_now();
+            } else {
+                eng.release_idle_segments();
+            }
+            true
+        })
+        .map_err(|e| Error::io("starting the checkpoint thread", e))?;
+        if let Some(t) = thread.thread() {
+            let _ = eng.checkpointer.set(t.clone());
+        }
+        Ok(Checkpointer(thread))
+    }
+
+    fn stop(mut self) {
+        self.0.stop();
+    }
+}
+
+impl<P: Protocol> TypedDb<P> {
+    /// An in-memory database run by `proto`.
+    pub fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
+        Ok(TypedDb { eng: Arc::new(Engine::new(proto, index)?), checkpointer: None })
+    }
+
+    /// A database kept in `storage`: recovers what its files hold, then logs every commit
+    /// per `log` and takes checkpoints per `store`.
+    pub fn open_durable(
+        proto: P,
+        index: BwTreeConfig,
+        storage: Arc<dyn Storage>,
+        log: LogOptions,
+        store: StoreOptions,
+        cache_bytes: usize,
+    ) -> Result<Self, Error> {
+        let policy = CommitMode::resolve(&log, proto.name(), proto.can_hold_locks())?;
+        store.validate()?;
+        let cache = CacheBudget::new(cache_bytes);
+        Self::open_durable_as(proto, index, storage, log, Resolved { policy, cache, store }, false, Plants::NONE)
+    }
+
+    /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
+    pub(super) fn open_durable_as(
+        proto: P,
+        index: BwTreeConfig,
+        storage: Arc<dyn Storage>,
+        log: LogOptions,
+        resolved: Resolved,
+        read_only: bool,
+        plants: Plants,
+    ) -> Result<Self, Error> {
+        let mut eng = Engine::new(proto, index)?;
+        eng.read_only = read_only;
+        eng.open_durable(storage, resolved.store, log, resolved.policy, resolved.cache, plants)?;
+        let eng = Arc::new(eng);
+        let checkpointer = Some(Checkpointer::start(&eng)?);
+        Ok(TypedDb { eng, checkpointer })
+    }
+
+    /// Flushes the log and writes the pages a clean exit leaves (also done on drop, where
+    /// an error cannot be reported).
+    pub fn close(mut self) -> Result<(), Error> {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop();
+        }
+        self.eng.close()
+    }
+
+    /// The log's counters (`None` for an in-memory database).
+    pub fn wal_stats(&self) -> Option<WalStats> {
+        self.eng.durable.as_ref().map(|d| d.wal.stats())
+    }
+
+    /// What recovery did when the database was opened (`None` for an in-memory database).
+    pub fn recovery_stats(&self) -> Option<RecoveryStats> {
+        self.eng.durable.as_ref().map(|d| d.recovery)
+    }
+
+    /// The page store's counters: pages, segments, live and file bytes, what was written
+    /// (`None` for an in-memory database).
+    pub fn store_stats(&self) -> Option<StoreStats> {
+        self.eng.store_stats()
+    }
+
+    /// The record cache's counters (`None` when every record stays in memory).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.eng.cache_stats()
+    }
+
+    /// Starts a transaction on a worker slot from the pool.
+    #[allow(unsafe_code)] // the transaction borrows the slot it owns
+    pub fn begin(&self) -> TypedTxn<'_, P> {
+        let (slot, bufs) = self.eng.take_slot();
+        let s: *const Slot<P> = &*slot;
+        // SAFETY: `slot` moves into the transaction's `Home` and lives as long as it.
+        TypedTxn::start(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
+    }
+
+    /// A worker: a slot and transaction buffers owned by one thread, reused by each of its
+    /// transactions (for benchmarks and long-lived threads).
+    pub fn worker(&self) -> TypedWorker<'_, P> {
+        let (slot, bufs) = self.eng.take_slot();
+        TypedWorker { db: self, slot, bufs: Some(bufs) }
+    }
+
+    /// The protocol.
+    pub fn protocol(&self) -> &P {
+        &self.eng.proto
+    }
+
+    /// Committed and aborted transactions, and records unlinked after deletes, so far.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.eng.counters;
+        (c.commits.load(Relaxed), c.aborts.load(Relaxed), c.unlinked.load(Relaxed))
+    }
+
+    /// Keys in the index, counting deleted ones not yet unlinked (a full scan; for tests).
+    #[doc(hidden)]
+    pub fn index_len(&self) -> usize {
+        self.eng.index_len()
+    }
+}
+
+impl<P: Protocol> Drop for TypedDb<P> {
+    fn drop(&mut self) {
+        if let Some(c) = self.checkpointer.take() {
+            c.stop();
+        }
+        let _ = self.eng.close();
+    }
+}
+
+/// A per-thread worker of a [`TypedDb`]; see [`TypedDb::worker`].
+pub struct TypedWorker<'db, P: Protocol> {
+    db: &'db TypedDb<P>,
+    slot: Arc<Slot<P>>,
+    bufs: Option<Box<TxnBufs<P>>>,
+}
+
+impl<P: Protocol> TypedWorker<'_, P> {
+    /// Starts a transaction; the worker is busy until it ends.
+    pub fn begin(&mut self) -> TypedTxn<'_, P> {
+        let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
+        TypedTxn::start(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
+    }
+}
+
+impl<P: Protocol> Drop for TypedWorker<'_, P> {
+    fn drop(&mut self) {
+        self.db.eng.return_slot(Arc::clone(&self.slot), self.bufs.take());
+    }
+}
