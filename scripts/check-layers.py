@@ -35,8 +35,9 @@ import tempfile
 # The top-level modules each module may import (besides itself). Keep in step with
 # docs/design.md's "Layers" paragraph.
 # The floor: the limits, the error type and the option names, the test plants, the owner of
-# background threads, the storage and the block format. Every layer above may use all of it.
-FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block"}
+# background threads, the storage, the block format and the bounded byte reader (`decode`).
+# Every layer above may use all of it.
+FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block", "decode"}
 ALLOWED = {
     "limits": set(),
     "plants": set(),
@@ -45,6 +46,7 @@ ALLOWED = {
     "names": {"error"},
     "storage": {"error", "limits"},
     "block": {"error"},
+    "decode": {"error"},
     "index": FLOOR,
     "mvcc": FLOOR,
     "cc": FLOOR | {"mvcc"},

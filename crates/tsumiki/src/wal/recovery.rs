@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::format::{self, Master, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
 use super::Release;
+use crate::decode::{DecodeError, Reason};
 use crate::error::Error;
 use crate::storage::{read_all, Storage, StorageFile};
 
@@ -223,10 +224,16 @@ pub fn read_lane(
     let mut parsed = 0u64;
     let mut stream_len = 0u64;
     let n_files = files.len();
-    let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>| {
+    // A damaged record names the segment and the byte where it starts.
+    let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>, blocks: &[BlockSpan]| {
         let base = *parsed;
-        *parsed += take_records(pending, |view, at, n| records.push((view.order, base + at as u64, n)))
-            .map_err(|m| corrupt(format!("lane {lane} of generation {generation}: {m}")))? as u64;
+        *parsed +=
+            take_records(pending, |view, at, n| records.push((view.order, base + at as u64, n))).map_err(|e| {
+                let (file, offset) = stream_place(blocks, base + e.at as u64)
+                    .map(|(f, off)| (Some(files[f as usize].0.clone()), Some(off)))
+                    .unwrap_or((None, None));
+                e.corrupt(file, offset, &format!("lane {lane} of generation {generation}"))
+            })? as u64;
         Ok::<(), Error>(())
     };
     'segs: for (i, (name, f)) in files.iter().enumerate() {
@@ -287,7 +294,7 @@ pub fn read_lane(
                 }
             }
             off += n as u64;
-            take(&mut pending, &mut parsed, &mut out.records)?;
+            take(&mut pending, &mut parsed, &mut out.records, &out.blocks)?;
         }
     }
     if closed && !ended {
@@ -295,7 +302,7 @@ pub fn read_lane(
             "lane {lane} of generation {generation} ends at block sequence {seq} without the end the checkpoint gave it: blocks were lost"
         )));
     }
-    take(&mut pending, &mut parsed, &mut out.records)?;
+    take(&mut pending, &mut parsed, &mut out.records, &out.blocks)?;
     out.files = files;
     Ok(out)
 }
@@ -388,13 +395,21 @@ fn holds_lane_block(
     Ok(false)
 }
 
+/// The segment (its index in the lane's files) and the byte in it where byte `at` of a
+/// lane's stream lies, if in a valid block of `blocks`.
+fn stream_place(blocks: &[BlockSpan], at: u64) -> Option<(u32, u64)> {
+    let b = blocks.get(blocks.partition_point(|b| b.stream + u64::from(b.used) <= at))?;
+    (b.stream <= at).then(|| (b.file, u64::from(b.block) * BLOCK as u64 + (at - b.stream)))
+}
+
 /// Hands each complete record at the start of `stream` to `f` with its offset in
 /// `stream`, then drops those bytes; returns how many were dropped (a record cut by the
-/// end of `stream` stays for the next call).
+/// end of `stream` stays for the next call). A damaged record is an error at its offset
+/// in `stream`.
 fn take_records(
     stream: &mut Vec<u8>,
     mut f: impl FnMut(format::RecordView<'_>, usize, usize),
-) -> Result<usize, String> {
+) -> Result<usize, DecodeError> {
     let mut at = 0;
     while at < stream.len() {
         match format::parse_record(&stream[at..]) {
@@ -403,7 +418,7 @@ fn take_records(
                 at += n;
             }
             Err(format::DecodeError::Truncated) => break,
-            Err(format::DecodeError::Corrupt(m)) => return Err(m),
+            Err(format::DecodeError::Corrupt(m)) => return Err(DecodeError::new(at, Reason::Record(m))),
         }
     }
     stream.drain(..at);
@@ -778,7 +793,7 @@ pub fn logged_writes(
                             break;
                         }
                     }
-                    take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+                    take_writes(r.stream, &mut writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
                     if r.ended {
                         break;
                     }
@@ -805,7 +820,8 @@ pub fn logged_writes(
                                 break 'lane;
                             }
                         }
-                        take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+                        take_writes(r.stream, &mut writes)
+                            .map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
                     }
                 }
             }
@@ -817,7 +833,7 @@ pub fn logged_writes(
             )));
         }
         // The blocks read before the lane's end.
-        take_writes(&mut stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
+        take_writes(&mut stream, &mut writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
         held.push((lane, writes.len() > before, seq > 0));
         // Sorting per lane keeps the list near the distinct keys, not the writes.
         writes.sort_dedup();
@@ -998,7 +1014,7 @@ impl LoggedWrites {
 }
 
 /// Moves the writes of the complete records at the start of `stream` into `writes`.
-fn take_writes(stream: &mut Vec<u8>, writes: &mut LoggedWrites) -> Result<(), String> {
+fn take_writes(stream: &mut Vec<u8>, writes: &mut LoggedWrites) -> Result<(), DecodeError> {
     take_records(stream, |view, _, _| view.for_each(|k, v| writes.push(k, v, view.order))).map(|_| ())
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use crate::block::{BLOCK, PAYLOAD};
+use crate::decode::{DecodeError, Item, Reader, Reason};
 use crate::error::MAX_VALUE_LEN;
 use crate::index::MAX_KEY_LEN;
 use crate::store::pages::ImageRef;
@@ -51,71 +52,32 @@ pub(super) fn decode_ref(b: &[u8]) -> ImageRef {
     }
 }
 
-/// A bounded reader over an image's body.
-pub(super) struct Reader<'a>(pub(super) &'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err(format!("an entry needs {n} bytes, {} are left", self.0.len()));
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    /// A count of items of at least `each` bytes, bounded by what is left.
-    fn count(&mut self, each: usize, what: &str) -> Result<usize, String> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(each) > self.0.len() {
-            return Err(format!("{n} {what} announced in {} bytes", self.0.len()));
-        }
-        Ok(n)
-    }
-    /// A LEB128 varint of at most 32 bits.
-    pub(super) fn varint(&mut self) -> Result<u32, String> {
-        let mut n = 0u32;
-        for i in 0..5 {
-            let b = self.u8()?;
-            if i == 4 && b > 0x0F {
-                return Err("a length overflows 32 bits".into());
-            }
-            n |= u32::from(b & 0x7F) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Ok(n)
-    }
-}
-
-pub(super) fn decode_table_page(r: &mut Reader<'_>) -> Result<TablePage, String> {
+pub(super) fn decode_table_page(r: &mut Reader<'_>) -> Result<TablePage, DecodeError> {
     let pid = r.u64()?;
+    let at = r.pos();
     let l = r.u32()? as usize;
     if l > MAX_KEY_LEN {
-        return Err(format!("page {pid}: a low key of {l} bytes"));
+        return Err(
+            DecodeError::new(at, Reason::TooLong { what: "a low key", len: l, max: MAX_KEY_LEN }).of(Item::Page(pid))
+        );
     }
-    let low = r.take(l)?.to_vec();
+    let low = r.take(l).map_err(|e| e.of(Item::Page(pid)))?.to_vec();
+    let at = r.pos();
     let c = r.u8()? as usize;
     if c > MAX_PAGE_CHAIN {
-        return Err(format!("page {pid}: a chain of {c} images"));
+        return Err(DecodeError::new(at, Reason::LongChain { len: c, max: MAX_PAGE_CHAIN }).of(Item::Page(pid)));
     }
-    let chain = (0..c).map(|_| r.take(REF_LEN).map(decode_ref)).collect::<Result<Vec<_>, _>>()?;
+    let chain = (0..c)
+        .map(|_| r.take(REF_LEN).map(decode_ref))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.of(Item::Page(pid)))?;
     Ok(TablePage { pid, low, chain })
 }
 
 /// A table image's body: a base (`old` is `None`) or a delta's edits of `old`; with the
 /// segment list at its end.
-pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<Table, String> {
-    let mut r = Reader(body);
+pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<Table, DecodeError> {
+    let mut r = Reader::new(body);
     let pages = match old {
         None => {
             let n = r.count(13, "pages")?;
@@ -127,11 +89,12 @@ pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<T
             let mut old = old.into_iter();
             let mut out = Vec::new();
             for _ in 0..edits {
+                let at = r.pos();
                 let keep = r.u32()? as usize;
                 let remove = r.u32()? as usize;
                 let add = r.count(13, "pages")?;
                 if old.len() < keep.saturating_add(remove) {
-                    return Err(format!("a delta keeps {keep} and removes {remove} of {} pages", old.len()));
+                    return Err(DecodeError::new(at, Reason::Edit { keep, remove, pages: old.len() }));
                 }
                 out.extend(old.by_ref().take(keep));
                 old.by_ref().take(remove).for_each(drop);
@@ -141,77 +104,80 @@ pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<T
             }
             out.extend(old);
             if out.len() != n {
-                return Err(format!("{} pages after a delta's edits, {n} announced", out.len()));
+                return Err(DecodeError::new(0, Reason::PageCount { got: out.len(), announced: n }));
             }
             out
         }
     };
     let m = r.count(12, "segments")?;
-    let segs = (0..m).map(|_| Ok((r.u32()?, r.u64()?))).collect::<Result<Vec<_>, String>>()?;
-    if !r.0.is_empty() {
-        return Err(format!("{} bytes after the segment list", r.0.len()));
+    let segs = (0..m).map(|_| Ok((r.u32()?, r.u64()?))).collect::<Result<Vec<_>, DecodeError>>()?;
+    if !r.is_empty() {
+        return Err(r.fail(Reason::Trailing { bytes: r.left(), after: "the segment list" }));
     }
     Ok((pages, segs))
 }
 
 /// The page list: a first page at the empty key, low keys strictly increasing, page ids
 /// unique and below the next one.
-pub(super) fn check_page_list(pages: &[TablePage], next_pid: u64) -> Result<(), String> {
+pub(super) fn check_page_list(pages: &[TablePage], next_pid: u64) -> Result<(), Reason> {
     if pages.first().is_none_or(|p| !p.low.is_empty()) {
-        return Err("no page starts at the empty key".into());
+        return Err(Reason::NoFirstPage);
     }
     if let Some(w) = pages.windows(2).find(|w| w[0].low >= w[1].low) {
-        return Err(format!("pages {} and {} are out of key order", w[0].pid, w[1].pid));
+        return Err(Reason::PageOrder { a: w[0].pid, b: w[1].pid });
     }
     let mut seen = HashSet::new();
     for p in pages {
         if p.pid >= next_pid {
-            return Err(format!("page {} is at or past the next page id {next_pid}", p.pid));
+            return Err(Reason::PagePastNext { pid: p.pid, next: next_pid });
         }
         if !seen.insert(p.pid) {
-            return Err(format!("page id {} appears twice", p.pid));
+            return Err(Reason::PageTwice { pid: p.pid });
         }
     }
     Ok(())
 }
 
 /// Calls `f` on each entry of a page image (see `pages::entries`): lengths bounded, keys
-/// strictly increasing, nothing after the last entry.
+/// strictly increasing, nothing after the last entry. An error's offset is in the image.
 pub(super) fn for_each_entry(
     img: &[u8],
-    mut f: impl FnMut(&[u8], Option<&[u8]>) -> Result<(), String>,
-) -> Result<(), String> {
+    mut f: impl FnMut(&[u8], Option<&[u8]>) -> Result<(), Reason>,
+) -> Result<(), DecodeError> {
     let count = u32::from_le_bytes(img[IMAGE_HEADER - 4..IMAGE_HEADER].try_into().expect("4 bytes"));
-    let mut r = Reader(&img[IMAGE_HEADER..]);
+    let mut r = Reader::new(img);
+    r.take(IMAGE_HEADER)?;
     let mut key: Vec<u8> = Vec::new();
     for i in 0..count {
-        let at = |m: String| format!("entry {i}: {m}");
-        let shared = r.varint().map_err(at)? as usize;
-        let rest = r.varint().map_err(at)? as usize;
-        let vtag = r.varint().map_err(at)? as usize;
+        let at = r.pos();
+        let entry = |e: DecodeError| e.of(Item::Entry(i));
+        let bad = |reason: Reason| DecodeError::new(at, reason).of(Item::Entry(i));
+        let shared = r.varint().map_err(entry)? as usize;
+        let rest = r.varint().map_err(entry)? as usize;
+        let vtag = r.varint().map_err(entry)? as usize;
         if shared > key.len() {
-            return Err(at(format!("shares {shared} bytes with a key of {}", key.len())));
+            return Err(bad(Reason::SharedPrefix { shared, key: key.len() }));
         }
         if shared + rest > MAX_KEY_LEN {
-            return Err(at(format!("a key of {} bytes", shared + rest)));
+            return Err(bad(Reason::TooLong { what: "a key", len: shared + rest, max: MAX_KEY_LEN }));
         }
         if vtag > MAX_VALUE_LEN + 1 {
-            return Err(at(format!("a value of {} bytes", vtag - 1)));
+            return Err(bad(Reason::TooLong { what: "a value", len: vtag - 1, max: MAX_VALUE_LEN }));
         }
-        let tail = r.take(rest).map_err(at)?;
+        let tail = r.take(rest).map_err(entry)?;
         if i > 0 && tail <= &key[shared..] {
-            return Err(at("keys out of order".into()));
+            return Err(bad(Reason::KeyOrder));
         }
         key.truncate(shared);
         key.extend_from_slice(tail);
         let v = match vtag {
             0 => None,
-            n => Some(r.take(n - 1).map_err(at)?),
+            n => Some(r.take(n - 1).map_err(entry)?),
         };
-        f(&key, v).map_err(at)?;
+        f(&key, v).map_err(bad)?;
     }
-    if !r.0.is_empty() {
-        return Err(format!("{} bytes after the last of {count} entries", r.0.len()));
+    if !r.is_empty() {
+        return Err(r.fail(Reason::AfterEntries { bytes: r.left(), count }));
     }
     Ok(())
 }

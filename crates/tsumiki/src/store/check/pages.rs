@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::layout::*;
 use super::{scan_blocks, Bad, Checker};
 use crate::block::{open_block, BLOCK, PAYLOAD};
+use crate::decode::Reason;
 use crate::error::Error;
 use crate::storage::{Storage, StorageFile};
 use crate::store::pages::{segment_file, ImageRef, PageStore, STORE_LANE};
@@ -187,13 +188,13 @@ impl Checker {
         let mut pages: Option<Vec<TablePage>> = None;
         let mut segs = Vec::new();
         for (img, r) in imgs.iter().zip(&chain).rev() {
-            let (p, s) = decode_table(&img[IMAGE_HEADER..], pages.take()).map_err(|w| at(r, w))?;
+            let (p, s) = decode_table(&img[IMAGE_HEADER..], pages.take()).map_err(|e| at(r, e.to_string()))?;
             pages = Some(p);
             segs = s;
         }
         let pages = pages.expect("a base at least");
         let next_pid = u64::from_le_bytes(imgs[0][9..17].try_into().expect("8 bytes"));
-        check_page_list(&pages, next_pid).map_err(|w| at(&t, w))?;
+        check_page_list(&pages, next_pid).map_err(|e| at(&t, e.to_string()))?;
         Ok(((pages, segs), chain))
     }
 
@@ -275,15 +276,15 @@ impl Checker {
             }
             for_each_entry(&img, |k, v| {
                 if k < page.low.as_slice() || high.is_some_and(|h| k >= h) {
-                    return Err("a key outside the page's range".into());
+                    return Err(Reason::KeyOutOfRange);
                 }
                 if last && v.is_none() {
-                    return Err("a tombstone in a base".into());
+                    return Err(Reason::TombstoneInBase);
                 }
                 entries.push((k.to_vec(), w, v.map(|v| v.len() as u64)));
                 Ok(())
             })
-            .map_err(at)?;
+            .map_err(|e| at(e.to_string()))?;
         }
         // The newest image holding a key decides it.
         entries.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));

@@ -220,14 +220,13 @@ fn the_decoders_refuse_what_the_store_would() {
     assert_eq!(seen, vec![(b"b".to_vec(), Some(vec![9])), (b"c".to_vec(), None)]);
     let mut swapped = img.clone();
     swapped.extend_from_slice(&[0, 1, 2, b'c', 9, 0, 1, 0, b'b']);
-    assert!(for_each_entry(&swapped, |_, _| Ok(())).unwrap_err().contains("out of order"));
+    assert!(for_each_entry(&swapped, |_, _| Ok(())).unwrap_err().to_string().contains("out of order"));
     let mut short = img.clone();
     short.extend_from_slice(&[0, 1, 9, b'b', 1]);
     assert!(for_each_entry(&short, |_, _| Ok(())).is_err());
     let mut trailing = ok.clone();
     trailing.push(0);
     assert!(for_each_entry(&trailing, |_, _| Ok(())).is_err());
-    assert!(Reader(&[0xFF, 0xFF, 0xFF, 0xFF, 0x7F]).varint().is_err());
     // A table announcing more pages than its bytes hold; out of order; duplicate ids.
     assert!(decode_table(&u32::MAX.to_le_bytes(), None).is_err());
     let page = |pid: u64, low: &[u8]| TablePage { pid, low: low.to_vec(), chain: Vec::new() };
