@@ -1074,6 +1074,31 @@ mod tests {
         (0..w.len()).map(|i| (w.key(i).to_vec(), w.value(i))).collect()
     }
 
+    /// A byte of a lane's stream maps to its segment and the byte in the file; a damaged
+    /// record is an error at its start in the stream.
+    #[test]
+    fn a_damaged_record_is_placed_in_its_file() {
+        // Segment 0: its header, then blocks 1 and 2 (100 and 50 used bytes); segment 1:
+        // block 1 (10 bytes).
+        let span = |stream, file, block, used| BlockSpan { stream, file, block, used };
+        let blocks = [span(0, 0, 1, 100), span(100, 0, 2, 50), span(150, 1, 1, 10)];
+        assert_eq!(stream_place(&blocks, 0), Some((0, BLOCK as u64)));
+        assert_eq!(stream_place(&blocks, 99), Some((0, BLOCK as u64 + 99)));
+        assert_eq!(stream_place(&blocks, 120), Some((0, 2 * BLOCK as u64 + 20)));
+        assert_eq!(stream_place(&blocks, 159), Some((1, BLOCK as u64 + 9)));
+        assert_eq!(stream_place(&blocks, 160), None);
+        let mut stream = Vec::new();
+        let mut e = format::RecordEncoder::begin(&mut stream, 1);
+        e.write(b"k", Some(b"v"));
+        let n = e.finish().unwrap();
+        stream.extend_from_within(..n);
+        stream[n + 20] ^= 1;
+        let mut seen = 0;
+        let err = take_records(&mut stream, |_, _, _| seen += 1).unwrap_err();
+        assert_eq!((seen, err.at), (1, n));
+        assert!(err.to_string().contains("checksum"), "{err}");
+    }
+
     #[test]
     fn each_key_keeps_its_last_write_by_order_across_lanes() {
         let mut w = LoggedWrites { value_budget: 1 << 20, ..LoggedWrites::default() };

@@ -257,12 +257,12 @@ mod tests {
             (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 2, b'a', b'2'], "out of order"),
             (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 2, b'b', b'2'], "out of order"),
             // A value running past the image, a count past the entries, bytes left over.
-            (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 9, b'c', b'2'], "ends inside"),
-            (count + 1, body.clone(), "ends inside"),
-            (count - 1, body.clone(), "trailing bytes"),
+            (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 9, b'c', b'2'], "are left"),
+            (count + 1, body.clone(), "are left"),
+            (count - 1, body.clone(), "bytes after the last of 1 entries"),
             // Lengths past the limits, and a varint past 32 bits.
-            (1, vec![0, 0x81, 0x80, 0x80, 0x80, 0x01, 0], "exceeds"),
-            (1, vec![0, 0, 0x82, 0x80, 0x80, 0x08], "exceeds"),
+            (1, vec![0, 0x81, 0x80, 0x80, 0x80, 0x01, 0], "over the limit"),
+            (1, vec![0, 0, 0x82, 0x80, 0x80, 0x08], "over the limit"),
             (1, vec![0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F], "overflows"),
         ];
         for (count, body, want) in cases {
