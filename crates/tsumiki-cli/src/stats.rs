@@ -120,7 +120,7 @@ pub fn json(r: &Inspection) -> serde_json::Value {
         .iter()
         .map(|(g, lanes)| match lanes {
             Ok(n) => json!({"generation": g, "lanes": n}),
-            Err(e) => json!({"generation": g, "error": e}),
+            Err(e) => json!({"generation": g, "error": e.to_string()}),
         })
         .collect();
     json!({

@@ -47,6 +47,7 @@ pub mod block;
 pub mod cc;
 #[doc(hidden)]
 pub mod db;
+pub(crate) mod decode;
 pub mod error;
 #[doc(hidden)]
 pub mod index;

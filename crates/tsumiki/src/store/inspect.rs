@@ -77,8 +77,9 @@ pub struct Inspection {
     /// Every log and page segment, in name order.
     pub files: Vec<FileReport>,
     /// Each lane registry (`lanes-<generation>`): the generation and its lane count, or
-    /// why it cannot be read.
-    pub lane_registries: Vec<(u64, Result<u32, String>)>,
+    /// why it cannot be read (`Error::Corrupt`: damaged; `Error::NotFound`: removed while
+    /// it was inspected).
+    pub lane_registries: Vec<(u64, Result<u32, Error>)>,
 }
 
 /// Reads the database in `dir` without changing it. Takes the database's lock, so a
@@ -114,8 +115,9 @@ pub fn inspect(dir: &Path) -> Result<Inspection, Error> {
     names.sort();
     for name in names {
         if let Some(g) = parse_registry_name(&name).filter(|_| !name.ends_with(".tmp")) {
-            let count = read_registry(&*storage, g).map_err(|e| e.to_string());
-            out.lane_registries.push((g, count.and_then(|c| c.ok_or_else(|| "removed meanwhile".to_string()))));
+            let count = read_registry(&*storage, g)
+                .and_then(|c| c.ok_or_else(|| Error::NotFound(format!("{name} was removed meanwhile"))));
+            out.lane_registries.push((g, count));
             continue;
         }
         let log = parse_segment_name(&name).map(|(g, l, _)| (g, l));

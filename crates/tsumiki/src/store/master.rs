@@ -83,20 +83,18 @@ impl Master {
     }
 
     /// Decodes a master record, or says what is wrong with it.
-    pub fn decode(b: &[u8]) -> Result<Master, String> {
+    pub fn decode(b: &[u8]) -> Result<Master, BadMaster> {
         if let Some((_, when)) = MASTER_MAGIC_OLD.iter().find(|(m, _)| b.len() >= 8 && &b[0..8] == *m) {
-            return Err(format!(
-                "MASTER was written by an earlier tsumiki format ({when}), which this version does not read"
-            ));
+            return Err(BadMaster::OldFormat(when));
         }
         if b.len() != MASTER_LEN {
-            return Err(format!("MASTER is {} bytes, expected {MASTER_LEN}", b.len()));
+            return Err(BadMaster::Length(b.len()));
         }
         if &b[0..8] != MASTER_MAGIC {
-            return Err("MASTER is not a tsumiki master record (bad magic)".into());
+            return Err(BadMaster::Magic);
         }
         if crc32c::crc32c(&b[..47]).to_le_bytes() != b[47..51] {
-            return Err("MASTER checksum mismatch".into());
+            return Err(BadMaster::Checksum);
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
@@ -114,26 +112,66 @@ impl Master {
             || m.segment_size < 2 * BLOCK as u64
             || !m.segment_size.is_multiple_of(BLOCK as u64)
         {
-            return Err("MASTER holds invalid settings".into());
+            return Err(BadMaster::Settings);
         }
         // Every generation after the first starts from a table (recovery, checkpoints and
         // close all write one), so a later generation without one was not written by
         // tsumiki.
         if m.generation > MAX_GENERATION {
-            return Err(format!(
-                "MASTER names generation {}, past the last one a database can reach ({MAX_GENERATION}): it was not written by tsumiki",
-                m.generation
-            ));
+            return Err(BadMaster::PastLastGeneration(m.generation));
         }
         if m.generation == 0 || m.table.is_none() && (m.generation != 1 || table != (0, 0, 0, 0)) {
-            return Err(format!("MASTER names generation {} without a translation table", m.generation));
+            return Err(BadMaster::NoTable(m.generation));
         }
         if m.table.is_some_and(|t| t.2 == 0) {
-            return Err("MASTER names an empty translation table".into());
+            return Err(BadMaster::EmptyTable);
         }
         Ok(m)
     }
 }
+
+/// Why bytes are not a valid master record ([`Master::decode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadMaster {
+    /// Written by an earlier format (when it changed), which this version does not read.
+    OldFormat(&'static str),
+    /// Not [`MASTER_LEN`] bytes long.
+    Length(usize),
+    /// Not a tsumiki master record.
+    Magic,
+    /// The record's own checksum does not match.
+    Checksum,
+    /// A flag or the segment size out of range.
+    Settings,
+    /// A generation past [`MAX_GENERATION`].
+    PastLastGeneration(u64),
+    /// A generation after the first without a translation table.
+    NoTable(u64),
+    /// A translation table of zero bytes.
+    EmptyTable,
+}
+
+impl std::fmt::Display for BadMaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadMaster::OldFormat(when) => {
+                write!(f, "MASTER was written by an earlier tsumiki format ({when}), which this version does not read")
+            }
+            BadMaster::Length(n) => write!(f, "MASTER is {n} bytes, expected {MASTER_LEN}"),
+            BadMaster::Magic => f.write_str("MASTER is not a tsumiki master record (bad magic)"),
+            BadMaster::Checksum => f.write_str("MASTER checksum mismatch"),
+            BadMaster::Settings => f.write_str("MASTER holds invalid settings"),
+            BadMaster::PastLastGeneration(g) => write!(
+                f,
+                "MASTER names generation {g}, past the last one a database can reach ({MAX_GENERATION}): it was not written by tsumiki"
+            ),
+            BadMaster::NoTable(g) => write!(f, "MASTER names generation {g} without a translation table"),
+            BadMaster::EmptyTable => f.write_str("MASTER names an empty translation table"),
+        }
+    }
+}
+
+impl std::error::Error for BadMaster {}
 
 /// The master file's size: two alternating superblocks of one block each.
 pub const MASTER_FILE_LEN: usize = 2 * BLOCK;
@@ -159,7 +197,7 @@ pub enum SlotError {
     /// Only this many bytes, fewer than a block (a truncated file's last superblock).
     Short(usize),
     /// The master record itself is not valid: why.
-    Record(String),
+    Record(BadMaster),
     /// The superblock's checksum does not match its record and sequence.
     Checksum,
     /// The byte at this offset, after the record and always zero when written, is not
@@ -191,7 +229,7 @@ impl std::fmt::Display for SlotError {
         match self {
             SlotError::Empty => f.write_str("empty"),
             SlotError::Short(n) => write!(f, "only {n} of its {BLOCK} bytes are there"),
-            SlotError::Record(why) => f.write_str(why),
+            SlotError::Record(why) => write!(f, "{why}"),
             SlotError::Checksum => f.write_str("the superblock's checksum does not match"),
             SlotError::Padding(_) => f.write_str("bytes after the record, which are always zero, are not"),
         }
@@ -244,7 +282,7 @@ fn newest_slot(b: &[u8]) -> Result<(Master, u64, usize), Error> {
             ));
         }
         if b.len() > MASTER_LEN && b.len() < MASTER_FILE_LEN {
-            Master::decode(&b[..MASTER_LEN]).map_err(corrupt)?;
+            Master::decode(&b[..MASTER_LEN]).map_err(|e| corrupt(e.to_string()))?;
         }
         return Err(corrupt(format!("MASTER is {} bytes, expected {MASTER_FILE_LEN} (truncated?)", b.len())));
     }

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::block::{open_block, seal_block, Trailer, BLOCK, PAYLOAD, TRAILER};
+use crate::decode::{DecodeError, Reader};
 use crate::error::{Corruption, Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 use crate::storage::{create_fresh, Storage, StorageFile};
@@ -123,44 +124,13 @@ impl ImageRef {
         out.extend_from_slice(&self.crc.to_le_bytes());
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<ImageRef, String> {
+    fn decode(r: &mut Reader<'_>) -> Result<ImageRef, DecodeError> {
         Ok(ImageRef { seg: r.u32()?, off: r.u64()?, len: r.u32()?, crc: r.u32()? })
     }
 
     /// The block after the image's last byte.
     fn end_block(&self) -> u64 {
         (self.off + self.len as u64).div_ceil(PAYLOAD as u64)
-    }
-}
-
-/// A bounded reader over an image's bytes.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err("an image ends inside an entry".into());
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-    /// A length, checked against `max` before use.
-    fn len(&mut self, max: usize, what: &str) -> Result<usize, String> {
-        let n = self.u32()? as usize;
-        if n > max {
-            return Err(format!("{what} length {n} exceeds {max}"));
-        }
-        Ok(n)
     }
 }
 
@@ -384,29 +354,41 @@ impl PageReads {
         for (w, img) in imgs.iter().enumerate() {
             let kind = img[8];
             let last = w + 1 == imgs.len();
-            let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(corrupt)?;
+            let r = Some(page.chain[w]);
+            let prev = ImageRef::decode(&mut Reader::new(&img[17..17 + REF_LEN]))
+                .map_err(|e| decode_corrupt(r, 17, &format!("page {}", page.pid), &e))?;
             let ok = if last { kind == KIND_BASE } else { kind == KIND_DELTA && prev == page.chain[w + 1] };
             if !ok {
-                return Err(corrupt(format!("page {}: its chain is broken at image {w}", page.pid)));
+                return Err(corrupt_at(r, 0, format!("page {}: its chain is broken at image {w}", page.pid)));
             }
         }
         let in_range = |k: &[u8]| k >= page.low.as_slice() && high.is_none_or(|h| k < h);
         if imgs.len() == 1 && changes.is_empty() {
-            return for_each_entry(&imgs[0], page.pid, |k, v| match v {
+            let r = Some(page.chain[0]);
+            return for_each_entry(&imgs[0], r, page.pid, |k, v| match v {
                 Some(v) if in_range(k) => f(k, v),
-                _ => Err(corrupt(format!("page {}: a base holds a key outside its range or a tombstone", page.pid))),
+                _ => Err(corrupt_at(
+                    r,
+                    0,
+                    format!("page {}: a base holds a key outside its range or a tombstone", page.pid),
+                )),
             });
         }
         // Each layer is sorted: merge them, the newest first (the changes, then the images
         // from the newest), so that the first layer holding a key gives its value.
         let decoded = imgs
             .iter()
-            .map(|img| {
-                Decoded::new(img, page.pid, |k| {
+            .zip(&page.chain)
+            .map(|(img, &r)| {
+                Decoded::new(img, Some(r), page.pid, |k| {
                     if in_range(k) {
                         Ok(())
                     } else {
-                        Err(corrupt(format!("page {}: an image holds a key outside its range", page.pid)))
+                        Err(corrupt_at(
+                            Some(r),
+                            0,
+                            format!("page {}: an image holds a key outside its range", page.pid),
+                        ))
                     }
                 })
             })
@@ -443,6 +425,27 @@ pub fn parse_segment_file(name: &str) -> Option<u32> {
 
 fn corrupt(m: impl Into<String>) -> Error {
     Error::Corrupt(Corruption::new(m))
+}
+
+/// The byte of its segment file where byte `at` of the image at `r` lies.
+fn image_byte(r: ImageRef, at: usize) -> u64 {
+    let p = r.off + at as u64;
+    p / PAYLOAD as u64 * BLOCK as u64 + p % PAYLOAD as u64
+}
+
+/// [`Error::Corrupt`] for damage at byte `at` of the image at `r`, naming its segment
+/// file and the byte there (`None`: bytes not read from a segment, as the fuzz targets').
+fn corrupt_at(r: Option<ImageRef>, at: usize, why: impl Into<String>) -> Error {
+    match r {
+        Some(r) => Error::Corrupt(Corruption::in_file(segment_file(r.seg), Some(image_byte(r, at)), why)),
+        None => corrupt(why),
+    }
+}
+
+/// The same for a decoder's error in the bytes of the image at `r` from its byte `skip`,
+/// the reason led by `context` ("page 7", "the translation table").
+fn decode_corrupt(r: Option<ImageRef>, skip: usize, context: &str, e: &DecodeError) -> Error {
+    e.corrupt(r.map(|r| segment_file(r.seg)), r.map(|r| image_byte(r, skip + e.at)), context)
 }
 
 /// A change to apply: a key and its new value (`None`: deleted).
@@ -626,32 +629,36 @@ impl PageStore {
     /// Reads the table whose newest image is `t`: back along its chain to the base, then
     /// the deltas applied in order.
     fn read_table(&mut self, t: ImageRef) -> Result<(), Error> {
-        let bad = |m: String| corrupt(format!("the translation table: {m}"));
+        const TABLE: &str = "the translation table";
+        let bad = |r: ImageRef, m: String| corrupt_at(Some(r), 0, format!("{TABLE}: {m}"));
         let mut chain = vec![t];
         let mut imgs = vec![self.reads.read_image(t, None)?];
         loop {
             let img = imgs.last().expect("one image at least");
+            let r = *chain.last().expect("one image at least");
             match img[8] {
                 KIND_TABLE => break,
                 KIND_TABLE_DELTA if chain.len() < table::TABLE_CHAIN => {
-                    let prev = ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(bad)?;
+                    let prev = ImageRef::decode(&mut Reader::new(&img[17..17 + REF_LEN]))
+                        .map_err(|e| decode_corrupt(Some(r), 17, TABLE, &e))?;
                     imgs.push(self.reads.read_image(prev, None)?);
                     chain.push(prev);
                 }
-                KIND_TABLE_DELTA => return Err(bad(format!("a chain of over {} images", table::TABLE_CHAIN))),
-                k => return Err(bad(format!("an image of kind {k}, not a table"))),
+                KIND_TABLE_DELTA => return Err(bad(r, format!("a chain of over {} images", table::TABLE_CHAIN))),
+                k => return Err(bad(r, format!("an image of kind {k}, not a table"))),
             }
         }
         let mut pages = None;
         let mut segs = Vec::new();
-        for img in imgs.iter().rev() {
-            let (p, sg) = table::decode(&img[IMAGE_HEADER..], pages)?;
+        for (img, &r) in imgs.iter().zip(&chain).rev() {
+            let (p, sg) = table::decode(&img[IMAGE_HEADER..], pages)
+                .map_err(|e| decode_corrupt(Some(r), IMAGE_HEADER, TABLE, &e))?;
             pages = Some(p);
             segs = sg;
         }
         let pages = pages.expect("a base at least");
         self.next_pid = u64::from_le_bytes(imgs[0][9..17].try_into().expect("8 bytes"));
-        table::check(&pages, self.next_pid)?;
+        table::check(&pages, self.next_pid).map_err(|why| bad(t, why.to_string()))?;
         for (seg, gen) in segs {
             self.segs.insert(seg, Segment { live: 0, gen });
         }
@@ -925,97 +932,4 @@ impl PageStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::DirStorage;
-
-    fn key(i: u64) -> Vec<u8> {
-        format!("key{i:08}").into_bytes()
-    }
-
-    /// The store's whole state.
-    fn contents(store: &PageStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        let mut got = BTreeMap::new();
-        store
-            .load_all(&[], &mut |k, v| {
-                got.insert(k.to_vec(), v.to_vec());
-                Ok(())
-            })
-            .unwrap();
-        got
-    }
-
-    /// Passes touching hundreds of pages (prepared by helper threads, in chunks, ahead of
-    /// the appends) and a page with more changes than a helper prepares (read a batch at
-    /// a time by the pass) leave the pages equal to a model, through deltas,
-    /// consolidations, splits and emptied pages, and after reopening from the table.
-    #[test]
-    fn passes_prepared_by_helpers_agree_with_a_model() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
-        let mut store = PageStore::open(storage.clone(), 1 << 20, None, false).unwrap();
-        store.set_helpers(3);
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..40_000).map(|i| (key(i * 2), vec![b'a'; 40])).collect();
-        store
-            .rebuild(1, &mut |f| {
-                for (k, v) in &model {
-                    f(k, v)?;
-                }
-                Ok(())
-            })
-            .unwrap();
-        let mut table = store.write_table().unwrap();
-        store.commit();
-        assert!(store.pages.len() > 2 * PARALLEL_MIN_PAGES, "{} pages", store.pages.len());
-        let mut rng = crate::storage::SimRng::new(7);
-        for gen in 2..12u64 {
-            let mut changes: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-            for _ in 0..10_000 {
-                let k = key(rng.below(80_000));
-                let v = match rng.below(4) {
-                    0 => None,
-                    n => Some(vec![b'a' + gen as u8; 10 * n as usize]),
-                };
-                changes.insert(k, v);
-            }
-            if gen == 5 {
-                // Past what a helper prepares, all in the last page.
-                for i in 0..3 * PREPARE_MAX_CHANGES as u64 {
-                    changes.insert(format!("zz{i:06}").into_bytes(), Some(vec![b'z'; 30]));
-                }
-            }
-            for (k, v) in &changes {
-                match v {
-                    Some(v) => model.insert(k.clone(), v.clone()),
-                    None => model.remove(k),
-                };
-            }
-            let changes: Vec<Change> = changes.into_iter().collect();
-            store.apply(gen, &changes.as_slice(), None).unwrap();
-            table = store.write_table().unwrap();
-            store.commit();
-            assert_eq!(contents(&store), model, "after generation {gen}");
-        }
-        drop(store);
-        let store = PageStore::open(storage, 1 << 20, Some(table), false).unwrap();
-        assert_eq!(contents(&store), model, "reopened");
-    }
-
-    /// Consecutive page ids (a fill's pages) get delta limits spread over 1/2..3/2 of
-    /// the base's share, so they do not all consolidate in the same checkpoint.
-    #[test]
-    fn delta_limits_spread_over_consecutive_pages() {
-        let base = 8 * PAGE_TARGET as u64;
-        let nominal = base / DELTA_SHARE;
-        let limits: Vec<u64> = (1..=1000).map(|pid| delta_limit(pid, base)).collect();
-        assert!(limits.iter().all(|&l| l >= nominal / 2 && l < nominal * 3 / 2), "{limits:?}");
-        // Each tenth of the range holds some pages (a constant factor fails this).
-        let mut tenths = [0u32; 10];
-        for &l in &limits {
-            tenths[((l - nominal / 2) * 10 / nominal) as usize] += 1;
-        }
-        assert!(tenths.iter().all(|&n| n >= 50), "{tenths:?}");
-        // Small bases keep the floor.
-        assert_eq!(delta_limit(7, 0), PAGE_TARGET as u64 / 8);
-    }
-}
+mod tests;

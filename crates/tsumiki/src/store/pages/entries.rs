@@ -7,7 +7,8 @@
 //! A fill of 4-byte keys and 8-byte values took 21 bytes per entry with fixed `u32`
 //! lengths and a tag byte; this takes 12, and a checkpoint writes that much less.
 
-use super::{corrupt, Reader, IMAGE_HEADER};
+use super::{decode_corrupt, ImageRef, IMAGE_HEADER};
+use crate::decode::{DecodeError, Item, Reader, Reason};
 use crate::error::{Error, MAX_VALUE_LEN};
 use crate::index::MAX_KEY_LEN;
 
@@ -29,24 +30,6 @@ fn varint_len(n: u32) -> usize {
         0x4000..=0x1F_FFFF => 3,
         0x20_0000..=0xFFF_FFFF => 4,
         _ => 5,
-    }
-}
-
-impl Reader<'_> {
-    /// A LEB128 varint of at most 32 bits.
-    fn varint(&mut self) -> Result<u32, String> {
-        let mut n = 0u32;
-        for i in 0..5 {
-            let b = self.u8()?;
-            if i == 4 && b > 0x0F {
-                return Err("a length overflows 32 bits".into());
-            }
-            n |= u32::from(b & 0x7F) << (7 * i);
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        Ok(n)
     }
 }
 
@@ -97,44 +80,49 @@ pub(super) fn encode_entries<'a>(items: impl Iterator<Item = (&'a [u8], Option<&
 
 /// Calls `f` on every entry of a page image, checking lengths and that keys strictly
 /// increase. The key is rebuilt in a buffer (valid during the call); values point into
-/// the image.
+/// the image. A damaged entry is [`Error::Corrupt`] naming the entry and, for an image
+/// read from `src`, its segment file and the entry's byte there.
 pub(super) fn for_each_entry<'a>(
     img: &'a [u8],
+    src: Option<ImageRef>,
     pid: u64,
     mut f: impl FnMut(&[u8], Option<&'a [u8]>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let bad = |m: String| corrupt(format!("page {pid}: {m}"));
+    let bad = |e: DecodeError| decode_corrupt(src, IMAGE_HEADER, &format!("page {pid}"), &e);
     let count = u32::from_le_bytes(img[IMAGE_HEADER - 4..IMAGE_HEADER].try_into().expect("4 bytes"));
-    let mut r = Reader(&img[IMAGE_HEADER..]);
+    let mut r = Reader::new(&img[IMAGE_HEADER..]);
     let mut key: Vec<u8> = Vec::new();
     for i in 0..count {
-        let shared = r.varint().map_err(bad)? as usize;
-        let rest = r.varint().map_err(bad)? as usize;
-        let vtag = r.varint().map_err(bad)? as usize;
+        let at = r.pos();
+        let entry = |e: DecodeError| bad(e.of(Item::Entry(i)));
+        let fail = |reason: Reason| bad(DecodeError::new(at, reason).of(Item::Entry(i)));
+        let shared = r.varint().map_err(entry)? as usize;
+        let rest = r.varint().map_err(entry)? as usize;
+        let vtag = r.varint().map_err(entry)? as usize;
         if shared > key.len() {
-            return Err(bad(format!("an entry shares {shared} bytes with a key of {}", key.len())));
+            return Err(fail(Reason::SharedPrefix { shared, key: key.len() }));
         }
         if shared + rest > MAX_KEY_LEN {
-            return Err(bad(format!("key length {} exceeds {MAX_KEY_LEN}", shared + rest)));
+            return Err(fail(Reason::TooLong { what: "a key", len: shared + rest, max: MAX_KEY_LEN }));
         }
         if vtag > MAX_VALUE_LEN + 1 {
-            return Err(bad(format!("value length {} exceeds {MAX_VALUE_LEN}", vtag - 1)));
+            return Err(fail(Reason::TooLong { what: "a value", len: vtag - 1, max: MAX_VALUE_LEN }));
         }
-        let tail = r.take(rest).map_err(bad)?;
+        let tail = r.take(rest).map_err(entry)?;
         // Both keys start with the same `shared` bytes: the rest decides their order.
         if i > 0 && tail <= &key[shared..] {
-            return Err(bad("keys out of order".into()));
+            return Err(fail(Reason::KeyOrder));
         }
         key.truncate(shared);
         key.extend_from_slice(tail);
         let v = match vtag {
             0 => None,
-            n => Some(r.take(n - 1).map_err(bad)?),
+            n => Some(r.take(n - 1).map_err(entry)?),
         };
         f(&key, v)?;
     }
-    if !r.0.is_empty() {
-        return Err(bad("trailing bytes".into()));
+    if !r.is_empty() {
+        return Err(bad(r.fail(Reason::AfterEntries { bytes: r.left(), count })));
     }
     Ok(())
 }
@@ -147,14 +135,16 @@ pub(super) struct Decoded<'a> {
 }
 
 impl<'a> Decoded<'a> {
-    /// Decodes `img`'s entries, each key passing `check`.
+    /// Decodes `img`'s entries (read from `src`, if from a segment), each key passing
+    /// `check`.
     pub(super) fn new(
         img: &'a [u8],
+        src: Option<ImageRef>,
         pid: u64,
         mut check: impl FnMut(&[u8]) -> Result<(), Error>,
     ) -> Result<Self, Error> {
         let mut d = Decoded { keys: Vec::new(), entries: Vec::new() };
-        for_each_entry(img, pid, |k, v| {
+        for_each_entry(img, src, pid, |k, v| {
             check(k)?;
             d.keys.extend_from_slice(k);
             d.entries.push((d.keys.len(), v));
@@ -221,7 +211,7 @@ mod tests {
 
     fn decode(img: &[u8]) -> Result<Owned, Error> {
         let mut got = Vec::new();
-        for_each_entry(img, 7, |k, v| {
+        for_each_entry(img, None, 7, |k, v| {
             got.push((k.to_vec(), v.map(<[u8]>::to_vec)));
             Ok(())
         })?;
@@ -267,12 +257,12 @@ mod tests {
             (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 2, b'a', b'2'], "out of order"),
             (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 2, b'b', b'2'], "out of order"),
             // A value running past the image, a count past the entries, bytes left over.
-            (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 9, b'c', b'2'], "ends inside"),
-            (count + 1, body.clone(), "ends inside"),
-            (count - 1, body.clone(), "trailing bytes"),
+            (count, vec![0, 2, 2, b'a', b'b', b'1', 1, 1, 9, b'c', b'2'], "are left"),
+            (count + 1, body.clone(), "are left"),
+            (count - 1, body.clone(), "bytes after the last of 1 entries"),
             // Lengths past the limits, and a varint past 32 bits.
-            (1, vec![0, 0x81, 0x80, 0x80, 0x80, 0x01, 0], "exceeds"),
-            (1, vec![0, 0, 0x82, 0x80, 0x80, 0x08], "exceeds"),
+            (1, vec![0, 0x81, 0x80, 0x80, 0x80, 0x01, 0], "over the limit"),
+            (1, vec![0, 0, 0x82, 0x80, 0x80, 0x08], "over the limit"),
             (1, vec![0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F], "overflows"),
         ];
         for (count, body, want) in cases {

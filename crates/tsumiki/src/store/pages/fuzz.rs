@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use super::entries::{encode_entries, for_each_entry, merge_newest_first, Decoded};
 use super::table;
-use super::{corrupt, ImageRef, Page, Reader, IMAGE_HEADER, KIND_BASE, KIND_DELTA, KIND_TABLE, KIND_TABLE_DELTA};
+use super::{
+    corrupt, decode_corrupt, ImageRef, Page, IMAGE_HEADER, KIND_BASE, KIND_DELTA, KIND_TABLE, KIND_TABLE_DELTA,
+};
 use super::{MAX_IMAGE, REF_LEN};
+use crate::decode::Reader;
 use crate::error::Error;
 
 /// Decodes `img` as the store does an image whose checksums passed (the CRC is not
@@ -28,15 +31,15 @@ pub fn decode_image(img: &[u8], base: Option<&[u8]>) -> Result<usize, Error> {
         return Err(corrupt("an image's length disagrees with its header"));
     }
     let pid = u64::from_le_bytes(img[9..17].try_into().expect("8 bytes"));
-    ImageRef::decode(&mut Reader(&img[17..17 + REF_LEN])).map_err(corrupt)?;
+    ImageRef::decode(&mut Reader::new(&img[17..17 + REF_LEN])).map_err(|e| decode_corrupt(None, 17, "an image", &e))?;
     match img[8] {
         KIND_BASE | KIND_DELTA => {
             let mut streamed = Vec::new();
-            for_each_entry(img, pid, |k, v| {
+            for_each_entry(img, None, pid, |k, v| {
                 streamed.push((k.to_vec(), v.map(<[u8]>::to_vec)));
                 Ok(())
             })?;
-            let decoded = Decoded::new(img, pid, |_| Ok(()))?;
+            let decoded = Decoded::new(img, None, pid, |_| Ok(()))?;
             let mut merged = Vec::new();
             merge_newest_first(&[decoded.layer()], |k, v| {
                 merged.push((k.to_vec(), v.map(<[u8]>::to_vec)));
@@ -46,21 +49,29 @@ pub fn decode_image(img: &[u8], base: Option<&[u8]>) -> Result<usize, Error> {
             Ok(streamed.len())
         }
         KIND_TABLE => {
-            let (pages, _) = table::decode(&img[IMAGE_HEADER..], None)?;
-            table::check(&pages, pid)?;
+            let (pages, _) = table::decode(&img[IMAGE_HEADER..], None).map_err(table_corrupt)?;
+            table::check(&pages, pid).map_err(|why| corrupt(format!("{TABLE}: {why}")))?;
             Ok(pages.len())
         }
         KIND_TABLE_DELTA => {
             let old = match base {
-                Some(b) if b.len() >= IMAGE_HEADER && b[8] == KIND_TABLE => table::decode(&b[IMAGE_HEADER..], None)?.0,
+                Some(b) if b.len() >= IMAGE_HEADER && b[8] == KIND_TABLE => {
+                    table::decode(&b[IMAGE_HEADER..], None).map_err(table_corrupt)?.0
+                }
                 _ => return Err(corrupt("a table delta without its base")),
             };
-            let (pages, _) = table::decode(&img[IMAGE_HEADER..], Some(old))?;
-            table::check(&pages, pid)?;
+            let (pages, _) = table::decode(&img[IMAGE_HEADER..], Some(old)).map_err(table_corrupt)?;
+            table::check(&pages, pid).map_err(|why| corrupt(format!("{TABLE}: {why}")))?;
             Ok(pages.len())
         }
         k => Err(corrupt(format!("an image of kind {k}"))),
     }
+}
+
+const TABLE: &str = "the translation table";
+
+fn table_corrupt(e: crate::decode::DecodeError) -> Error {
+    decode_corrupt(None, IMAGE_HEADER, TABLE, &e)
 }
 
 /// Valid images drawn from `seed`, to mutate: a page base, a page delta (with

@@ -14,8 +14,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{corrupt, ImageRef, Page, Reader, MAX_CHAIN, REF_LEN};
-use crate::error::Error;
+use super::{ImageRef, Page, MAX_CHAIN, REF_LEN};
+use crate::decode::{DecodeError, Item, Reader, Reason};
 use crate::index::MAX_KEY_LEN;
 
 /// The longest chain of table images (a base and its deltas).
@@ -125,53 +125,44 @@ pub(super) fn encode_delta(pages: usize, edits: &[Edit], segs: &[(u32, u64)], bo
     encode_segs(segs, body);
 }
 
-fn bad(m: impl std::fmt::Display) -> Error {
-    corrupt(format!("the translation table: {m}"))
-}
-
-fn decode_page(r: &mut Reader<'_>) -> Result<Arc<Page>, Error> {
-    let pid = r.u64().map_err(bad)?;
-    let low = r.len(MAX_KEY_LEN, "key").and_then(|l| r.take(l)).map_err(bad)?.to_vec();
-    let c = r.u8().map_err(bad)? as usize;
+fn decode_page(r: &mut Reader<'_>) -> Result<Arc<Page>, DecodeError> {
+    let pid = r.u64()?;
+    let page = |e: DecodeError| e.of(Item::Page(pid));
+    let low = r.len(MAX_KEY_LEN, "a low key").and_then(|l| r.take(l)).map_err(page)?.to_vec();
+    let at = r.pos();
+    let c = r.u8()? as usize;
     if c > MAX_CHAIN + 1 {
-        return Err(bad(format!("page {pid}: chain of {c}")));
+        return Err(page(DecodeError::new(at, Reason::LongChain { len: c, max: MAX_CHAIN + 1 })));
     }
-    let chain = (0..c).map(|_| ImageRef::decode(r)).collect::<Result<Vec<_>, _>>().map_err(bad)?;
+    let chain = (0..c).map(|_| ImageRef::decode(r)).collect::<Result<Vec<_>, _>>().map_err(page)?;
     Ok(Arc::new(Page { low, pid, chain }))
-}
-
-/// A count read from disk, bounded by what the rest of the image could hold.
-fn count(r: &mut Reader<'_>, each: usize, what: &str) -> Result<usize, Error> {
-    let n = r.u32().map_err(bad)? as usize;
-    if n.saturating_mul(each) > r.0.len() {
-        return Err(bad(format!("{n} {what} in {} bytes", r.0.len())));
-    }
-    Ok(n)
 }
 
 /// A decoded table: its pages, and its segments with the generation that last wrote each.
 pub(super) type Decoded = (Vec<Arc<Page>>, Vec<(u32, u64)>);
 
 /// The pages of a base's body (`body`), or of `pages` with a delta's edits applied; with
-/// the segments listed at its end.
-pub(super) fn decode(body: &[u8], pages: Option<Vec<Arc<Page>>>) -> Result<Decoded, Error> {
-    let mut r = Reader(body);
+/// the segments listed at its end. Every count is bounded by what the rest of the body
+/// could hold.
+pub(super) fn decode(body: &[u8], pages: Option<Vec<Arc<Page>>>) -> Result<Decoded, DecodeError> {
+    let mut r = Reader::new(body);
     let out = match pages {
         None => {
-            let n = count(&mut r, 13, "pages")?;
+            let n = r.count(13, "pages")?;
             (0..n).map(|_| decode_page(&mut r)).collect::<Result<Vec<_>, _>>()?
         }
         Some(old) => {
-            let n = r.u32().map_err(bad)? as usize;
-            let edits = count(&mut r, 12, "edits")?;
+            let n = r.u32()? as usize;
+            let edits = r.count(12, "edits")?;
             let mut out = Vec::with_capacity(n.min(old.len() + body.len() / 13));
             let mut old = old.into_iter();
             for _ in 0..edits {
-                let keep = r.u32().map_err(bad)? as usize;
-                let remove = r.u32().map_err(bad)? as usize;
-                let add = count(&mut r, 13, "pages")?;
+                let at = r.pos();
+                let keep = r.u32()? as usize;
+                let remove = r.u32()? as usize;
+                let add = r.count(13, "pages")?;
                 if old.len() < keep.saturating_add(remove) {
-                    return Err(bad(format!("an edit keeps {keep} and removes {remove} of {} pages", old.len())));
+                    return Err(DecodeError::new(at, Reason::Edit { keep, remove, pages: old.len() }));
                 }
                 out.extend(old.by_ref().take(keep));
                 old.by_ref().take(remove).for_each(drop);
@@ -181,37 +172,35 @@ pub(super) fn decode(body: &[u8], pages: Option<Vec<Arc<Page>>>) -> Result<Decod
             }
             out.extend(old);
             if out.len() != n {
-                return Err(bad(format!("{} pages after the edits, {n} announced", out.len())));
+                return Err(DecodeError::new(0, Reason::PageCount { got: out.len(), announced: n }));
             }
             out
         }
     };
-    let m = count(&mut r, 12, "segments")?;
+    let m = r.count(12, "segments")?;
     let mut segs = Vec::with_capacity(m);
     for _ in 0..m {
-        let seg = r.u32().map_err(bad)?;
-        let gen = r.u64().map_err(bad)?;
+        let seg = r.u32()?;
+        let gen = r.u64()?;
         segs.push((seg, gen));
     }
-    if !r.0.is_empty() {
-        return Err(bad("trailing bytes"));
+    if !r.is_empty() {
+        return Err(r.fail(Reason::Trailing { bytes: r.left(), after: "the segment list" }));
     }
     Ok((out, segs))
 }
 
 /// Checks a decoded page list: not empty, the first page at the empty key, low keys
 /// strictly increasing, page ids below `next_pid`.
-pub(super) fn check(pages: &[Arc<Page>], next_pid: u64) -> Result<(), Error> {
+pub(super) fn check(pages: &[Arc<Page>], next_pid: u64) -> Result<(), Reason> {
     if pages.first().is_none_or(|p| !p.low.is_empty()) {
-        return Err(bad("no page starts at the empty key"));
+        return Err(Reason::NoFirstPage);
     }
-    for w in pages.windows(2) {
-        if w[0].low >= w[1].low {
-            return Err(bad("pages out of key order"));
-        }
+    if let Some(w) = pages.windows(2).find(|w| w[0].low >= w[1].low) {
+        return Err(Reason::PageOrder { a: w[0].pid, b: w[1].pid });
     }
     if let Some(p) = pages.iter().find(|p| p.pid >= next_pid) {
-        return Err(bad(format!("page {} at or past the next page id {next_pid}", p.pid)));
+        return Err(Reason::PagePastNext { pid: p.pid, next: next_pid });
     }
     Ok(())
 }

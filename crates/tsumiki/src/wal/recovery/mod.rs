@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 
 use super::format::{self, BLOCK, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE};
 use super::Release;
+use crate::decode::{DecodeError, Reason};
 use crate::error::Error;
 use crate::storage::{Storage, StorageFile};
+
+mod writes;
+pub use writes::{logged_writes, Echoes, Logged, LoggedWrites};
 
 /// One lane's log after its torn tail is cut: its records' places, and what is needed to
 /// read them back a window at a time (the log itself is not held in memory: recovery's
@@ -221,10 +225,16 @@ pub fn read_lane(
     let mut parsed = 0u64;
     let mut stream_len = 0u64;
     let n_files = files.len();
-    let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>| {
+    // A damaged record names the segment and the byte where it starts.
+    let take = |pending: &mut Vec<u8>, parsed: &mut u64, records: &mut Vec<(u64, u64, usize)>, blocks: &[BlockSpan]| {
         let base = *parsed;
-        *parsed += take_records(pending, |view, at, n| records.push((view.order, base + at as u64, n)))
-            .map_err(|m| corrupt(format!("lane {lane} of generation {generation}: {m}")))? as u64;
+        *parsed +=
+            take_records(pending, |view, at, n| records.push((view.order, base + at as u64, n))).map_err(|e| {
+                let (file, offset) = stream_place(blocks, base + e.at as u64)
+                    .map(|(f, off)| (Some(files[f as usize].0.clone()), Some(off)))
+                    .unwrap_or((None, None));
+                e.corrupt(file, offset, &format!("lane {lane} of generation {generation}"))
+            })? as u64;
         Ok::<(), Error>(())
     };
     'segs: for (i, (name, f)) in files.iter().enumerate() {
@@ -285,7 +295,7 @@ pub fn read_lane(
                 }
             }
             off += n as u64;
-            take(&mut pending, &mut parsed, &mut out.records)?;
+            take(&mut pending, &mut parsed, &mut out.records, &out.blocks)?;
         }
     }
     if closed && !ended {
@@ -293,7 +303,7 @@ pub fn read_lane(
             "lane {lane} of generation {generation} ends at block sequence {seq} without the end the checkpoint gave it: blocks were lost"
         )));
     }
-    take(&mut pending, &mut parsed, &mut out.records)?;
+    take(&mut pending, &mut parsed, &mut out.records, &out.blocks)?;
     out.files = files;
     Ok(out)
 }
@@ -386,13 +396,21 @@ fn holds_lane_block(
     Ok(false)
 }
 
+/// The segment (its index in the lane's files) and the byte in it where byte `at` of a
+/// lane's stream lies, if in a valid block of `blocks`.
+fn stream_place(blocks: &[BlockSpan], at: u64) -> Option<(u32, u64)> {
+    let b = blocks.get(blocks.partition_point(|b| b.stream + u64::from(b.used) <= at))?;
+    (b.stream <= at).then(|| (b.file, u64::from(b.block) * BLOCK as u64 + (at - b.stream)))
+}
+
 /// Hands each complete record at the start of `stream` to `f` with its offset in
 /// `stream`, then drops those bytes; returns how many were dropped (a record cut by the
-/// end of `stream` stays for the next call).
+/// end of `stream` stays for the next call). A damaged record is an error at its offset
+/// in `stream`.
 fn take_records(
     stream: &mut Vec<u8>,
     mut f: impl FnMut(format::RecordView<'_>, usize, usize),
-) -> Result<usize, String> {
+) -> Result<usize, DecodeError> {
     let mut at = 0;
     while at < stream.len() {
         match format::parse_record(&stream[at..]) {
@@ -401,7 +419,7 @@ fn take_records(
                 at += n;
             }
             Err(format::DecodeError::Truncated) => break,
-            Err(format::DecodeError::Corrupt(m)) => return Err(m),
+            Err(format::DecodeError::Corrupt(m)) => return Err(DecodeError::new(at, Reason::Record(m))),
         }
     }
     stream.drain(..at);
@@ -626,270 +644,6 @@ pub fn check_generations(storage: &dyn Storage, g: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Every key the records of generation `generation`'s logs write, sorted and unique,
-/// with its last logged value: what changed since the checkpoint that started it. The
-/// lanes were ended (by the switch to the next generation, or a close): synced, each up
-/// to a block marked [`FLAG_LANE_END`]. A damaged or missing block before that end is an
-/// error (a key missed here would be lost with the log), not a tail. Segments are read a
-/// chunk at a time into one buffer, or, for a lane in `echoes`, taken from the copy of
-/// its blocks kept as they were written. Values are kept while
-/// the kept ones (the distinct keys' last values, after each lane) stay within
-/// `value_budget` bytes; past it a key's value is [`Logged::Unknown`], for the caller to
-/// read elsewhere. (`first_for_tests`: each key's first write is kept, a planted bug.)
-pub fn logged_writes(
-    storage: &dyn Storage,
-    generation: u64,
-    segment_size: u64,
-    value_budget: usize,
-    first_for_tests: bool,
-    echoes: &Echoes,
-) -> Result<LoggedWrites, Error> {
-    let lanes = segments_of(storage, generation)?;
-    let registered = read_registry(storage, generation)?;
-    let mut writes = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
-    let mut chunk = vec![0u8; LANE_CHUNK];
-    let mut stream: Vec<u8> = Vec::new();
-    let mut held = Vec::with_capacity(lanes.len());
-    for (&lane, segs) in &lanes {
-        if !echoes.contains_key(&lane) && foreign_lane(storage, generation, lane, registered) {
-            continue;
-        }
-        stream.clear();
-        let before = writes.len();
-        let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
-        match echoes.get(&lane) {
-            // The lane's blocks as written (see `Echoes`): the same checks, no read.
-            Some(copy) => {
-                for piece in copy {
-                    for block in piece.chunks(BLOCK) {
-                        if r.block(block, "the in-memory copy")? {
-                            break;
-                        }
-                    }
-                    take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
-                    if r.ended {
-                        break;
-                    }
-                }
-            }
-            None => {
-                'lane: for (i, &seg) in segs.iter().enumerate() {
-                    let name = format::segment_name(generation, lane, seg);
-                    if seg != i as u64 {
-                        return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
-                    }
-                    let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-                    let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
-                    // The lane's blocks follow the segment's header (a segment written
-                    // before headers has none: its blocks start at 0).
-                    let headered = has_header(&*f, generation, lane, seg).map_err(|e| io(&name, e))?;
-                    let mut off = if headered { format::SEGMENT_HEADER } else { 0 };
-                    while off < len {
-                        let n = (chunk.len() as u64).min(len - off) as usize;
-                        read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
-                        off += n as u64;
-                        for block in chunk[..n].chunks(BLOCK) {
-                            if r.block(block, &name)? {
-                                break 'lane;
-                            }
-                        }
-                        take_writes(r.stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
-                    }
-                }
-            }
-        }
-        let (seq, ended) = (r.seq, r.ended);
-        if !ended {
-            return Err(corrupt(format!(
-                "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
-            )));
-        }
-        // The blocks read before the lane's end.
-        take_writes(&mut stream, &mut writes).map_err(|m| corrupt(format!("lane {lane}: {m}")))?;
-        held.push((lane, writes.len() > before, seq > 0));
-        // Sorting per lane keeps the list near the distinct keys, not the writes.
-        writes.sort_dedup();
-    }
-    check_registry(storage, generation, &held)?;
-    Ok(writes)
-}
-
-/// Copies of ended lanes' blocks, by lane, kept in memory as they were written (pieces
-/// of whole blocks, in order; see
-/// `Wal::take_echoes`): a lane written with direct I/O is not in the page cache, and
-/// reading it back from the device doubled a synced workload's I/O.
-pub type Echoes = std::collections::HashMap<u16, Vec<Vec<u8>>>;
-
-/// A closed lane's blocks, in order, checked as they come: each must be the lane's next,
-/// and follow a partly filled one only if final; the payloads gather in `stream`.
-struct LaneBlocks<'s> {
-    generation: u64,
-    lane: u16,
-    seq: u32,
-    prev_used: Option<u16>,
-    ended: bool,
-    stream: &'s mut Vec<u8>,
-}
-
-impl LaneBlocks<'_> {
-    /// Takes the next block (read from `from`); returns whether it is the lane's end.
-    fn block(&mut self, block: &[u8], from: &str) -> Result<bool, Error> {
-        match format::open_block(block, self.generation) {
-            Some(t)
-                if t.lane == self.lane
-                    && t.seq == self.seq
-                    && self.prev_used.is_none_or(|u| format::follows(u, &t)) =>
-            {
-                self.prev_used = Some(t.used);
-                self.stream.extend_from_slice(&block[..t.used as usize]);
-                self.seq = self.seq.wrapping_add(1);
-                self.ended = t.flags & FLAG_LANE_END != 0;
-                Ok(self.ended)
-            }
-            _ => Err(corrupt(format!(
-                "{from}: block {} of lane {} is damaged or missing, before the lane's end",
-                self.seq, self.lane
-            ))),
-        }
-    }
-}
-
-/// The last logged value of a key (see [`logged_writes`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logged<'a> {
-    /// Written with this value.
-    Value(&'a [u8]),
-    /// Deleted.
-    Deleted,
-    /// Written, but its value was not kept (past the budget).
-    Unknown,
-}
-
-/// `Write::vlen` of a delete, and of a value not kept.
-const VLEN_DELETED: u32 = u32::MAX;
-const VLEN_UNKNOWN: u32 = u32::MAX - 1;
-
-/// One logged write: its key (and kept value, right after it) in `LoggedWrites::bytes`.
-#[derive(Debug, Clone, Copy)]
-struct Write {
-    at: u64,
-    klen: u32,
-    vlen: u32,
-    /// The record's LSN or commit timestamp: a key's later write has a larger one, in
-    /// whichever lane (the order recovery replays in).
-    order: u64,
-    /// The key's first 8 bytes, zero-padded, big-endian: ordered as the keys are, so that
-    /// most comparisons of the sort need no `memcmp` (which took a fifth of a
-    /// checkpoint's CPU).
-    prefix: u64,
-}
-
-impl Write {
-    fn kept(&self) -> usize {
-        if self.vlen >= VLEN_UNKNOWN {
-            0
-        } else {
-            self.vlen as usize
-        }
-    }
-}
-
-/// Logged writes packed into one buffer (a checkpoint may list millions: one allocation
-/// each would cost several times the keys' bytes).
-#[derive(Debug, Default, Clone)]
-pub struct LoggedWrites {
-    bytes: Vec<u8>,
-    writes: Vec<Write>,
-    value_budget: usize,
-    /// Value bytes kept (as of the last [`sort_dedup`](Self::sort_dedup), plus those
-    /// pushed since).
-    values_kept: usize,
-    first_for_tests: bool,
-}
-
-impl LoggedWrites {
-    /// Appends a write of `k` in a record of order `order` (`v`: `None` a delete).
-    pub fn push(&mut self, k: &[u8], v: Option<&[u8]>, order: u64) {
-        let at = self.bytes.len() as u64;
-        self.bytes.extend_from_slice(k);
-        let vlen = match v {
-            None => VLEN_DELETED,
-            Some(v) if self.values_kept + v.len() <= self.value_budget => {
-                self.values_kept += v.len();
-                self.bytes.extend_from_slice(v);
-                v.len() as u32
-            }
-            Some(_) => VLEN_UNKNOWN,
-        };
-        let mut head = [0u8; 8];
-        let n = k.len().min(8);
-        head[..n].copy_from_slice(&k[..n]);
-        self.writes.push(Write { at, klen: k.len() as u32, vlen, order, prefix: u64::from_be_bytes(head) });
-    }
-
-    /// Writes listed.
-    pub fn len(&self) -> usize {
-        self.writes.len()
-    }
-
-    /// Whether no write is listed.
-    pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
-    }
-
-    /// Key `i`.
-    pub fn key(&self, i: usize) -> &[u8] {
-        let w = &self.writes[i];
-        &self.bytes[w.at as usize..w.at as usize + w.klen as usize]
-    }
-
-    /// Key `i`'s last logged value.
-    pub fn value(&self, i: usize) -> Logged<'_> {
-        let w = &self.writes[i];
-        match w.vlen {
-            VLEN_DELETED => Logged::Deleted,
-            VLEN_UNKNOWN => Logged::Unknown,
-            n => {
-                let v = w.at as usize + w.klen as usize;
-                Logged::Value(&self.bytes[v..v + n as usize])
-            }
-        }
-    }
-
-    /// Sorts by key and keeps each key's last write (and only the bytes it uses).
-    pub fn sort_dedup(&mut self) {
-        let bytes = &self.bytes;
-        let key = |w: &Write| &bytes[w.at as usize..w.at as usize + w.klen as usize];
-        // Equal orders (one record writing a key twice) fall back to log order.
-        self.writes.sort_unstable_by(|a, b| {
-            a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))).then(a.order.cmp(&b.order)).then(a.at.cmp(&b.at))
-        });
-        // `dedup_by` keeps the first of equal neighbours: move the later write into it.
-        let first = self.first_for_tests;
-        self.writes.dedup_by(|later, kept| {
-            let same = later.prefix == kept.prefix && key(later) == key(kept);
-            if same && !first {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        let mut packed = Vec::with_capacity(self.writes.iter().map(|w| w.klen as usize + w.kept()).sum());
-        for w in &mut self.writes {
-            let at = packed.len() as u64;
-            let len = w.klen as usize + w.kept();
-            packed.extend_from_slice(&self.bytes[w.at as usize..w.at as usize + len]);
-            w.at = at;
-        }
-        self.values_kept = self.writes.iter().map(Write::kept).sum();
-        self.bytes = packed;
-    }
-}
-
-/// Moves the writes of the complete records at the start of `stream` into `writes`.
-fn take_writes(stream: &mut Vec<u8>, writes: &mut LoggedWrites) -> Result<(), String> {
-    take_records(stream, |view, _, _| view.for_each(|k, v| writes.push(k, v, view.order))).map(|_| ())
-}
-
 /// Fills `buf` from `off`; a file shorter than that is an error.
 fn read_exact_at(file: &dyn crate::wal::storage::StorageFile, buf: &mut [u8], off: u64) -> std::io::Result<()> {
     let mut at = 0;
@@ -944,6 +698,31 @@ mod tests {
 
     fn listed(w: &LoggedWrites) -> Vec<(Vec<u8>, Logged<'_>)> {
         (0..w.len()).map(|i| (w.key(i).to_vec(), w.value(i))).collect()
+    }
+
+    /// A byte of a lane's stream maps to its segment and the byte in the file; a damaged
+    /// record is an error at its start in the stream.
+    #[test]
+    fn a_damaged_record_is_placed_in_its_file() {
+        // Segment 0: its header, then blocks 1 and 2 (100 and 50 used bytes); segment 1:
+        // block 1 (10 bytes).
+        let span = |stream, file, block, used| BlockSpan { stream, file, block, used };
+        let blocks = [span(0, 0, 1, 100), span(100, 0, 2, 50), span(150, 1, 1, 10)];
+        assert_eq!(stream_place(&blocks, 0), Some((0, BLOCK as u64)));
+        assert_eq!(stream_place(&blocks, 99), Some((0, BLOCK as u64 + 99)));
+        assert_eq!(stream_place(&blocks, 120), Some((0, 2 * BLOCK as u64 + 20)));
+        assert_eq!(stream_place(&blocks, 159), Some((1, BLOCK as u64 + 9)));
+        assert_eq!(stream_place(&blocks, 160), None);
+        let mut stream = Vec::new();
+        let mut e = format::RecordEncoder::begin(&mut stream, 1);
+        e.write(b"k", Some(b"v"));
+        let n = e.finish().unwrap();
+        stream.extend_from_within(..n);
+        stream[n + 20] ^= 1;
+        let mut seen = 0;
+        let err = take_records(&mut stream, |_, _, _| seen += 1).unwrap_err();
+        assert_eq!((seen, err.at), (1, n));
+        assert!(err.to_string().contains("checksum"), "{err}");
     }
 
     #[test]
