@@ -1,7 +1,8 @@
 //! Links LevelDB and RocksDB (bench fill's C peers) only where their development packages
 //! are installed, so the binary still builds on a machine without them: the engines are
 //! then reported as not built in. Embeds the git commit the binary is built from
-//! (`TSUMIKI_GIT_COMMIT`, named in every benchmark's JSON header).
+//! (`TSUMIKI_GIT_COMMIT`, named in every benchmark's JSON header). Tells the tests whether
+//! they are built optimized (`cfg(tsumiki_unoptimized)`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,6 +10,12 @@ use std::process::Command;
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(have_leveldb)");
     println!("cargo::rustc-check-cfg=cfg(have_rocksdb)");
+    // The tests size their work by the opt-level, not by debug assertions (CI runs the
+    // optimized tests with debug assertions on; see crates/tsumiki/build.rs).
+    println!("cargo::rustc-check-cfg=cfg(tsumiki_unoptimized)");
+    if std::env::var("OPT_LEVEL").is_ok_and(|l| l == "0") {
+        println!("cargo::rustc-cfg=tsumiki_unoptimized");
+    }
     // TSUMIKI_NO_PEER_LIBS=1 builds without them even where installed (tests the fallback).
     println!("cargo::rerun-if-env-changed=TSUMIKI_NO_PEER_LIBS");
     let skip = std::env::var_os("TSUMIKI_NO_PEER_LIBS").is_some_and(|v| v == "1");

@@ -110,10 +110,10 @@ fn damaged_files(report: &serde_json::Value) -> Vec<String> {
 
 /// The Must-show round trip: 1M records dumped, loaded into a new database and dumped
 /// again give the same bytes; values read back with `get` match. (100K records in a
-/// debug build; CI runs the tests in release.)
+/// unoptimized build; CI runs the tests in release.)
 #[test]
 fn dump_then_load_round_trips_a_million_records() {
-    let n: u64 = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+    let n: u64 = if cfg!(tsumiki_unoptimized) { 100_000 } else { 1_000_000 };
     let tmp = tempfile::tempdir().unwrap();
     let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
     let (d1, d2) = (tmp.path().join("one.dump"), tmp.path().join("two.dump"));

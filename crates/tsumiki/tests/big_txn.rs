@@ -52,7 +52,7 @@ fn singles(cc: Cc, n: u32, order: &str) -> f64 {
 
 #[test]
 fn big_transactions_commit_in_any_key_order() {
-    let full = if cfg!(debug_assertions) { 5_000 } else { 100_000 };
+    let full = if cfg!(tsumiki_unoptimized) { 5_000 } else { 100_000 };
     for cc in Cc::ALL {
         // The default protocol at full size; the others smaller, to keep the suite short
         // (the quadratic walk this guards against took 34 s at 8K keys).
@@ -82,7 +82,7 @@ fn a_big_transaction_aborts_cleanly() {
 #[test]
 fn a_durable_big_transaction_commits_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let n = if cfg!(debug_assertions) { 5_000 } else { 100_000 };
+    let n = if cfg!(tsumiki_unoptimized) { 5_000 } else { 100_000 };
     let ks = keys(n, "random");
     let db = Db::create(dir.path(), Options::default()).unwrap();
     let t = Instant::now();

@@ -19,7 +19,7 @@ static ALLOC: Counting = Counting;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn records() -> u32 {
-    std::env::var("TSUMIKI_MEMORY_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) {
+    std::env::var("TSUMIKI_MEMORY_RECORDS").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(tsumiki_unoptimized) {
         20_000
     } else {
         1_000_000
@@ -135,7 +135,7 @@ fn an_idle_open_transaction_does_not_stop_reclamation() {
 #[test]
 fn recovery_memory_is_bounded_by_the_cache_not_the_log() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let n: u32 = if cfg!(debug_assertions) { 20_000 } else { 400_000 };
+    let n: u32 = if cfg!(tsumiki_unoptimized) { 20_000 } else { 400_000 };
     let dir = tempfile::tempdir().unwrap();
     // No checkpoint while open (by volume or time): `u64::MAX` still let the logs' space
     // cap (a sixteenth of the data, at least 8 MiB) take them, and whether the last one

@@ -5,14 +5,23 @@
 //! A chart draws each [`Series`] as a line with markers against a categorical x axis (the
 //! thread counts, group sizes or transaction sizes that ran, evenly spaced as in the
 //! papers' figures), as bars when only one x value ran, or against a linear axis (time).
-//! The legend sits beside the plot, so it never hides a line.
+//! The legend sits beside the plot, so it never hides a line. The drawing is the `plot`
+//! feature (on by default); a `--no-default-features` binary refuses `--plot`.
+
+// Without the drawing, the charts' fields are written and never read.
+#![cfg_attr(not(feature = "plot"), allow(dead_code))]
 
 use std::path::Path;
 
+#[cfg(feature = "plot")]
 use plotters::coord::ranged1d::SegmentValue;
+#[cfg(feature = "plot")]
 use plotters::coord::Shift;
+#[cfg(feature = "plot")]
 use plotters::element::DashedPathElement;
+#[cfg(feature = "plot")]
 use plotters::prelude::*;
+#[cfg(feature = "plot")]
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// One line (or bar): a variant's points (x, y).
@@ -76,6 +85,7 @@ impl Chart {
     }
 }
 
+#[cfg(feature = "plot")]
 /// Distinct colours (Tableau 20: the ten strong ones, then their light shades, drawn
 /// with hollow markers).
 const COLOURS: [RGBColor; 20] = [
@@ -101,21 +111,29 @@ const COLOURS: [RGBColor; 20] = [
     RGBColor(158, 218, 229),
 ];
 
+#[cfg(feature = "plot")]
 fn colour(i: usize) -> RGBColor {
     COLOURS[i % COLOURS.len()]
 }
 
+#[cfg(feature = "plot")]
 const FONT: &str = "sans-serif";
+#[cfg(feature = "plot")]
 const WIDTH: u32 = 1200;
+#[cfg(feature = "plot")]
 const PANEL_HEIGHT: u32 = 560;
+#[cfg(feature = "plot")]
 const LEGEND_WIDTH: u32 = 300;
 
+#[cfg(feature = "plot")]
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+#[cfg(feature = "plot")]
 fn err(e: impl std::fmt::Display) -> String {
     format!("drawing the plot: {e}")
 }
 
+#[cfg(feature = "plot")]
 /// Writes `charts`, stacked, under `title`, with `footer` in small print, to `path`.
 pub fn write_svg(path: &Path, title: &str, footer: &str, charts: &[Chart]) -> Result<(), String> {
     if charts.is_empty() || charts.iter().all(|c| c.series.iter().all(|s| s.points.is_empty())) {
@@ -162,6 +180,7 @@ pub fn write_svg(path: &Path, title: &str, footer: &str, charts: &[Chart]) -> Re
     Ok(())
 }
 
+#[cfg(feature = "plot")]
 /// Splits `text` into lines of at most about `width` characters, at spaces.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
@@ -177,6 +196,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+#[cfg(feature = "plot")]
 fn distinct_x(chart: &Chart) -> Vec<f64> {
     let mut xs: Vec<f64> = chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
     xs.sort_by(f64::total_cmp);
@@ -207,6 +227,19 @@ pub fn si(v: f64) -> String {
     format!("{s}{suffix}")
 }
 
+/// A binary built without the `plot` feature (`--no-default-features`) draws nothing;
+/// `OutputArgs::check` refuses `--plot` there before a benchmark runs.
+#[cfg(not(feature = "plot"))]
+pub fn write_svg(_path: &Path, _title: &str, _footer: &str, _charts: &[Chart]) -> Result<(), String> {
+    Err(NOT_BUILT.into())
+}
+
+/// Why `--plot` is refused by a binary built without plots.
+#[cfg(not(feature = "plot"))]
+pub const NOT_BUILT: &str =
+    "--plot: this binary was built without plots (the `plot` feature, on by default; `--no-default-features` leaves it out)";
+
+#[cfg(feature = "plot")]
 /// The y axis: linear from 0, or logarithmic (drawn as log10 of the values) when the
 /// values span more than 50x, so that a 1-record transaction's rate is not flattened
 /// beside a 100-record one's.
@@ -216,6 +249,7 @@ struct YScale {
     hi: f64,
 }
 
+#[cfg(feature = "plot")]
 impl YScale {
     fn of(chart: &Chart) -> Self {
         let ys: Vec<f64> = chart
@@ -251,6 +285,7 @@ impl YScale {
     }
 }
 
+#[cfg(feature = "plot")]
 /// Light-shaded series have hollow markers.
 fn marker<C>(i: usize, at: C, c: RGBColor) -> Circle<C, i32> {
     if i % COLOURS.len() < 10 {
@@ -260,6 +295,7 @@ fn marker<C>(i: usize, at: C, c: RGBColor) -> Circle<C, i32> {
     }
 }
 
+#[cfg(feature = "plot")]
 /// Lines with markers over evenly spaced x values.
 fn draw_lines(area: &Area, chart: &Chart, xs: &[f64]) -> Result<(), String> {
     let y = YScale::of(chart);
@@ -303,6 +339,7 @@ fn draw_lines(area: &Area, chart: &Chart, xs: &[f64]) -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(feature = "plot")]
 /// One bar per series, when a single x value ran (named in the x axis' description).
 fn draw_bars(area: &Area, chart: &Chart, x: f64) -> Result<(), String> {
     let y = YScale::of(chart);
@@ -358,6 +395,7 @@ fn draw_bars(area: &Area, chart: &Chart, x: f64) -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(feature = "plot")]
 /// Lines against a linear x axis (time).
 fn draw_linear(area: &Area, chart: &Chart) -> Result<(), String> {
     let y = YScale::of(chart);
@@ -393,10 +431,12 @@ fn draw_linear(area: &Area, chart: &Chart) -> Result<(), String> {
     Ok(())
 }
 
+#[cfg(feature = "plot")]
 fn hline_colour(j: usize) -> RGBColor {
     [RGBColor(0, 0, 0), RGBColor(120, 120, 120), RGBColor(200, 60, 60)][j % 3]
 }
 
+#[cfg(feature = "plot")]
 /// The legend: a line, a marker and the name of each series; dashed lines for references.
 fn draw_legend(area: &Area, chart: &Chart) -> Result<(), String> {
     let font = TextStyle::from((FONT, 15).into_font());
@@ -430,6 +470,7 @@ fn draw_legend(area: &Area, chart: &Chart) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "plot")]
     #[test]
     fn captions_wrap_at_spaces() {
         assert_eq!(wrap("aa bb cc dd", 5), ["aa bb", "cc dd"]);
@@ -445,6 +486,7 @@ mod tests {
         assert_eq!(si(0.0), "0");
     }
 
+    #[cfg(feature = "plot")]
     #[test]
     fn every_layout_writes_an_svg_naming_its_series() {
         let tmp = tempfile::tempdir().unwrap();

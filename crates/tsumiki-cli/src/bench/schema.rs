@@ -39,6 +39,10 @@ pub struct OutputArgs {
 impl OutputArgs {
     /// Refuses, before anything runs, an output file whose directory does not exist.
     pub fn check(&self) -> Result<(), String> {
+        #[cfg(not(feature = "plot"))]
+        if self.plot.is_some() {
+            return Err(super::plot::NOT_BUILT.into());
+        }
         for (flag, path) in [("--csv", &self.csv), ("--plot", &self.plot)] {
             if let Some(p) = path {
                 let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
