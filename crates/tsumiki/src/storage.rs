@@ -286,6 +286,37 @@ impl Storage for DirStorage {
     }
 }
 
+/// Removes from `parent` the directories named `prefix` + a suffix of ASCII letters,
+/// digits and '-' that a killed process left: the temporary copies of a backup
+/// ([`crate::Db::backup_to`]) or of `tsumiki compact`. Only what is provably dead: a
+/// running copier holds an exclusive lock on its temporary directory while it exists, so
+/// one whose lock is free is removed and one whose lock is held is left alone. Never
+/// follows a link. Returns how many were removed.
+pub fn remove_dead_copies(parent: &std::path::Path, prefix: &str) -> io::Result<usize> {
+    let mut removed = 0;
+    for e in std::fs::read_dir(parent)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+        if rest.is_empty() || rest.len() > 64 || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            continue;
+        }
+        let path = e.path();
+        if !std::fs::symlink_metadata(&path)?.is_dir() {
+            continue;
+        }
+        let held = std::fs::File::open(&path)?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        std::fs::remove_dir_all(&path)?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
 /// A file in a database directory that the engine creates and locks never: the C
 /// library's `dbm_dirfno` hands out a descriptor of it, for callers to lock among
 /// themselves (the engine's own lock is an flock on the directory itself).

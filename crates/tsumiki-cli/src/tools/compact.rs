@@ -75,8 +75,8 @@ pub fn run(a: &CompactArgs) -> Outcome {
     let parent = dir.parent().ok_or_else(|| Failure::new("the database directory has no parent"))?;
     let base = dir.file_name().map_or("db".into(), |n| n.to_string_lossy().into_owned());
     let prefix = format!(".{base}.compact-");
-    let removed =
-        remove_dead_copies(parent, &prefix).map_err(|e| fail("removing an interrupted compact's copy", &e))?;
+    let removed = tsumiki::storage::remove_dead_copies(parent, &prefix)
+        .map_err(|e| fail("removing an interrupted compact's copy", &e))?;
     if removed > 0 && !a.quiet {
         eprintln!("removed {removed} leftover copies of interrupted compacts beside {}", dir.display());
     }
@@ -123,39 +123,6 @@ pub fn run(a: &CompactArgs) -> Outcome {
         println!("{}: {before} bytes before, {after} after ({copied} records)", a.dir.display());
     }
     Ok(0)
-}
-
-/// Removes from `parent` the temporary directories (`prefix` and tempfile's 6 random
-/// characters) that compacts of the same database killed before they finished left: a
-/// copy, or the old database after the exchange. Only what is provably dead: a running
-/// compact holds an exclusive lock on its temporary directory while it exists (an older
-/// version's held the copy's lock, on the same directory, while it copied), so one whose
-/// lock is free is removed and one whose lock is held is left alone. The caller holds the
-/// database's lock, so no other compact of it is copying. Returns how many were removed.
-fn remove_dead_copies(parent: &Path, prefix: &str) -> std::io::Result<usize> {
-    let mut removed = 0;
-    for e in std::fs::read_dir(parent)? {
-        let e = e?;
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
-        if rest.len() != 6 || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            continue;
-        }
-        let path = e.path();
-        // Never through a link: only a directory of its own.
-        if !std::fs::symlink_metadata(&path)?.is_dir() {
-            continue;
-        }
-        let held = std::fs::File::open(&path)?;
-        match held.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => continue,
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
-        std::fs::remove_dir_all(&path)?;
-        removed += 1;
-    }
-    Ok(removed)
 }
 
 /// Copies every record of `db` into a new database in `to`; returns the count.

@@ -22,6 +22,7 @@
 
 // The engine holds records through raw pointers the index owns, and the residency map is
 // an epoch-reclaimed pointer.
+mod backup;
 #[allow(unsafe_code)]
 mod engine;
 mod open;
@@ -387,81 +388,6 @@ impl Db {
         }
     }
 
-    /// Copies the database, as one consistent state, into a new database in directory
-    /// `dir` (which must not hold one), while transactions go on; returns the records
-    /// copied. `dir` must be missing or empty. The copy is read in one
-    /// [`view`](Self::view) and written in transactions of a few thousand records, then
-    /// closed (durable when this returns; a failed backup removes what it wrote). Any
-    /// protocol opens it.
-    ///
-    /// ```
-    /// # use tsumiki::{Db, Options};
-    /// let dir = tempfile::tempdir().unwrap();
-    /// let db = Db::create(dir.path().join("live"), Options::default()).unwrap();
-    /// db.run(|t| { t.put("a", 0u64.to_be_bytes())?; t.put("b", 0u64.to_be_bytes()) }).unwrap();
-    /// let stop = std::sync::atomic::AtomicBool::new(false);
-    /// std::thread::scope(|s| {
-    ///     // A writer keeps a == b, changing both in each transaction.
-    ///     s.spawn(|| {
-    ///         let mut n = 0u64;
-    ///         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-    ///             n += 1;
-    ///             db.run(|t| { t.put("a", n.to_be_bytes())?; t.put("b", n.to_be_bytes()) }).unwrap();
-    ///         }
-    ///     });
-    ///     assert_eq!(db.backup_to(dir.path().join("copy")).unwrap(), 2);
-    ///     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    /// });
-    /// let copy = Db::open(dir.path().join("copy"), Options::default()).unwrap();
-    /// let t = copy.begin();
-    /// assert_eq!(t.get("a").unwrap(), t.get("b").unwrap()); // one consistent state
-    /// ```
-    pub fn backup_to(&self, dir: impl AsRef<std::path::Path>) -> Result<u64, Error> {
-        let dir = dir.as_ref();
-        // Only a missing or empty directory: what a failed attempt leaves is then all ours
-        // to remove.
-        let existed = match std::fs::read_dir(dir) {
-            Ok(mut entries) => {
-                if entries.next().is_some() {
-                    return Err(Error::Config(format!("backup: {} is not empty", dir.display())));
-                }
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(Error::io(format!("backup: reading {}", dir.display()), e)),
-        };
-        let opts = Options {
-            log: LogOptions { durability: crate::wal::Durability::Buffered, ..LogOptions::default() },
-            ..Options::default()
-        };
-        let mut started = false;
-        let copied = self.view(|r| {
-            // A retry starts the copy over.
-            if std::mem::replace(&mut started, true) {
-                remove_partial_copy(dir, existed)?;
-            }
-            let copy = Db::create(dir, opts.clone())?;
-            let mut n = 0u64;
-            let mut txn = copy.begin();
-            for row in r.iter() {
-                let (k, v) = row?;
-                txn.put(k, v)?;
-                n += 1;
-                if n.is_multiple_of(BACKUP_BATCH) {
-                    std::mem::replace(&mut txn, copy.begin()).commit()?;
-                }
-            }
-            txn.commit()?;
-            copy.close()?;
-            Ok(n)
-        });
-        if copied.is_err() && started {
-            // A failed backup leaves nothing that looks like one.
-            let _ = remove_partial_copy(dir, existed);
-        }
-        copied
-    }
-
     /// The protocol's short name.
     pub fn cc_name(&self) -> &'static str {
         dispatch!(&self.inner, db => db.protocol().name())
@@ -485,9 +411,6 @@ impl Db {
 /// Conflicts a [`Db::view`] meets under TicToc or Silo before it runs with commits held.
 pub const VIEW_OPTIMISTIC_TRIES: u32 = 2;
 
-/// Records per transaction of a [`Db::backup_to`] copy.
-const BACKUP_BATCH: u64 = 4096;
-
 /// Waits a little before a retry: yields at first, then sleeps longer each time.
 fn backoff(attempt: u32) {
     if attempt > 4 {
@@ -495,25 +418,4 @@ fn backoff(attempt: u32) {
     } else {
         std::thread::yield_now();
     }
-}
-
-/// Removes what an abandoned attempt of [`Db::backup_to`] wrote in `dir` (empty before
-/// it): the directory if it made it, else everything in it.
-fn remove_partial_copy(dir: &std::path::Path, existed: bool) -> Result<(), Error> {
-    let io = |e| Error::io(format!("removing the partial copy in {}", dir.display()), e);
-    if !existed {
-        return match std::fs::remove_dir_all(dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-            _ => Ok(()),
-        };
-    }
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let path = entry.map_err(io)?.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path).map_err(io)?;
-        } else {
-            std::fs::remove_file(&path).map_err(io)?;
-        }
-    }
-    Ok(())
 }
