@@ -20,9 +20,22 @@
 //! txn.commit().unwrap();
 //! ```
 
+/// One call on whichever protocol's engine an `AnyDb` or `AnyTxn` holds (one arm per
+/// protocol, each monomorphized): `dispatch!(AnyDb, &self.inner, db => ...)`.
+macro_rules! dispatch {
+    ($any:ident, $inner:expr, $v:ident => $e:expr) => {
+        match $inner {
+            $any::TicToc($v) => $e,
+            $any::Silo($v) => $e,
+            $any::TwoPl($v) => $e,
+            $any::Si($v) => $e,
+        }
+    };
+}
+
+mod backup;
 // The engine holds records through raw pointers the index owns, and the residency map is
 // an epoch-reclaimed pointer.
-mod backup;
 #[allow(unsafe_code)]
 mod engine;
 mod open;
@@ -78,17 +91,6 @@ pub struct Db {
     inner: AnyDb,
     /// Whether [`Db::view`] may fall back to holding commits (TicToc and Silo).
     view_fallback: bool,
-}
-
-macro_rules! dispatch {
-    ($inner:expr, $v:ident => $e:expr) => {
-        match $inner {
-            AnyDb::TicToc($v) => $e,
-            AnyDb::Silo($v) => $e,
-            AnyDb::TwoPl($v) => $e,
-            AnyDb::Si($v) => $e,
-        }
-    };
 }
 
 impl Db {
@@ -216,42 +218,42 @@ impl Db {
     /// beside a new generation of logs and the older logs are deleted, so recovery replays only what
     /// comes after. Transactions may run meanwhile. A no-op without files.
     pub fn checkpoint(&self) -> Result<(), Error> {
-        dispatch!(&self.inner, db => db.eng.checkpoint_now())
+        dispatch!(AnyDb, &self.inner, db => db.eng.checkpoint_now())
     }
 
     /// Flushes the log and writes the pages a clean exit leaves, so that the next open
     /// replays nothing. Dropping the database does the same but cannot report an error.
     pub fn close(self) -> Result<(), Error> {
-        dispatch!(&self.inner, db => db.eng.close())
+        dispatch!(AnyDb, &self.inner, db => db.eng.close())
     }
 
     /// The log's counters (`None` for an in-memory database).
     pub fn wal_stats(&self) -> Option<WalStats> {
-        dispatch!(&self.inner, db => db.wal_stats())
+        dispatch!(AnyDb, &self.inner, db => db.wal_stats())
     }
 
     /// Test only (the cargo feature `test-plants`): drops the handle as a crash would (no
     /// final flush, no page write), so the next open runs recovery.
     #[cfg(feature = "test-plants")]
     pub fn abandon_for_tests(self) {
-        dispatch!(&self.inner, db => db.eng.abandon());
+        dispatch!(AnyDb, &self.inner, db => db.eng.abandon());
     }
 
     /// What recovery did when the database was opened (`None` for an in-memory database).
     pub fn recovery_stats(&self) -> Option<RecoveryStats> {
-        dispatch!(&self.inner, db => db.recovery_stats())
+        dispatch!(AnyDb, &self.inner, db => db.recovery_stats())
     }
 
     /// The page store's counters: pages, segments, live and file bytes, what was written
     /// (`None` for an in-memory database).
     pub fn store_stats(&self) -> Option<StoreStats> {
-        dispatch!(&self.inner, db => db.store_stats())
+        dispatch!(AnyDb, &self.inner, db => db.store_stats())
     }
 
     /// The record cache's counters: memory counted against [`Options::cache_bytes`], key
     /// ranges in memory, loads and evictions (`None` for a database without pages).
     pub fn cache_stats(&self) -> Option<CacheStats> {
-        dispatch!(&self.inner, db => db.cache_stats())
+        dispatch!(AnyDb, &self.inner, db => db.cache_stats())
     }
 
     /// Starts a transaction. It ends when committed, aborted or dropped (dropping rolls
@@ -266,7 +268,7 @@ impl Db {
     /// txn.commit().unwrap();
     /// ```
     pub fn begin(&self) -> Txn<'_> {
-        Txn { inner: RefCell::new(dispatch!(&self.inner, db => db.begin().into())) }
+        Txn { inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())) }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)
@@ -374,7 +376,7 @@ impl Db {
                 txn.txn.commit().map(|()| v)
             };
             let r = if gate && attempt >= VIEW_OPTIMISTIC_TRIES {
-                dispatch!(&self.inner, db => db.eng.exclusive_reads(&mut once))
+                dispatch!(AnyDb, &self.inner, db => db.eng.exclusive_reads(&mut once))
             } else {
                 once()
             };
@@ -390,13 +392,13 @@ impl Db {
 
     /// The protocol's short name.
     pub fn cc_name(&self) -> &'static str {
-        dispatch!(&self.inner, db => db.protocol().name())
+        dispatch!(AnyDb, &self.inner, db => db.protocol().name())
     }
 
     /// Keys in the index, counting deleted ones not yet unlinked (a full scan; for tests).
     #[doc(hidden)]
     pub fn index_len(&self) -> usize {
-        dispatch!(&self.inner, db => db.index_len())
+        dispatch!(AnyDb, &self.inner, db => db.index_len())
     }
 
     /// MVCC-SI's version garbage-collection counters (`None` under other protocols).

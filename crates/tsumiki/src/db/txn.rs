@@ -3,18 +3,6 @@
 
 use super::*;
 
-/// One call on whichever protocol's transaction `$inner` holds (monomorphized arms).
-macro_rules! dispatch_txn {
-    ($inner:expr, $v:ident => $e:expr) => {
-        match $inner {
-            AnyTxn::TicToc($v) => $e,
-            AnyTxn::Silo($v) => $e,
-            AnyTxn::TwoPl($v) => $e,
-            AnyTxn::Si($v) => $e,
-        }
-    };
-}
-
 /// A read-only transaction, given to [`Db::view`]: the reads of [`Txn`], no writes.
 pub struct ReadTxn<'a> {
     pub(super) txn: Txn<'a>,
@@ -105,7 +93,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(txn.get("k").unwrap(), Some(b"v".to_vec())); // any `AsRef<[u8]>`
     /// ```
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
-        dispatch_txn!(&mut *self.inner.borrow_mut(), t => t.get(key.as_ref()))
+        dispatch!(AnyTxn, &mut *self.inner.borrow_mut(), t => t.get(key.as_ref()))
     }
 
     /// Stores `value` under `key`, whether or not it exists.
@@ -119,7 +107,7 @@ impl<'a> Txn<'a> {
     /// assert!(matches!(txn.put(vec![0; 5000], b"v"), Err(Error::KeyTooLong { .. })));
     /// ```
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), Error> {
-        dispatch_txn!(self.inner.get_mut(), t => t.put(key.as_ref(), value.as_ref()))
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.put(key.as_ref(), value.as_ref()))
     }
 
     /// Inserts only if `key` is absent; returns whether it did.
@@ -133,7 +121,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(txn.get(b"k").unwrap(), Some(b"first".to_vec()));
     /// ```
     pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
-        dispatch_txn!(self.inner.get_mut(), t => t.insert(key.as_ref(), value.as_ref()))
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.insert(key.as_ref(), value.as_ref()))
     }
 
     /// Replaces the value only if `key` is present; returns whether it did.
@@ -147,7 +135,7 @@ impl<'a> Txn<'a> {
     /// assert!(txn.update(b"k", b"w").unwrap());
     /// ```
     pub fn update(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool, Error> {
-        dispatch_txn!(self.inner.get_mut(), t => t.update(key.as_ref(), value.as_ref()))
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.update(key.as_ref(), value.as_ref()))
     }
 
     /// Deletes `key`; returns whether it was present.
@@ -161,7 +149,7 @@ impl<'a> Txn<'a> {
     /// assert!(!txn.delete(b"k").unwrap());
     /// ```
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
-        dispatch_txn!(self.inner.get_mut(), t => t.delete(key.as_ref()))
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.delete(key.as_ref()))
     }
 
     /// The records whose keys are in `range` (any Rust range of `AsRef<[u8]>` keys:
@@ -250,7 +238,7 @@ impl<'a> Txn<'a> {
     /// assert!(t1.commit().unwrap_err().is_retryable());
     /// ```
     pub fn commit(self) -> Result<(), Error> {
-        dispatch_txn!(self.inner.into_inner(), t => t.commit())
+        dispatch!(AnyTxn, self.inner.into_inner(), t => t.commit())
     }
 
     /// Commits without waiting for the commit to become durable: the returned ticket's
@@ -267,7 +255,7 @@ impl<'a> Txn<'a> {
     /// ticket.wait().unwrap();
     /// ```
     pub fn commit_deferred(self) -> Result<CommitTicket, Error> {
-        dispatch_txn!(self.inner.into_inner(), t => t.commit_deferred())
+        dispatch!(AnyTxn, self.inner.into_inner(), t => t.commit_deferred())
     }
 
     /// Rolls the transaction back.
@@ -281,7 +269,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(db.begin().get(b"k").unwrap(), None);
     /// ```
     pub fn abort(self) {
-        dispatch_txn!(self.inner.into_inner(), t => t.abort())
+        dispatch!(AnyTxn, self.inner.into_inner(), t => t.abort())
     }
 }
 
@@ -388,6 +376,6 @@ impl Iterator for Scan<'_, '_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let cursor = &mut self.cursor;
-        dispatch_txn!(&mut *self.txn.inner.borrow_mut(), t => cursor.next(t))
+        dispatch!(AnyTxn, &mut *self.txn.inner.borrow_mut(), t => cursor.next(t))
     }
 }
