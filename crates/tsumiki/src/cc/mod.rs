@@ -207,7 +207,7 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// state: another transaction that writes the placeholder first makes it conflict.
     fn created(&self, st: &mut Self::TxnState, rec: &Self::Record);
 
-    /// Reads the committed value of `rec` into `out` (when given). Returns whether the key
+    /// Appends the committed value of `rec` to `out` (when given). Returns whether the key
     /// is present. Records the read in `st` as the protocol needs.
     fn read(
         &self,
@@ -216,6 +216,14 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access>;
+    /// Loads what a [`read`](Self::read) of `rec` will load, without waiting for it: a scan
+    /// calls it for every record of a chunk before reading them, so that their cache
+    /// misses overlap instead of coming one after another. Reads nothing for the
+    /// transaction; may do nothing.
+    #[inline]
+    fn prefetch(&self, rec: &Self::Record, guard: &Guard) {
+        let _ = (rec, guard);
+    }
     /// Called once per record, at the transaction's first write of it (2PL takes its
     /// exclusive lock here; the optimistic protocols do nothing until commit).
     fn write(&self, st: &mut Self::TxnState, rec: &Self::Record) -> Result<(), Access>;
@@ -292,6 +300,9 @@ pub(crate) struct ValueCell {
     inline: AtomicU64,
 }
 
+/// How much of a value [`ValueCell::prefetch`] touches.
+const PREFETCH_BYTES: usize = 512;
+
 /// The longest value kept inline in its record.
 pub(crate) const INLINE_MAX: usize = 8;
 /// Absent, and no commit ever stored a value here: a placeholder whose creator has not
@@ -316,7 +327,7 @@ impl ValueCell {
         ValueCell { state: AtomicUsize::new(UNWRITTEN), inline: AtomicU64::new(0) }
     }
 
-    /// Copies the value into `out`; returns whether it is present.
+    /// Appends the value to `out`; returns whether it is present.
     #[inline]
     pub(crate) fn load_into(&self, out: Option<&mut Vec<u8>>, guard: &Guard) -> bool {
         let s = self.state.load(Ordering::Acquire);
@@ -328,7 +339,6 @@ impl ValueCell {
             if let Some(out) = out {
                 // SAFETY: as above; `guard` keeps the buffer allocated while we copy.
                 let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
-                out.clear();
                 out.extend_from_slice(bytes);
             }
             let _ = guard;
@@ -339,12 +349,30 @@ impl ValueCell {
         }
         if let Some(out) = out {
             let bytes = self.inline.load(Ordering::Relaxed).to_le_bytes();
-            out.clear();
             out.extend_from_slice(&bytes[..s >> 3]);
             // Orders the inline load before the caller's re-check of the record's word.
             fence(Ordering::Acquire);
         }
         true
+    }
+
+    /// Touches the cell and its heap buffer (see [`Protocol::prefetch`]): loads whose
+    /// results are thrown away, independent of each other across records.
+    #[inline]
+    pub(crate) fn prefetch(&self, guard: &Guard) {
+        let s = self.state.load(Ordering::Relaxed);
+        if is_heap(s) {
+            // SAFETY: as in `load_into`: a heap state names a buffer freed only through
+            // the epoch after it is replaced, and `guard` is pinned.
+            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
+            // SAFETY: as above; all its bytes were written before it was published.
+            let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
+            // A line at a time, the first few (a long value is copied at memory speed).
+            for i in (0..bytes.len().min(PREFETCH_BYTES)).step_by(64) {
+                std::hint::black_box(bytes[i]);
+            }
+        }
+        let _ = guard;
     }
 
     #[inline]

@@ -50,11 +50,13 @@ impl OccRecord {
         }
     }
 
-    /// Copies the value into `out` (when given) together with the word it belongs to,
+    /// Appends the value to `out` (when given) and returns the word it belongs to,
     /// waiting while a writer holds the lock. Returns `(word, present)`.
     #[inline]
     pub(crate) fn read(&self, mut out: Option<&mut Vec<u8>>, guard: &Guard) -> Result<(u64, bool), Access> {
         let mut backoff = Backoff::new();
+        // The value is appended to `out`: a retry drops what a torn attempt appended.
+        let base = out.as_deref().map_or(0, Vec::len);
         loop {
             let w1 = self.word.load(Ordering::Acquire);
             if w1 & LOCK != 0 {
@@ -63,6 +65,9 @@ impl OccRecord {
                 }
                 backoff.snooze();
                 continue;
+            }
+            if let Some(out) = out.as_deref_mut() {
+                out.truncate(base);
             }
             let present = self.value.load_into(out.as_deref_mut(), guard);
             // The value load is Acquire, so this load cannot move before it: an unchanged

@@ -409,7 +409,6 @@ impl Protocol for Si {
         let value = found.and_then(|r| unsafe { (*r.value.get()).as_deref() });
         let present = value.is_some();
         if let (Some(out), Some(v)) = (out, value) {
-            out.clear();
             out.extend_from_slice(v);
         }
         if self.gc.on_read() {

@@ -154,6 +154,11 @@ impl Protocol for Silo {
         Ok(present)
     }
 
+    #[inline]
+    fn prefetch(&self, rec: &OccRecord, guard: &Guard) {
+        rec.value.prefetch(guard);
+    }
+
     fn write(&self, _st: &mut SiloState, _rec: &SiloRecord) -> Result<(), Access> {
         Ok(())
     }

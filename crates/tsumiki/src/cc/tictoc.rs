@@ -133,6 +133,11 @@ impl Protocol for TicToc {
         Ok(present)
     }
 
+    #[inline]
+    fn prefetch(&self, rec: &OccRecord, guard: &Guard) {
+        rec.value.prefetch(guard);
+    }
+
     fn write(&self, _st: &mut TicTocState, _rec: &TicTocRecord) -> Result<(), Access> {
         Ok(())
     }

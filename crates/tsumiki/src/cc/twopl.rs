@@ -286,6 +286,11 @@ impl Protocol for TwoPl {
         Ok(rec.value.load_into(out, guard))
     }
 
+    #[inline]
+    fn prefetch(&self, rec: &TwoPlRecord, guard: &Guard) {
+        rec.value.prefetch(guard);
+    }
+
     fn write(&self, st: &mut TwoPlState, rec: &TwoPlRecord) -> Result<(), Access> {
         self.lock_exclusive(st, rec)
     }

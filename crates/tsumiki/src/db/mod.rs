@@ -48,7 +48,7 @@ mod owned;
 #[allow(unsafe_code)]
 mod residency;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -268,7 +268,7 @@ impl Db {
     /// txn.commit().unwrap();
     /// ```
     pub fn begin(&self) -> Txn<'_> {
-        Txn { inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())) }
+        Txn { inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())), value_buf: Cell::default() }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)

@@ -14,6 +14,11 @@ impl<'a> ReadTxn<'a> {
         self.txn.get(key)
     }
 
+    /// The value of `key`, borrowed by `f`; see [`Txn::get_with`].
+    pub fn get_with<T>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<&[u8]>) -> T) -> Result<T, Error> {
+        self.txn.get_with(key, f)
+    }
+
     /// The records whose keys are in `range`; see [`Txn::range`].
     pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
         self.txn.range(range)
@@ -78,6 +83,8 @@ const _: fn() = || {
 pub struct Txn<'a> {
     /// Borrowed mutably for one operation (or one step of a scan) at a time.
     pub(super) inner: RefCell<AnyTxn<'a>>,
+    /// The buffer [`get_with`](Self::get_with) reads into, kept between calls.
+    pub(super) value_buf: Cell<Vec<u8>>,
 }
 
 impl<'a> Txn<'a> {
@@ -94,6 +101,28 @@ impl<'a> Txn<'a> {
     /// ```
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
         dispatch!(AnyTxn, &mut *self.inner.borrow_mut(), t => t.get(key.as_ref()))
+    }
+
+    /// Calls `f` with the value of `key` (`None`: absent), borrowed, and returns what `f`
+    /// returns: the read of [`get`](Self::get) without allocating for the value (it is
+    /// copied into a buffer the transaction keeps from call to call).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put(b"k", b"value").unwrap();
+    /// assert_eq!(txn.get_with(b"k", |v| v.map(<[u8]>::len)).unwrap(), Some(5));
+    /// assert_eq!(txn.get_with(b"x", |v| v.is_none()).unwrap(), true);
+    /// ```
+    pub fn get_with<T>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<&[u8]>) -> T) -> Result<T, Error> {
+        // Out of the cell while `f` runs: `f` may use the transaction again.
+        let mut buf = self.value_buf.take();
+        buf.clear();
+        let present = dispatch!(AnyTxn, &mut *self.inner.borrow_mut(), t => t.get_into(key.as_ref(), &mut buf));
+        let r = present.map(|p| f(p.then_some(buf.as_slice())));
+        self.value_buf.set(buf);
+        r
     }
 
     /// Stores `value` under `key`, whether or not it exists.
@@ -368,6 +397,30 @@ impl Scan<'_, '_> {
     pub fn rev(mut self) -> Self {
         self.cursor.reverse();
         self
+    }
+
+    /// The next record, borrowed: the key and value stay valid until the scan's next
+    /// call. It reads what [`next`](Iterator::next) reads, without allocating for the
+    /// record (the scan keeps a chunk of records in one reused buffer), so a loop over a
+    /// range allocates nothing per record.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// # db.run(|t| (0..100u32).try_for_each(|i| t.put(i.to_be_bytes(), [1, 2, 3]))).unwrap();
+    /// let txn = db.begin();
+    /// let mut scan = txn.range(10u32.to_be_bytes()..);
+    /// let mut total = 0;
+    /// while let Some(row) = scan.next_ref() {
+    ///     let (_key, value) = row?;
+    ///     total += value.len();
+    /// }
+    /// assert_eq!(total, 90 * 3);
+    /// # Ok::<(), tsumiki::Error>(())
+    /// ```
+    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8]), Error>> {
+        let cursor = &mut self.cursor;
+        dispatch!(AnyTxn, &mut *self.txn.inner.borrow_mut(), t => cursor.next_ref(t))
     }
 }
 

@@ -250,6 +250,54 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         }
     }
 
+    /// Calls `f` on the records with `start <= key < end` (no upper bound when `end` is
+    /// `None`), in key order, until `f` returns false. The keys and values are borrowed
+    /// from the tree's nodes while `guard` is pinned: nothing is copied or allocated, and
+    /// a walk that stops after a few records reads only those (a [`scan`](Self::scan)
+    /// copies each leaf it enters). Every record present throughout the walk is visited
+    /// exactly once, in order.
+    ///
+    /// ```
+    /// use tsumiki::index::BwTree;
+    ///
+    /// let tree = BwTree::new();
+    /// for i in 0u32..100 {
+    ///     tree.upsert(&i.to_be_bytes(), i).unwrap();
+    /// }
+    /// let guard = crossbeam_epoch::pin();
+    /// let mut seen = Vec::new();
+    /// tree.walk(&10u32.to_be_bytes(), None, &guard, |_, v| {
+    ///     seen.push(*v);
+    ///     seen.len() < 3
+    /// });
+    /// assert_eq!(seen, [10, 11, 12]);
+    /// ```
+    pub fn walk<'g>(&self, start: &[u8], end: Option<&[u8]>, guard: &'g Guard, f: impl FnMut(&'g [u8], &'g V) -> bool) {
+        self.tree.walk(start, end, guard, None, f)
+    }
+
+    /// [`walk`](Self::walk), noting each leaf it enters in `leaves` (cleared first), for
+    /// [`leaves_unchanged`](Self::leaves_unchanged).
+    pub fn walk_noting<'g>(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        guard: &'g Guard,
+        leaves: &mut Leaves,
+        f: impl FnMut(&'g [u8], &'g V) -> bool,
+    ) {
+        leaves.0.clear();
+        self.tree.walk(start, end, guard, Some(&mut leaves.0), f)
+    }
+
+    /// Whether the leaves a [`walk_noting`](Self::walk_noting) under the same pin `guard`
+    /// entered are all unchanged: no record entered or left them since, so a walk now
+    /// would visit the same records. False may also mean a change that moved no record
+    /// (a consolidation): walk again to know.
+    pub fn leaves_unchanged(&self, leaves: &Leaves, guard: &Guard) -> bool {
+        self.tree.leaves_unchanged(&leaves.0, guard)
+    }
+
     /// The first record with a key at or after `key` (strictly after when `exclusive` is
     /// set): one descent, without the copy of a whole leaf that a [`scan`](Self::scan) makes.
     /// Copies the key out; [`first_from_with`](Self::first_from_with) borrows it instead.
@@ -475,6 +523,11 @@ impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
         self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.absent_at.get(), self.guard)
     }
 }
+
+/// The leaves a walk entered, as [`BwTree::walk_noting`] notes them: their page ids and
+/// the chains they had. Reused from walk to walk.
+#[derive(Default)]
+pub struct Leaves(Vec<(node::Pid, usize, usize)>);
 
 /// Iterator returned by [`BwTree::scan`]. It keeps the calling thread pinned in the epoch
 /// scheme (re-pinning every few leaves), so it is not `Send`.

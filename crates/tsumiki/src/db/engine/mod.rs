@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use crate::cc::{
     Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
 };
-use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, MAX_KEY_LEN};
+use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, Leaves, MAX_KEY_LEN};
 use crate::plants::Plants;
 use crate::storage::Storage;
 use crate::store::budget::CacheBudget;
@@ -84,6 +84,11 @@ pub(crate) struct TxnBufs<P: Protocol> {
     spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
+    /// A scan chunk's records as met in the index, and their keys (see `scan_chunk`).
+    scan_recs: Vec<(u32, u32, *const P::Record)>,
+    scan_keys: Vec<u8>,
+    /// The index leaves a scan chunk's walk entered.
+    scan_leaves: Leaves,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
     leaf_hint: Option<LeafHint>,
@@ -141,6 +146,9 @@ impl<P: Protocol> TxnBufs<P> {
             created_keys: Vec::new(),
             spare: Vec::new(),
             key_buf: Vec::new(),
+            scan_recs: Vec::new(),
+            scan_keys: Vec::new(),
+            scan_leaves: Leaves::default(),
             leaf_hint: None,
             hint_misses: 0,
             last_put_new: false,

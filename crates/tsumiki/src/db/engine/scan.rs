@@ -22,18 +22,45 @@ impl<P: Protocol> Engine<P> {
 }
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
-    /// Reads one chunk of a scan: up to [`SCAN_CHUNK`] present records from `from`
-    /// (inclusive) to `end` (exclusive). Returns the records and the next chunk's start.
+    /// Reads one chunk of a scan: up to `max` present records from `from` (inclusive) to
+    /// `end` (exclusive), appended to `out`. Returns the next chunk's start.
     pub(super) fn scan_chunk(
         &mut self,
         from: &[u8],
         end: Option<&[u8]>,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+        max: usize,
+        out: &mut Rows,
     ) -> Result<Option<Vec<u8>>, Error> {
-        let eng = self.eng;
         let guard = &self.pin();
+        // The records met, their keys in one buffer: reused, so a chunk allocates nothing.
+        let b = self.b();
+        let mut met = Met {
+            keys: std::mem::take(&mut b.scan_keys),
+            recs: std::mem::take(&mut b.scan_recs),
+            leaves: std::mem::take(&mut b.scan_leaves),
+        };
+        let r = self.scan_chunk_with(from, end, max, out, &mut met, guard);
+        let b = self.b();
+        b.scan_keys = met.keys;
+        b.scan_recs = met.recs;
+        b.scan_leaves = met.leaves;
+        r
+    }
+
+    fn scan_chunk_with(
+        &mut self,
+        from: &[u8],
+        end: Option<&[u8]>,
+        max: usize,
+        out: &mut Rows,
+        met: &mut Met<P>,
+        guard: &Guard,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let Met { keys, recs, leaves } = met;
+        let eng = self.eng;
+        let mark = out.mark();
         'retry: loop {
-            out.clear();
+            out.truncate(mark);
             // A chunk covers only key ranges in the index: it stops where one is not, and
             // the next chunk loads that one first.
             let limit = match eng.scan_limit(from, end) {
@@ -46,36 +73,48 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             };
             let stop = limit.as_deref().or(end);
             let since = eng.load_count();
-            let recs: Vec<(Vec<u8>, RecPtr<P::Record>)> = eng.index.scan(from, stop).take(SCAN_CHUNK).collect();
-            let last = recs.len() < SCAN_CHUNK;
-            for (k, p) in &recs {
+            keys.clear();
+            recs.clear();
+            eng.index.walk_noting(from, stop, guard, leaves, |k, p| {
+                recs.push((keys.len() as u32, k.len() as u32, p.0));
+                keys.extend_from_slice(k);
+                recs.len() < max
+            });
+            let key = |i: usize| {
+                let (at, len, _) = recs[i];
+                &keys[at as usize..(at + len) as usize]
+            };
+            let last = recs.len() < max;
+            for &(_, _, rec) in recs.iter() {
+                // SAFETY: as below.
+                eng.proto.prefetch(unsafe { &*rec }, guard);
+            }
+            for i in 0..recs.len() {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
-                let rec = unsafe { &*p.0 };
-                match self.read_rec(k, rec, true, guard) {
-                    Ok(Some(v)) => out.push((k.clone(), v)),
-                    Ok(None) => {}
+                let rec = unsafe { &*recs[i].2 };
+                let k = key(i);
+                let row = out.begin_row(k);
+                match self.read_rec_into(k, rec, Some(&mut out.bytes), guard) {
+                    Ok(true) => out.end_row(row, k.len()),
+                    Ok(false) => out.drop_row(row),
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
                     Err(Access::Failed) => return self.failed(),
                 }
             }
-            let next_start = |recs: &[(Vec<u8>, RecPtr<P::Record>)]| match (last, &limit) {
-                (false, _) => Some(successor_key(&recs[recs.len() - 1].0)),
-                (true, l) => l.clone(),
-            };
+            // Where the chunk ends: past its last record when cut at `max`.
+            let cut = (!last).then(|| successor_key(key(recs.len() - 1)));
+            let next_start = || cut.clone().or_else(|| limit.clone());
             // The ranges the chunk covers were all in the index while it was read (a range
             // that left meanwhile was marked before its records went, and one that came
             // back moved the load count).
-            let reach = match (last, recs.last()) {
-                (false, Some((k, _))) => Some(successor_key(k)),
-                _ => stop.map(<[u8]>::to_vec),
-            };
+            let reach = if last { stop } else { cut.as_deref() };
             eng.pause_after_miss();
-            if !eng.covered(from, reach.as_deref()) || !eng.no_load_since(since) {
+            if !eng.covered(from, reach) || !eng.no_load_since(since) {
                 continue 'retry;
             }
             if !eng.proto.gap_protection() {
-                return Ok(next_start(&recs));
+                return Ok(next_start());
             }
             // The gap after the chunk belongs to the first record at or past its stop, also
             // when the chunk stops short of `end` at a range not in memory: the keys from
@@ -101,7 +140,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                             Err(_) => return self.failed(),
                         }
                     }
-                    match self.read_rec(&tk, t, false, guard) {
+                    match self.read_rec_into(&tk, t, None, guard) {
                         Ok(_) => break Some((t as *const P::Record, since)),
                         Err(Access::Removed) => continue,
                         Err(Access::Conflict(c)) => return self.fail(c),
@@ -112,9 +151,24 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 None
             };
             // Membership re-check, as for a missing key: the index must still hold exactly
-            // the records read.
-            let again = eng.index.scan(from, stop).take(SCAN_CHUNK).map(|(_, p)| p.0);
-            if !again.eq(recs.iter().map(|(_, p)| p.0)) {
+            // the records read (no more of them, when the chunk was the range's last). It
+            // does if no leaf the walk entered changed; else walk again to see.
+            let (mut i, mut same) = (recs.len(), true);
+            if !eng.index.leaves_unchanged(leaves, guard) {
+                i = 0;
+                eng.index.walk(from, stop, guard, |_, p| {
+                    if i == recs.len() {
+                        // One more: a chunk cut at `max` did not take it; the range's last did
+                        // not see it.
+                        same = !last;
+                        return false;
+                    }
+                    same = std::ptr::eq(recs[i].2, p.0);
+                    i += 1;
+                    same
+                });
+            }
+            if !same || i != recs.len() {
                 continue 'retry;
             }
             if let Some((t, since)) = terminal {
@@ -125,7 +179,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     continue 'retry;
                 }
             }
-            return Ok(next_start(&recs));
+            return Ok(next_start());
         }
     }
 
@@ -160,8 +214,74 @@ pub(super) fn successor_key(k: &[u8]) -> Vec<u8> {
     s
 }
 
+/// What a scan chunk's walk met: the records, their keys in one buffer, the leaves.
+struct Met<P: Protocol> {
+    keys: Vec<u8>,
+    recs: Vec<(u32, u32, *const P::Record)>,
+    leaves: Leaves,
+}
+
 /// A record a scan returns: its key and value.
 pub(crate) type Row = (Vec<u8>, Vec<u8>);
+
+/// Records read and not returned yet: keys and values in one byte buffer, reused chunk
+/// after chunk, so that reading a chunk allocates nothing per record.
+#[derive(Default)]
+pub(crate) struct Rows {
+    bytes: Vec<u8>,
+    /// Per record: where its key starts in `bytes`, the key's and the value's lengths
+    /// (the value follows the key).
+    at: Vec<(usize, u32, u32)>,
+}
+
+impl Rows {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.at.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    /// Room for `rows` more records of a few hundred bytes.
+    fn reserve(&mut self, rows: usize) {
+        self.at.reserve(rows);
+        self.bytes.reserve(rows * 256);
+    }
+
+    /// The record `i`: its key and value.
+    pub(crate) fn get(&self, i: usize) -> (&[u8], &[u8]) {
+        let (at, k, v) = self.at[i];
+        let (k, v) = (k as usize, v as usize);
+        (&self.bytes[at..at + k], &self.bytes[at + k..at + k + v])
+    }
+
+    fn mark(&self) -> (usize, usize) {
+        (self.bytes.len(), self.at.len())
+    }
+
+    fn truncate(&mut self, (bytes, rows): (usize, usize)) {
+        self.bytes.truncate(bytes);
+        self.at.truncate(rows);
+    }
+
+    /// Starts a record with its key; its value is appended to `bytes` next.
+    fn begin_row(&mut self, key: &[u8]) -> usize {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        at
+    }
+
+    fn end_row(&mut self, at: usize, key_len: usize) {
+        let value_len = self.bytes.len() - at - key_len;
+        self.at.push((at, key_len as u32, value_len as u32));
+    }
+
+    fn drop_row(&mut self, at: usize) {
+        self.bytes.truncate(at);
+    }
+}
 
 /// The iterator of [`TypedTxn::scan`].
 pub struct TypedScan<'t, 'a, P: Protocol> {
@@ -177,6 +297,10 @@ impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
     }
 }
 
+/// The first chunk of a forward scan: a scan that takes a few records (a range read of 10
+/// from a key) reads about that many; each later chunk doubles, up to [`SCAN_CHUNK`].
+const FIRST_CHUNK: usize = 16;
+
 /// Where a scan stands, apart from its transaction: each step borrows the transaction
 /// only while it reads a chunk, so the transaction can serve other reads between steps.
 pub(crate) struct ScanCursor {
@@ -185,8 +309,10 @@ pub(crate) struct ScanCursor {
     next: Option<Vec<u8>>,
     end: Option<Vec<u8>>,
     /// Records read and not yet returned, in the order they are returned.
-    buf: Vec<(Vec<u8>, Vec<u8>)>,
+    buf: Rows,
     pos: usize,
+    /// Records the next forward chunk reads at most.
+    chunk: usize,
     reverse: bool,
     /// A step has run.
     started: bool,
@@ -197,18 +323,26 @@ pub(crate) struct ScanCursor {
 impl ScanCursor {
     /// The records with `start <= key < end`, ascending or (`reverse`) descending.
     pub(crate) fn new(start: Vec<u8>, end: Option<Vec<u8>>, reverse: bool) -> Self {
-        if end.as_ref().is_some_and(|e| *e <= start) {
-            // Empty: nothing to read (and no window to list).
-            return ScanCursor { next: None, end, buf: Vec::new(), pos: 0, reverse, started: false, done: true };
+        // Empty: nothing to read (and no window to list).
+        let done = end.as_ref().is_some_and(|e| *e <= start);
+        ScanCursor {
+            next: (!done).then_some(start),
+            end,
+            buf: Rows::default(),
+            pos: 0,
+            chunk: FIRST_CHUNK,
+            reverse,
+            started: false,
+            done,
         }
-        ScanCursor { next: Some(start), end, buf: Vec::new(), pos: 0, reverse, started: false, done: false }
     }
 
     /// Makes the scan descending. After a first step it goes on descending over what is
     /// left of the range (the records not returned yet).
     pub(crate) fn reverse(&mut self) {
         if self.started && !self.reverse && !self.done {
-            let rest = if self.pos < self.buf.len() { Some(self.buf[self.pos].0.clone()) } else { self.next.take() };
+            let rest =
+                if self.pos < self.buf.len() { Some(self.buf.get(self.pos).0.to_vec()) } else { self.next.take() };
             match rest {
                 Some(start) => {
                     let end = self.end.take();
@@ -222,10 +356,15 @@ impl ScanCursor {
 
     /// The next record of the scan, read through `txn`.
     pub(crate) fn next<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<Row, Error>> {
+        self.next_ref(txn).map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    /// The next record of the scan, borrowed from the cursor until its next step.
+    pub(crate) fn next_ref<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<(&[u8], &[u8]), Error>> {
         loop {
             if self.pos < self.buf.len() {
                 self.pos += 1;
-                return Some(Ok(std::mem::take(&mut self.buf[self.pos - 1])));
+                return Some(Ok(self.buf.get(self.pos - 1)));
             }
             if self.done {
                 return None;
@@ -255,7 +394,10 @@ impl ScanCursor {
     /// Reads the next chunk forward; `false` when the range is done.
     pub(super) fn step<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Result<bool, Error> {
         let Some(from) = self.next.take() else { return Ok(false) };
-        self.next = txn.scan_chunk(&from, self.end.as_deref(), &mut self.buf)?;
+        self.buf.clear();
+        self.buf.reserve(self.chunk);
+        self.next = txn.scan_chunk(&from, self.end.as_deref(), self.chunk, &mut self.buf)?;
+        self.chunk = (self.chunk * 2).min(SCAN_CHUNK);
         Ok(true)
     }
 
@@ -273,13 +415,11 @@ impl ScanCursor {
         let low = txn.eng.window_low(start, self.end.as_deref());
         let high = self.end.take();
         self.buf.clear();
-        let mut chunk = Vec::new();
         let mut from = Some(low.clone());
         while let Some(f) = from {
-            from = txn.scan_chunk(&f, high.as_deref(), &mut chunk)?;
-            self.buf.append(&mut chunk);
+            from = txn.scan_chunk(&f, high.as_deref(), SCAN_CHUNK, &mut self.buf)?;
         }
-        self.buf.reverse();
+        self.buf.at.reverse();
         self.end = Some(low);
         Ok(true)
     }

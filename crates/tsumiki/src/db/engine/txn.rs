@@ -144,16 +144,31 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         want: bool,
         guard: &Guard,
     ) -> Result<Option<Vec<u8>>, Access> {
+        let mut value = Vec::new();
+        let present = self.read_rec_into(key, rec, want.then_some(&mut value), guard)?;
+        Ok(present.then_some(value))
+    }
+
+    /// [`read_rec`](Self::read_rec), appending the value to `out` (when given): returns
+    /// whether the key is present.
+    pub(super) fn read_rec_into(
+        &mut self,
+        key: &[u8],
+        rec: &P::Record,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
         let eng = self.eng;
         if let Some(i) = self.own_rebound(key, rec)? {
             if let WriteKind::Value(v) = &self.b().writes[i].kind {
-                return Ok(v.clone());
+                if let (Some(out), Some(v)) = (out, v) {
+                    out.extend_from_slice(v);
+                }
+                return Ok(v.is_some());
             }
         }
         let b = self.bufs.as_mut().expect("buffers");
-        let mut value = Vec::new();
-        let present = eng.proto.read(&mut b.st, rec, want.then_some(&mut value), guard)?;
-        Ok(present.then_some(value))
+        eng.proto.read(&mut b.st, rec, out, guard)
     }
 
     /// Reads the gap where `key` would be. `Ok(Some(rec))`: the key exists after all.
@@ -469,23 +484,31 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// The value of `key`.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, &mut value)?.then_some(value))
+    }
+
+    /// Appends the value of `key` to `out`; returns whether the key is present.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
         self.check_active()?;
         check_key(key)?;
         let guard = &self.pin();
+        let base = out.len();
         loop {
+            out.truncate(base);
             let since = self.eng.load_count();
             let rec = match self.eng.lookup(key, guard) {
                 Some(r) => r,
                 None => match self.read_missing(key, since, guard) {
-                    Ok(None) => return Ok(None),
+                    Ok(None) => return Ok(false),
                     Ok(Some(r)) => r,
                     Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
                     Err(Access::Failed) => return self.failed(),
                 },
             };
-            match self.read_rec(key, rec, true, guard) {
-                Ok(v) => return Ok(v),
+            match self.read_rec_into(key, rec, Some(out), guard) {
+                Ok(present) => return Ok(present),
                 Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
                 Err(Access::Failed) => return self.failed(),

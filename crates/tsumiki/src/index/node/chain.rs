@@ -276,18 +276,7 @@ fn merge_leaf<'g, V>(
 
 /// The first record of a leaf chain at or after `key` (strictly after when `exclusive`),
 /// within `range`: exactly `leaf_entries(head, range, guard)` filtered by that bound and
-/// taken first, but without materialising the leaf.
-///
-/// Why: the transaction engine asks for a key's successor on every insert, and sorting a
-/// whole 128-record leaf into a `Vec` for one answer dominated the insert profile. This is
-/// `merge_leaf` with every source cut to its suffix from `key`: the chain's data deltas
-/// above the bound (there are few, under the consolidation threshold) are sorted on the
-/// stack, each base is entered by binary search, and the merge stops at the first record
-/// it would emit. Cost: O(d log d + log n + records skipped as deleted or out of range).
-///
-/// Equality with `merge_leaf` holds because its output is sorted (consolidation builds a
-/// `KeyVec` from it), and because a base record and the delta overriding it have the same
-/// key, so the bound keeps or drops both together.
+/// taken first, but without materialising the leaf ([`leaf_walk_from`] stopped at once).
 pub(crate) fn leaf_first_from<'g, V>(
     head: &'g Node<V>,
     range: &Range,
@@ -295,6 +284,38 @@ pub(crate) fn leaf_first_from<'g, V>(
     exclusive: bool,
     guard: &'g Guard,
 ) -> Option<(&'g [u8], &'g V)> {
+    let mut found = None;
+    leaf_walk_from(head, range, key, exclusive, guard, |k, v| {
+        found = Some((k, v));
+        false
+    });
+    found
+}
+
+/// Calls `f` on the records of a leaf chain at or after `key` (strictly after when
+/// `exclusive`), within `range`, in key order, until `f` returns false. Returns whether
+/// `f` stopped the walk (false: the leaf's records in range ran out). The records are
+/// those of `leaf_entries(head, range, guard)` past the bound, borrowed from the chain.
+///
+/// Why: the transaction engine asks for a key's successor on every insert, and a scan
+/// reads a few records from a random key; sorting a whole 128-record leaf into a `Vec`
+/// for that dominated both profiles. This is `merge_leaf` with every source cut to its
+/// suffix from `key`: the chain's data deltas above the bound (there are few, under the
+/// consolidation threshold) are sorted on the stack, each base is entered by binary
+/// search, and the merge goes only as far as `f` wants. Cost: O(d log d + log n + records
+/// visited or skipped as deleted or out of range).
+///
+/// Equality with `merge_leaf` holds because its output is sorted (consolidation builds a
+/// `KeyVec` from it), and because a base record and the delta overriding it have the same
+/// key, so the bound keeps or drops both together.
+pub(crate) fn leaf_walk_from<'g, V>(
+    head: &'g Node<V>,
+    range: &Range,
+    key: &[u8],
+    exclusive: bool,
+    guard: &'g Guard,
+    mut f: impl FnMut(&'g [u8], &'g V) -> bool,
+) -> bool {
     let kp = prefix(key);
     // The bound, as merge_leaf's records are filtered: `k >= key`, or `k > key`.
     let wanted = |p: u64, k: &[u8]| match cmp_prefixed(p, k, kp, key) {
@@ -322,13 +343,13 @@ pub(crate) fn leaf_first_from<'g, V>(
                 .flat_map(|b| (start(b)..b.len()).map(move |i| (b.keys.prefix(i), b.keys.get(i), &b.vals[i]))),
         );
 
-    // merge_leaf's `out`: `Some(Some(record))` for the first record in range, `Some(None)`
-    // once past the high key (records are sorted, so every later one is too).
-    let out = |p: u64, k: &'g [u8], v: &'g V| -> Option<Option<(&'g [u8], &'g V)>> {
+    // merge_leaf's `out`: `Some(stopped)` ends the walk: `Some(false)` once past the high
+    // key (records are sorted, so every later one is too), `Some(true)` when `f` stops it.
+    let mut out = |p: u64, k: &'g [u8], v: &'g V| -> Option<bool> {
         if range.beyond_prefixed(p, k) {
-            Some(None)
-        } else if cmp_prefixed(p, k, range.low_p, &range.low).is_ge() {
-            Some(Some((k, v)))
+            Some(false)
+        } else if cmp_prefixed(p, k, range.low_p, &range.low).is_ge() && !f(k, v) {
+            Some(true)
         } else {
             None
         }
@@ -343,8 +364,8 @@ pub(crate) fn leaf_first_from<'g, V>(
                 CmpOrdering::Greater => break,
                 ord => {
                     if let Some(dv) = dv {
-                        if let Some(found) = out(dp, dk, dv) {
-                            return found;
+                        if let Some(stopped) = out(dp, dk, dv) {
+                            return stopped;
                         }
                     }
                     di.next();
@@ -356,19 +377,19 @@ pub(crate) fn leaf_first_from<'g, V>(
             }
         }
         if take_base {
-            if let Some(found) = out(p, k, v) {
-                return found;
+            if let Some(stopped) = out(p, k, v) {
+                return stopped;
             }
         }
     }
     for &(dp, dk, dv) in di {
         if let Some(dv) = dv {
-            if let Some(found) = out(dp, dk, dv) {
-                return found;
+            if let Some(stopped) = out(dp, dk, dv) {
+                return stopped;
             }
         }
     }
-    None
+    false
 }
 
 /// Every record of a leaf chain, sorted, restricted to `range`.

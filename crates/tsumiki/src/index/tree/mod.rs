@@ -747,6 +747,76 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         range.high.clone()
     }
 
+    /// Calls `f` on every record with `start <= key < end` (no upper bound when `end` is
+    /// `None`), in key order, until it returns false: one descent, then each leaf entered
+    /// from the previous one's high key (exactly the right sibling's low key, even if that
+    /// sibling split or merged meanwhile). Keys and values are borrowed from the nodes,
+    /// valid while `guard` stays pinned; nothing is copied or allocated.
+    pub(crate) fn walk<'g>(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        guard: &'g Guard,
+        mut leaves: Option<&mut Vec<(Pid, usize, usize)>>,
+        mut f: impl FnMut(&'g [u8], &'g V) -> bool,
+    ) {
+        let mut at = start;
+        loop {
+            if end.is_some_and(|e| at >= e) {
+                return;
+            }
+            let mut path = Path::new();
+            let (pid, head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
+            if let Some(l) = leaves.as_deref_mut() {
+                l.push((pid, head.as_raw() as usize, self.data_head(head, guard)));
+            }
+            // SAFETY: non-null head from `descend`.
+            let h = unsafe { node_ref(head) };
+            let range = self.inspect(h, guard).range;
+            // Bounded by `at`: the leaf may have absorbed its left part since the previous
+            // step, and what lies below `at` was visited already.
+            let stopped = leaf_walk_from(h, range, at, false, guard, |k, v| end.is_none_or(|e| k < e) && f(k, v));
+            if stopped {
+                return;
+            }
+            // The range lives as long as the chain reporting it, so under `guard`.
+            match range.high.as_deref() {
+                Some(high) => at = high,
+                None => return,
+            }
+        }
+    }
+
+    /// Whether every leaf a [`walk`](Self::walk) recorded still has the chain it had: then
+    /// none of them changed since (a write, a consolidation, a split or a merge installs a
+    /// new head), and a walk now would visit the same records. The caller stayed pinned
+    /// since the walk, so no head it saw was freed and reused.
+    pub(crate) fn leaves_unchanged(&self, leaves: &[(Pid, usize, usize)], guard: &Guard) -> bool {
+        leaves.iter().all(|&(pid, head, data)| {
+            let now = self.load(pid, guard);
+            now.as_raw() as usize == head && self.data_head(now, guard) == data
+        })
+    }
+
+    /// Where the chain's data deltas begin, below the structure-change deltas that (b)
+    /// keeps at its head: a write installs its delta there (see `insert_point`), leaving
+    /// the head as it was.
+    fn data_head(&self, head: Shared<'_, Node<V>>, guard: &Guard) -> usize {
+        // SAFETY: `head` is a non-null chain head loaded under `guard`.
+        let mut n = unsafe { node_ref(head) };
+        if !self.cfg.split_delta_at_head || !n.is_smo() {
+            return head.as_raw() as usize;
+        }
+        loop {
+            // SAFETY: SMO deltas always have a non-null next, under `guard`.
+            let next = unsafe { node_ref(n.next(guard)) };
+            if !next.is_smo() {
+                return n.next.load(Ordering::Acquire, guard).as_raw() as usize;
+            }
+            n = next;
+        }
+    }
+
     /// The low key of the leaf covering `key` (at or below `key`).
     pub(crate) fn leaf_low(&self, key: &[u8], guard: &Guard) -> Box<[u8]> {
         let mut path = Path::new();

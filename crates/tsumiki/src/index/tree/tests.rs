@@ -262,3 +262,55 @@ fn consolidation_below_keeps_a_pending_index_delete() {
     let now = unsafe { node_ref(tree.load(root, &guard)) };
     assert_ne!(inner_route(now, &sep, &guard), child, "the parent still routes to the merged node");
 }
+
+/// A walk visits what a scan returns, from any start, stopping where told; the leaves it
+/// notes change exactly when a record enters one of them (a write far away leaves them),
+/// also when (b) keeps a split delta at the head and the write goes in below it.
+#[test]
+fn walk_matches_scan_and_notes_its_leaves() {
+    for numbered_deltas in [false, true] {
+        for split_delta_at_head in [false, true] {
+            let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+            walk_and_note(cfg);
+        }
+    }
+}
+
+fn walk_and_note(cfg: BwTreeConfig) {
+    let tree = crate::index::BwTree::<u64>::with_config(cfg).unwrap();
+    let n = 1000u64;
+    for i in 0..n {
+        tree.upsert(&(i * 2).to_be_bytes(), i).unwrap();
+    }
+    let guard = &epoch::pin();
+    for start in [0u64, 1, 2, 500, 1001, 1998, 1999, 5000] {
+        for take in [0usize, 1, 10, 200, 2000] {
+            let mut walked = Vec::new();
+            tree.walk(&start.to_be_bytes(), None, guard, |k, v| {
+                if walked.len() == take {
+                    return false;
+                }
+                walked.push((k.to_vec(), *v));
+                walked.len() < take
+            });
+            let scanned: Vec<_> = tree.scan(&start.to_be_bytes(), None).take(take).collect();
+            assert_eq!(walked, scanned, "walk from {start}, {take} records");
+        }
+    }
+    let mut leaves = crate::index::Leaves::default();
+    for (k, far) in [(121u64, 1901u64), (1201, 101), (1603, 1)] {
+        let mut seen = 0;
+        tree.walk_noting(&(k - 21).to_be_bytes(), Some(&(k + 19).to_be_bytes()), guard, &mut leaves, |_, _| {
+            seen += 1;
+            true
+        });
+        assert_eq!(seen, 20);
+        assert!(tree.leaves_unchanged(&leaves, guard));
+        // Far away: another leaf.
+        tree.upsert(&far.to_be_bytes(), 0).unwrap();
+        assert!(tree.leaves_unchanged(&leaves, guard), "a write at {far} after a walk near {k}");
+        // Inside the walked range.
+        tree.upsert(&k.to_be_bytes(), 0).unwrap();
+        assert!(!tree.leaves_unchanged(&leaves, guard), "a write at {k}");
+    }
+}
