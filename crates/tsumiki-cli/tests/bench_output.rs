@@ -211,6 +211,81 @@ fn fill_output() {
     check_svg("fill", &svg, &["tsumiki", "raw", "records per transaction"]);
 }
 
+/// redb's comparison at a tiny scale: every row for tsumiki (and redb), and the reads and
+/// removals count what the database holds: 2,000 loaded records plus the write rows'
+/// 111,000.
+#[test]
+fn kv_output() {
+    let (lines, csv, svg) = run_family(
+        "kv",
+        &["--engine", "tsumiki,redb", "--records", "2000", "--threads", "1,2", "--rounds", "1", "--cache-mb", "64"],
+    );
+    let rows = check_schema("kv", &lines);
+    let (loaded, total) = (2_000u64, 2_000u64 + 111_000);
+    let all = [
+        "bulk_load",
+        "individual_writes",
+        "batch_writes",
+        "nondurable_writes",
+        "sorted_load",
+        "len",
+        "random_reads",
+        "range_reads",
+        "threaded_reads",
+        "threaded_reads",
+        "removals",
+        "pop_first",
+        "pop_last",
+        "retain",
+        "compact",
+    ];
+    for engine in ["tsumiki", "redb"] {
+        let mine: Vec<&Value> = rows.iter().filter(|r| r["variant"] == engine).collect();
+        let names: Vec<&str> = mine.iter().map(|r| r["params"]["row"].as_str().unwrap()).collect();
+        assert_eq!(names, all, "{engine}");
+        let row = |name: &str| -> Vec<&Value> {
+            mine.iter().filter(|r| r["params"]["row"] == name).map(|r| &r["metrics"]).collect()
+        };
+        let found = |m: &Value| m["found"].as_u64().unwrap();
+        for m in row("len") {
+            assert_eq!(found(m), total, "{engine}: len {m}");
+        }
+        for m in row("random_reads") {
+            assert_eq!(found(m), 3 * loaded, "{engine}: random reads {m}");
+        }
+        for m in row("threaded_reads") {
+            assert_eq!(found(m), loaded, "{engine}: threaded reads {m}");
+        }
+        let threads: Vec<u64> = mine
+            .iter()
+            .filter(|r| r["params"]["row"] == "threaded_reads")
+            .map(|r| r["params"]["threads"].as_u64().unwrap())
+            .collect();
+        assert_eq!(threads, [1, 2], "{engine}");
+        for m in row("range_reads") {
+            // 10 records from each loaded key, but for a key among the last 10 (rare).
+            assert!(found(m) <= 10 * loaded && found(m) + 100 >= 10 * loaded, "{engine}: range reads {m}");
+            assert_eq!(m["found"], m["expected"], "{engine}: range reads {m}");
+        }
+        for m in row("removals") {
+            assert_eq!(found(m), total - loaded / 2, "{engine}: records left after removals {m}");
+        }
+        for name in ["pop_first", "pop_last", "retain", "compact", "sorted_load"] {
+            for m in row(name) {
+                assert_eq!(m["found"], m["expected"], "{engine}: {name} {m}");
+            }
+        }
+        for m in row("compact") {
+            for size in ["disk_after_writes_bytes", "disk_before_compact_bytes", "disk_after_compact_bytes"] {
+                assert!(m[size].as_u64().is_some_and(|b| b > 0), "{engine}: {size} {m}");
+            }
+            assert!(m["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0), "{engine}: {m}");
+        }
+    }
+    check_csv("kv", &csv, &rows);
+    check_svg("kv", &svg, &["tsumiki", "redb", "reading threads"]);
+}
+
 #[test]
 fn cache_output() {
     let (lines, csv, svg) =

@@ -12,7 +12,7 @@
 //! The parent creates one temporary directory (removed at the end and on Ctrl-C, when it
 //! also sends SIGTERM to its running child) and each child fills a directory inside it.
 
-mod peers;
+pub(crate) mod peers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -23,7 +23,7 @@ use indicatif::ProgressBar;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use self::peers::{Batch, FillConfig, FillEngine, ENGINES};
+use self::peers::{match_engine, Batch, FillConfig, FillEngine, ENGINES};
 use super::cleanup::{wait_child, TempDir};
 use super::plot::{self, Chart};
 use super::schema::{Family, OutputArgs, Reporter, ResultRecord};
@@ -106,6 +106,7 @@ impl FillArgs {
             per_txn,
             value_size: self.value_size,
             direct_io: !self.no_direct_io,
+            cache_bytes: None,
         }
     }
 
@@ -252,7 +253,7 @@ fn child_command(
 }
 
 /// The last JSON line a child printed.
-fn result_line<T: for<'de> Deserialize<'de>>(stdout: &[u8], label: &str) -> Result<T, String> {
+pub(super) fn result_line<T: for<'de> Deserialize<'de>>(stdout: &[u8], label: &str) -> Result<T, String> {
     let text = String::from_utf8_lossy(stdout);
     let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| format!("{label}: no result line"))?;
     serde_json::from_str(line).map_err(|e| format!("{label}: bad result line {line:?}: {e}"))
@@ -420,59 +421,6 @@ fn run_child(engine: &str, args: &FillArgs) -> Result<FillResult, String> {
     Ok(r)
 }
 
-/// Runs `$body` with `$E` the [`FillEngine`] type named by `$engine` (an error for an
-/// unknown or missing one).
-macro_rules! match_engine {
-    ($engine:expr, $E:ident => $body:expr) => {
-        match $engine {
-            "tsumiki" => {
-                type $E = peers::tsumiki::Tsumiki;
-                $body
-            }
-            #[cfg(have_leveldb)]
-            "leveldb" => {
-                type $E = peers::c_kv::LevelDb;
-                $body
-            }
-            #[cfg(have_rocksdb)]
-            "rocksdb" => {
-                type $E = peers::c_kv::RocksDb;
-                $body
-            }
-            #[cfg(feature = "peers")]
-            "lmdb" => {
-                type $E = peers::lmdb::Lmdb;
-                $body
-            }
-            #[cfg(feature = "peers")]
-            "sqlite" => {
-                type $E = peers::sqlite::Sqlite;
-                $body
-            }
-            #[cfg(feature = "peers")]
-            "redb" => {
-                type $E = peers::redb::Redb;
-                $body
-            }
-            #[cfg(feature = "peers")]
-            "fjall" => {
-                type $E = peers::fjall::Fjall;
-                $body
-            }
-            "raw" => {
-                type $E = peers::raw::Raw;
-                $body
-            }
-            "raw-direct" => {
-                type $E = peers::raw::RawDirect;
-                $body
-            }
-            other => Err(format!("unknown engine {other:?}")),
-        }
-    };
-}
-use match_engine;
-
 /// Runs one fill of `engine` in `dir` in this process.
 pub fn fill_engine(
     engine: &str,
@@ -552,7 +500,7 @@ fn wchar() -> Result<u64, String> {
 }
 
 /// The peak resident set of this process (VmHWM of /proc/self/status), in bytes.
-fn peak_rss() -> Result<u64, String> {
+pub(super) fn peak_rss() -> Result<u64, String> {
     proc_field("/proc/self/status", "VmHWM:").map(|v| v.unwrap_or(0) * 1024)
 }
 
@@ -567,7 +515,7 @@ fn proc_field(path: &str, field: &str) -> Result<Option<u64>, String> {
 
 /// Space the directory's files take on the device (allocated blocks, as `du`: LMDB's map
 /// and the raw file's preallocation count for what they occupy, not their length).
-fn dir_bytes(dir: &Path) -> Result<u64, String> {
+pub(super) fn dir_bytes(dir: &Path) -> Result<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     for entry in std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))? {
@@ -733,7 +681,14 @@ mod tests {
             let records = Records::new(2_000, order, 8, 7);
             for engine in ["tsumiki", "raw", "raw-direct"] {
                 let tmp = tempfile::tempdir().unwrap();
-                let cfg = FillConfig { sync: true, records: 2_000, per_txn: 100, value_size: 8, direct_io: true };
+                let cfg = FillConfig {
+                    sync: true,
+                    records: 2_000,
+                    per_txn: 100,
+                    value_size: 8,
+                    direct_io: true,
+                    cache_bytes: None,
+                };
                 let r = fill_engine(engine, tmp.path(), &cfg, &records, &ProgressBar::hidden()).unwrap();
                 assert_eq!((r.records, r.txns), (2_000, 20), "{engine} {order}");
                 assert!(r.fill_s > 0.0 && r.peak_rss_bytes > 0 && r.disk_bytes > 0, "{engine}: {r:?}");

@@ -9,6 +9,7 @@ pub mod cache;
 mod cleanup;
 pub mod fill;
 pub mod index;
+pub mod kv;
 mod plot;
 mod progress;
 mod report;
@@ -29,6 +30,10 @@ pub enum BenchCommand {
     /// durable at every commit, against real peers (LevelDB, RocksDB, LMDB, SQLite, redb,
     /// fjall) and a raw write + fdatasync floor.
     Fill(fill::FillArgs),
+    /// redb's engine comparison (24-byte random keys, 150-byte values): loads, durable and
+    /// non-durable writes, len, random and range reads on 1 to 32 threads, removals, pops,
+    /// retain and compaction, on tsumiki and every peer, with sizes on disk and peak RSS.
+    Kv(kv::KvArgs),
     /// The index benchmark of paper 002: the Bw-tree against other concurrent ordered maps.
     Index(index::IndexArgs),
     /// The transaction benchmark (papers 000 and 001, YCSB): every concurrency-control
@@ -45,6 +50,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Cache(args) => cache::run(&args),
         BenchCommand::Fill(args) => fill::run(&args),
         BenchCommand::Index(args) => index::run(&args),
+        BenchCommand::Kv(args) => kv::run(&args),
         BenchCommand::Txn(args) => txn::run(&args),
         BenchCommand::Wal(args) => wal::run(&args),
     };

@@ -65,6 +65,7 @@ pub enum Family {
     Cache,
     Fill,
     Index,
+    Kv,
     Txn,
     Wal,
 }

@@ -4,7 +4,7 @@
 //! (usage, a missing or locked database, I/O).
 
 mod check;
-mod compact;
+pub(crate) mod compact;
 mod dump;
 mod format;
 mod kv;

@@ -72,7 +72,7 @@ impl<const DIRECT: bool> FillEngine for RawFile<DIRECT> {
         Ok(RawFile { file, sync: cfg.sync, unit, units, value_size: cfg.value_size, next: 0, mem, start })
     }
 
-    fn write_batch(&mut self, batch: &Batch<'_>) -> Result<(), String> {
+    fn write_batch<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
         let buf = self.buf();
         buf.fill(0);
         buf[..4].copy_from_slice(&(batch.len() as u32).to_le_bytes());

@@ -1,53 +1,173 @@
 //! tsumiki with its default options (TicToc, P-WAL, NLR, an fdatasync per commit, the log
 //! written with direct I/O unless `--no-direct-io`), or with the log buffered in the OS
-//! (`Durability::Buffered`) for `--no-sync`.
+//! (`Durability::Buffered`) for `--no-sync`. `--cache-mb` sets `Options::cache_bytes`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use ::tsumiki::{Db, Durability, LogOptions, Options};
+use ::tsumiki::{Db, Durability, LogOptions, Options, ReadTxn};
 
-use super::{err, Batch, FillConfig, FillEngine};
+use super::{err, Batch, FillConfig, FillEngine, KvEngine, KvReader, Tally};
 
-pub struct Tsumiki(Db);
+pub struct Tsumiki {
+    /// Always `Some` but while [`KvEngine::set_durable`] reopens it.
+    db: Option<Db>,
+    dir: PathBuf,
+    cfg: FillConfig,
+}
+
+fn options(cfg: &FillConfig) -> Options {
+    let log = if cfg.sync {
+        LogOptions { direct_io: cfg.direct_io, ..LogOptions::default() }
+    } else {
+        LogOptions { durability: Durability::Buffered, ..LogOptions::default() }
+    };
+    let mut opts = Options { log, ..Options::default() };
+    if let Some(bytes) = cfg.cache_bytes {
+        opts.cache_bytes = bytes;
+    }
+    opts
+}
+
+/// Runs `f` in a read-only transaction through the cheapest read path tsumiki offers:
+/// today [`Db::view`] (optimistic, retried on a conflict, so `f` must only compute).
+/// The one place to change when a snapshot read API (`begin_read`) arrives.
+fn read<T>(db: &Db, f: impl FnMut(&ReadTxn<'_>) -> Result<T, ::tsumiki::Error>) -> Result<T, String> {
+    db.view(f).map_err(err("tsumiki read"))
+}
+
+impl Tsumiki {
+    fn db(&self) -> Result<&Db, String> {
+        self.db.as_ref().ok_or_else(|| "tsumiki: the database is closed (a reopen failed)".to_string())
+    }
+
+    /// Runs `f` in a write transaction and commits it, again after a conflict.
+    fn write<T>(
+        &self,
+        what: &'static str,
+        f: impl FnMut(&mut ::tsumiki::Txn<'_>) -> Result<T, ::tsumiki::Error>,
+    ) -> Result<T, String> {
+        self.db()?.run(f).map_err(err(what))
+    }
+}
 
 impl FillEngine for Tsumiki {
     fn open(dir: &Path, cfg: &FillConfig) -> Result<Self, String> {
-        let opts = if cfg.sync {
-            Options { log: LogOptions { direct_io: cfg.direct_io, ..LogOptions::default() }, ..Options::default() }
-        } else {
-            Options {
-                log: LogOptions { durability: Durability::Buffered, ..LogOptions::default() },
-                ..Options::default()
-            }
-        };
-        Db::create(dir, opts).map(Tsumiki).map_err(err("tsumiki open"))
+        let db = Db::create(dir, options(cfg)).map_err(err("tsumiki open"))?;
+        Ok(Tsumiki { db: Some(db), dir: dir.to_path_buf(), cfg: *cfg })
     }
 
-    fn write_batch(&mut self, batch: &Batch<'_>) -> Result<(), String> {
-        // Single-threaded, so no conflicts are expected; retry anyway, as an embedder would.
-        loop {
-            let mut t = self.0.begin();
-            let res = batch.iter().try_for_each(|(k, v)| t.put(k, v)).and_then(|()| t.commit());
-            match res {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(format!("tsumiki commit: {e}")),
-            }
-        }
+    fn write_batch<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
+        // Single-threaded, so no conflicts are expected; `run` retries anyway, as an
+        // embedder would.
+        self.write("tsumiki commit", |t| batch.iter().try_for_each(|(k, v)| t.put(k, v)))
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let t = self.0.begin();
-        let v = t.get(key).map_err(err("tsumiki get"))?;
-        t.commit().map_err(err("tsumiki get"))?;
-        Ok(v)
+        read(self.db()?, |r| r.get(key))
     }
 
-    fn close(self) -> Result<(), String> {
-        self.0.close().map_err(err("tsumiki close"))
+    fn close(mut self) -> Result<(), String> {
+        self.db.take().map_or(Ok(()), |db| db.close().map_err(err("tsumiki close")))
     }
 
     fn log_blocks(&self) -> Option<u64> {
-        self.0.wal_stats().map(|w| w.bytes / 4096)
+        self.db.as_ref()?.wal_stats().map(|w| w.bytes / 4096)
+    }
+}
+
+/// A reading thread's handle: the shared `Db` (it is `Sync`).
+pub struct Reader<'a>(&'a Db);
+
+impl KvReader for Reader<'_> {
+    fn get_each<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]> + Clone) -> Result<Tally, String> {
+        read(self.0, |r| {
+            let mut t = Tally::default();
+            for k in keys.clone() {
+                if let Some(v) = r.get(k)? {
+                    t.add(&v);
+                }
+            }
+            Ok(t)
+        })
+    }
+
+    fn scan_each<'k>(&mut self, starts: impl Iterator<Item = &'k [u8]> + Clone, n: usize) -> Result<Tally, String> {
+        read(self.0, |r| {
+            let mut t = Tally::default();
+            for k in starts.clone() {
+                for row in r.range(k..).take(n) {
+                    t.add(&row?.1);
+                }
+            }
+            Ok(t)
+        })
+    }
+}
+
+impl KvEngine for Tsumiki {
+    type Reader<'a> = Reader<'a>;
+
+    fn set_durable(&mut self, durable: bool) -> Result<(), String> {
+        if self.cfg.sync == durable {
+            return Ok(());
+        }
+        // Durability is a setting of the open database: close and reopen with the other.
+        if let Some(db) = self.db.take() {
+            db.close().map_err(err("tsumiki close"))?;
+        }
+        self.cfg.sync = durable;
+        self.db = Some(Db::open(&self.dir, options(&self.cfg)).map_err(err("tsumiki reopen"))?);
+        Ok(())
+    }
+
+    fn reader(&self, _of: usize) -> Result<Reader<'_>, String> {
+        Ok(Reader(self.db()?))
+    }
+
+    fn len(&mut self) -> Result<u64, String> {
+        // No stored count: a scan.
+        read(self.db()?, |r| r.iter().try_fold(0u64, |n, row| row.map(|_| n + 1)))
+    }
+
+    fn remove<const K: usize>(&mut self, keys: &[[u8; K]]) -> Result<(), String> {
+        self.write("tsumiki remove", |t| keys.iter().try_for_each(|k| t.delete(k).map(drop)))
+    }
+
+    fn pop(&mut self, n: usize, last: bool) -> Result<u64, String> {
+        self.write("tsumiki pop", |t| {
+            let mut popped = 0;
+            for _ in 0..n {
+                // The transaction reads its own deletes, so the scan starts past them.
+                let first = if last { t.iter().rev().next() } else { t.iter().next() };
+                let Some(row) = first else { break };
+                t.delete(row?.0)?;
+                popped += 1;
+            }
+            Ok(popped)
+        })
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64, String> {
+        self.write("tsumiki retain", |t| {
+            // A scan borrows the transaction: collect, then delete.
+            let mut gone = Vec::new();
+            for row in t.iter() {
+                let (k, v) = row?;
+                if !keep(&k, &v) {
+                    gone.push(k);
+                }
+            }
+            for k in &gone {
+                t.delete(k)?;
+            }
+            Ok(gone.len() as u64)
+        })
+    }
+
+    fn compact_and_close(self, dir: &Path) -> Result<(), String> {
+        FillEngine::close(self)?;
+        // `tsumiki compact`: a checked copy of the records swapped in for the directory.
+        let args = crate::tools::compact::CompactArgs { dir: dir.to_path_buf(), quiet: true };
+        crate::tools::compact::run(&args).map(drop).map_err(|f| format!("tsumiki compact: {}", f.message))
     }
 }
