@@ -289,8 +289,10 @@ fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm
     // Held through the open, so that two threads opening one path share one database.
     let mut reg = registry();
     let shared = |canonical: &Path| reg.get(canonical).cloned();
-    // The options apply to a database this process opens first; a handle's read-only flag
-    // is the handle's (the database is shared with writers).
+    // The options apply to a database this process opens first (read-only if this handle
+    // is: then nothing is written, and read-only media open); a handle's read-only flag
+    // is also the handle's, as a database opened to write is shared with it. A database
+    // opened read-only serves no writing handle (TSUMIKI_DBM_LOCKED until it is closed).
     let opts = options()?;
     let db = how.open_shared(path, opts, shared)?;
     let canonical = std::fs::canonicalize(path).map_err(|e| {
@@ -479,8 +481,10 @@ impl Dbm {
                     .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
                     .open(&name)
             };
-            // A read-only file system (or directory) still lets an existing one be locked.
-            let f = open(true).or_else(|e| open(false).map_err(|_| e)).map_err(|e| {
+            // A read-only file system (or directory) still lets an existing one be locked;
+            // a read-only handle never creates it (it writes nothing).
+            let f = if self.read_only { open(false) } else { open(true).or_else(|e| open(false).map_err(|_| e)) };
+            let f = f.map_err(|e| {
                 Failure::from(Error::Io { context: format!("opening {}", name.display()), source: Arc::new(e) })
             })?;
             self.lock_file = Some(f);

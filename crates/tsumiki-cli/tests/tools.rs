@@ -489,3 +489,79 @@ fn compact_removes_what_killed_compacts_left() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["records"], 30_000);
 }
+
+/// Every file of `dir` and its bytes, and the directory's and files' mtimes.
+fn files_and_mtimes(dir: &Path) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+    let mut v = vec![(".".to_string(), Vec::new(), std::fs::metadata(dir).unwrap().modified().unwrap())];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap().modified().unwrap();
+        v.push((e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap(), m));
+    }
+    v.sort();
+    v
+}
+
+/// The reading tools (`get`, `scan`, `dump`, `check`, `stats`) on a read-only bind mount,
+/// of a database a crash left with commits only in its logs: each works (the log replayed
+/// in memory) and no file changes. Skipped where user namespaces are unavailable, unless
+/// `TSUMIKI_RO_REQUIRED=1`.
+#[test]
+fn reading_tools_work_on_a_read_only_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    let ns = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1""#,
+            "sh",
+        ])
+        .arg(tmp.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ns {
+        assert!(
+            std::env::var("TSUMIKI_RO_REQUIRED").as_deref() != Ok("1"),
+            "TSUMIKI_RO_REQUIRED=1: no user namespaces"
+        );
+        eprintln!("skipped: user namespaces (unshare --user --mount) are not available");
+        return;
+    }
+    fill(&db, 3000);
+    let d = Db::open(&db, Options::default()).unwrap();
+    d.run(|t| t.put("after", "the crash")).unwrap();
+    d.abandon_for_tests();
+    let before = files_and_mtimes(&db);
+    // One shell in the namespace runs every tool; each prints a marker and its exit code.
+    let script = r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 9
+        touch "$1/probe" 2>/dev/null && { echo "probe: writable"; exit 8; }
+        "$2" get "$1" after; echo "get=$?"
+        "$2" scan --keys-only "$1" | wc -l; echo "scan=$?"
+        "$2" dump "$1" | wc -c; echo "dump=$?"
+        "$2" check "$1" >/dev/null; echo "check=$?"
+        "$2" stats "$1" >/dev/null; echo "stats=$?""#;
+    let o = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script, "sh"])
+        .arg(&db)
+        .arg(env!("CARGO_BIN_EXE_tsumiki"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    for tool in ["get", "scan", "dump", "check", "stats"] {
+        assert!(stdout.contains(&format!("{tool}=0")), "{tool} failed on a read-only mount:\n{stdout}\n{stderr}");
+    }
+    assert!(stdout.contains("the crash\n"), "get read the replayed log: {stdout}");
+    assert!(stdout.contains("\n3001\n"), "scan listed every record: {stdout}");
+    assert_eq!(files_and_mtimes(&db), before, "the reading tools changed the database");
+    // The files still hold the crash: a read-write open replays it.
+    let d = Db::open(&db, Options::default()).unwrap();
+    assert!(d.recovery_stats().unwrap().replayed);
+    assert_eq!(d.begin().get("after").unwrap(), Some(b"the crash".to_vec()));
+    d.close().unwrap();
+}

@@ -750,3 +750,57 @@ def test_errors_carry_the_c_errno(tmp_path):
         with pytest.raises(tsumiki.error) as e:
             db[b"k"] = b"v"
         assert e.value.errno == errno.EPERM
+
+
+def _files(path):
+    """Every file of the database directory: bytes and mtime (and the directory's mtime)."""
+    out = {".": (b"", os.stat(path).st_mtime_ns)}
+    for name in os.listdir(path):
+        p = os.path.join(path, name)
+        with open(p, "rb") as f:
+            out[name] = (f.read(), os.stat(p).st_mtime_ns)
+    return out
+
+
+_RO_CHILD = """
+import errno, sys, tsumiki
+path, n = sys.argv[1], int(sys.argv[2])
+try:
+    open(path + "/probe", "x")
+    sys.exit("the mount is writable")
+except OSError as e:
+    assert e.errno == errno.EROFS, e
+with tsumiki.open(path, "r") as db, tsumiki.open(path, "r") as second:
+    assert len(db) == n and len(second) == n
+    assert all(db[str(i)] == b"v%d" % i for i in range(n))
+    try:
+        db[b"k"] = b"v"
+        sys.exit("a write went through")
+    except tsumiki.error as e:
+        assert e.errno == errno.EPERM, e
+print("read-only ok")
+"""
+
+
+def test_read_only_open_on_a_read_only_mount(tmp_path):
+    # 'r' writes nothing: it opens on a read-only bind mount (in a user and mount
+    # namespace of its own), reads every record, a second 'r' beside it, and the files are
+    # unchanged byte for byte.
+    path = tmp_path / "db"
+    with tsumiki.open(path, "c") as db:
+        for i in range(500):
+            db[str(i)] = b"v%d" % i
+    before = _files(path)
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift; exec "$@"'
+    r = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(path),
+         sys.executable, "-c", _RO_CHILD, str(path), "500"],
+        capture_output=True, text=True,
+    )
+    # 97: the mount failed; unshare's own failure names it first.
+    if r.returncode == 97 or (r.returncode != 0 and r.stderr.startswith("unshare:")):
+        if os.environ.get("TSUMIKI_RO_REQUIRED") == "1":
+            pytest.fail(f"TSUMIKI_RO_REQUIRED=1 but no read-only mount: {r.stderr}")
+        pytest.skip(f"user and mount namespaces unavailable: {r.stderr.strip()}")
+    assert r.returncode == 0 and "read-only ok" in r.stdout, r.stdout + r.stderr
+    assert _files(path) == before

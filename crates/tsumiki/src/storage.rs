@@ -1,6 +1,7 @@
 //! The storage floor under the log and the page store: real files in a directory
 //! ([`DirStorage`]: files 0600, O_NOFOLLOW, new files O_EXCL, flock on the directory),
-//! an in-memory disk that can lose power ([`SimStorage`]), and an NVM emulation that only
+//! the same directory read without writing ([`ReadOnlyDir`]: read-only opens, `check`,
+//! `inspect`), an in-memory disk that can lose power ([`SimStorage`]), and an NVM emulation that only
 //! charges a latency per write ([`NvmStorage`]).
 //!
 //! Calls here are per I/O (a flush, a sync), never per key: a trait object costs nothing
@@ -33,6 +34,13 @@ pub trait Storage: Send + Sync {
     /// Takes the directory's exclusive lock, held while the returned guard lives; a second
     /// holder (another process, or another open in this one) gets an error.
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>>;
+    /// Takes the directory's lock shared, for an open that writes nothing: readers share
+    /// it with each other, and exclude [`lock`](Self::lock)'s holder as it excludes
+    /// them ([`io::ErrorKind::WouldBlock`]). A storage without shared locks takes the
+    /// exclusive one.
+    fn lock_shared(&self) -> io::Result<Box<dyn Send + Sync>> {
+        self.lock()
+    }
 }
 
 /// One file of a [`Storage`].
@@ -282,7 +290,114 @@ impl Storage for DirStorage {
     }
 
     fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
-        Ok(Box::new(lock_directory(&self.dir)?))
+        Ok(Box::new(lock_directory(&self.dir, false)?))
+    }
+
+    fn lock_shared(&self) -> io::Result<Box<dyn Send + Sync>> {
+        Ok(Box::new(lock_directory(&self.dir, true)?))
+    }
+}
+
+/// A database directory read without writing anything: files opened `O_RDONLY` (so a
+/// read-only mount, or files and a directory the process may not write, still open), the
+/// directory never created, its lock taken shared, and every write, sync, rename or
+/// removal refused (`PermissionDenied`: a read-only open never asks for one, so a refusal
+/// here is a bug caught, not a file changed). Read-only opens
+/// ([`Options::read_only`](crate::Options::read_only)), `tsumiki check` and
+/// `tsumiki stats` read through it.
+pub struct ReadOnlyDir {
+    dir: std::path::PathBuf,
+}
+
+impl ReadOnlyDir {
+    /// The directory `dir`, which must exist ([`Error::NotFound`] otherwise).
+    pub fn new(dir: &std::path::Path) -> Result<ReadOnlyDir, Error> {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => Ok(ReadOnlyDir { dir: dir.to_path_buf() }),
+            Ok(_) => Err(Error::NotFound(format!("{} is not a directory", dir.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(Error::NotFound(format!("{} does not exist", dir.display())))
+            }
+            Err(e) => Err(Error::io(dir.display().to_string(), e)),
+        }
+    }
+}
+
+fn refused() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "the database is opened read-only: nothing may be written")
+}
+
+/// A file of a [`ReadOnlyDir`], opened `O_RDONLY`.
+struct ReadOnlyFile(std::fs::File);
+
+impl StorageFile for ReadOnlyFile {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(&self.0, buf, off)
+    }
+    fn write_at(&self, _buf: &[u8], _off: u64) -> io::Result<()> {
+        Err(refused())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Err(refused())
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Storage for ReadOnlyDir {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            if let Ok(name) = e?.file_name().into_string() {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+
+    fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if create {
+            return Err(refused());
+        }
+        // Never through a link, as the database itself.
+        let f =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(self.dir.join(name)).map_err(
+                |e| {
+                    if e.raw_os_error() == Some(libc::ELOOP) {
+                        io::Error::new(e.kind(), format!("{name} is a symbolic link, which the database never follows"))
+                    } else {
+                        e
+                    }
+                },
+            )?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{name} is not a regular file")));
+        }
+        Ok(Box::new(ReadOnlyFile(f)))
+    }
+
+    fn remove(&self, _name: &str) -> io::Result<()> {
+        Err(refused())
+    }
+
+    fn rename(&self, _from: &str, _to: &str) -> io::Result<()> {
+        Err(refused())
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        Err(refused())
+    }
+
+    /// Shared, as [`lock_shared`](Storage::lock_shared): nothing here writes, so readers
+    /// need not exclude each other; a writer's lock still excludes them.
+    fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
+        self.lock_shared()
+    }
+
+    fn lock_shared(&self) -> io::Result<Box<dyn Send + Sync>> {
+        Ok(Box::new(lock_directory(&self.dir, true)?))
     }
 }
 
@@ -322,12 +437,16 @@ pub fn remove_dead_copies(parent: &std::path::Path, prefix: &str) -> io::Result<
 /// themselves (the engine's own lock is an flock on the directory itself).
 pub const CALLER_LOCK_FILE: &str = "dbm.lock";
 
-/// Takes the database's lock: an exclusive flock on the directory itself, not on a file in
-/// it (a file can be deleted and created again, letting a second process lock the new
-/// one). Held while the returned handle lives; `WouldBlock` when another holds it.
-pub(crate) fn lock_directory(dir: &std::path::Path) -> io::Result<std::fs::File> {
+/// Takes the database's lock: a flock on the directory itself, not on a file in it (a file
+/// can be deleted and created again, letting a second process lock the new one), through
+/// a descriptor opened read-only (flock needs no write access, so a read-only mount
+/// locks too). Exclusive for an open that may write, `shared` for one that never does
+/// (readers share it; a writer and readers exclude each other). Held while the returned
+/// handle lives; `WouldBlock` when another holds it in a conflicting mode.
+pub(crate) fn lock_directory(dir: &std::path::Path, shared: bool) -> io::Result<std::fs::File> {
     let f = std::fs::File::open(dir)?;
-    match f.try_lock() {
+    let locked = if shared { f.try_lock_shared() } else { f.try_lock() };
+    match locked {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
             io::ErrorKind::WouldBlock,

@@ -31,6 +31,14 @@
  * process already has open shares the open database (another process is refused with
  * TSUMIKI_DBM_LOCKED). The database is closed when its last handle is.
  *
+ * Read-only: a process whose first handle on a database is O_RDONLY opens it read-only,
+ * which writes nothing at all (not after a crash either: its logs are replayed in memory),
+ * so it works on a read-only file system or without write permission. Processes that open
+ * a database O_RDONLY share it; one that writes excludes them and they exclude it
+ * (TSUMIKI_DBM_LOCKED), and so, in this process, does a database opened read-only exclude
+ * a later handle that writes, until its handles are closed. An O_RDONLY handle on a
+ * database this process opened to write shares it and refuses its own writes.
+ *
  * Protocols: the environment variable TSUMIKI_CC, read when the process opens a database
  * that none of its handles has open, names the concurrency-control protocol: tictoc (the
  * default), silo, 2pl (no-wait), 2pl-waitdie or mvcc-si (snapshot isolation, not
@@ -145,7 +153,8 @@ int dbm_clearerr(DBM *db);
 
 /* A file descriptor a caller may lock (flock, or fcntl/lockf) to coordinate with other
  * callers: that of the file dbm.lock in the database directory (created 0600 on first
- * use), which tsumiki itself never locks, so a caller's lock never blocks or releases
+ * use; an O_RDONLY handle never creates it: -1 with errno ENOENT while it does not
+ * exist), which tsumiki itself never locks, so a caller's lock never blocks or releases
  * tsumiki's own (the database is locked against other processes anyway: see Threads).
  * Locks follow their API's rules: two handles of one process have two descriptors, so
  * flock on one excludes flock on the other. Owned by the handle, valid until dbm_close:

@@ -796,6 +796,30 @@ static void locked(const char *self, const char *dir) {
     CHECK(status != -1 && WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
     dbm_close(db);
+
+    /* Read-only first: readers share the database, in this process and in another; a
+     * writer is locked out of both until the readers close. */
+    snprintf(path, sizeof path, "%s/readers", dir);
+    db = open_db(path, O_RDWR | O_CREAT, 0600);
+    CHECK(db != NULL);
+    CHECK(dbm_store(db, str("k"), str("v"), DBM_REPLACE) == 0);
+    dbm_close(db);
+    db = open_db(path, O_RDONLY, 0);
+    CHECK(db != NULL);
+    errno = 0;
+    CHECK(open_db(path, O_RDWR, 0) == NULL && errno == EAGAIN);
+    check_code(NULL, TSUMIKI_DBM_LOCKED);
+    snprintf(cmd, sizeof cmd, "'%s' --try-open '%s'", self, path);
+    status = system(cmd);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    snprintf(cmd, sizeof cmd, "'%s' --try-read '%s'", self, path);
+    status = system(cmd);
+    CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(same(dbm_fetch(db, str("k")), "v", 1));
+    dbm_close(db);
+    db = open_db(path, O_RDWR, 0);
+    CHECK(db != NULL);
+    dbm_close(db);
 }
 
 /* The child of `locked`: exits 0 if the open fails as it should. */
@@ -814,11 +838,27 @@ static int try_open(const char *path) {
     }
     return 0;
 }
+
+/* The child of `locked` beside a reader: exits 0 if a read-only open works and reads. */
+static int try_read(const char *path) {
+    DBM *db = open_db(path, O_RDONLY, 0);
+    if (db == NULL) {
+        fprintf(stderr, "a second reader: errno %d: %s\n", errno, tsumiki_dbm_errmsg(NULL));
+        return 1;
+    }
+    if (!same(dbm_fetch(db, str("k")), "v", 1)) {
+        fprintf(stderr, "a second reader read no k\n");
+        return 1;
+    }
+    dbm_close(db);
+    return 0;
+}
 #endif
 
 int main(int argc, char **argv) {
 #ifndef USE_GDBM
     if (argc == 3 && strcmp(argv[1], "--try-open") == 0) return try_open(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--try-read") == 0) return try_read(argv[2]);
     if (argc == 3 && strcmp(argv[1], "--full-disk") == 0) {
         full_disk(argv[2]);
         fprintf(stderr, "full disk: ENOSPC reached the caller, every acknowledged store kept\n");

@@ -92,8 +92,10 @@ pub fn run(a: &CompactArgs) -> Outcome {
     let copy_dir = tmp.path().join("db");
     let copied = copy(&db, &copy_dir)?;
     db.close()?;
-    // Nothing may have opened the database since: take its lock (held through the
-    // exchange), and compare MASTER, which every open rewrites, with what the copy saw.
+    // Nothing may have written the database since: take its lock (held through the
+    // exchange), and compare MASTER, which every read-write open rewrites, with what the
+    // copy saw. (The copy's own open is read-only: its shared lock kept writers out
+    // during the copy, and it wrote nothing.)
     let master = std::fs::read(dir.join("MASTER")).map_err(|e| fail("reading MASTER", &e))?;
     let lock = std::fs::File::open(&dir).map_err(|e| fail("locking the database", &e))?;
     if lock.try_lock().is_err() || std::fs::read(dir.join("MASTER")).ok().as_ref() != Some(&master) {

@@ -69,7 +69,7 @@ use crate::cc::Protocol;
 use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
 use crate::plants::Plants;
-use crate::storage::{DirStorage, Storage};
+use crate::storage::{DirStorage, ReadOnlyDir, Storage};
 use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
 use crate::store::StoreOptions;
@@ -162,8 +162,14 @@ impl Db {
                 Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
             }
         }
-        let dir = DirStorage::new(path).map_err(|e| Error::io(format!("opening directory {}", path.display()), e))?;
-        Self::build(&opts, resolved, Some(Arc::new(dir)))
+        let storage = dir_storage(path, opts.read_only)?;
+        Self::build(&opts, resolved, Some(storage))
+    }
+
+    /// Whether every write is refused ([`Error::ReadOnly`]): opened with
+    /// [`Options::read_only`], or read-only because the disk was full at open.
+    pub fn is_read_only(&self) -> bool {
+        dispatch!(AnyDb, &self.inner, db => db.eng.read_only)
     }
 
     /// Opens the database kept in `storage` (a simulated disk in crash tests).
@@ -420,4 +426,16 @@ fn backoff(attempt: u32) {
     } else {
         std::thread::yield_now();
     }
+}
+
+/// The files of the database in directory `path`: read-only ([`ReadOnlyDir`]: opened
+/// `O_RDONLY`, the directory neither created nor written, its lock shared) for a
+/// read-only open, so that it works on read-only media; else [`DirStorage`] (the directory
+/// made if missing).
+pub(crate) fn dir_storage(path: &std::path::Path, read_only: bool) -> Result<Arc<dyn Storage>, Error> {
+    if read_only {
+        return Ok(Arc::new(ReadOnlyDir::new(path)?));
+    }
+    let dir = DirStorage::new(path).map_err(|e| Error::io(format!("opening directory {}", path.display()), e))?;
+    Ok(Arc::new(dir))
 }

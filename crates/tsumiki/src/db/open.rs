@@ -78,7 +78,8 @@ impl OpenOptions {
         }
     }
 
-    /// Refuse every write ([`Options::read_only`]).
+    /// Refuse every write ([`Options::read_only`]): the open writes nothing either, so it
+    /// works on read-only media, and its lock is shared with other read-only opens.
     pub fn read_only(&mut self, on: bool) -> &mut Self {
         self.read_only = on;
         self
@@ -121,8 +122,7 @@ impl OpenOptions {
 
     /// Opens the database at `path` by these rules, with `opts` (whose `read_only` these
     /// options may set).
-    pub fn open(&self, path: impl AsRef<Path>, mut opts: Options) -> Result<Db, Error> {
-        opts.read_only |= self.read_only;
+    pub fn open(&self, path: impl AsRef<Path>, opts: Options) -> Result<Db, Error> {
         self.open_impl(path.as_ref(), opts, |_| None, |db| db)
     }
 
@@ -131,8 +131,11 @@ impl OpenOptions {
     /// existing database, `shared` is asked for one the caller already has open at the
     /// canonical path, which is then used (and emptied if truncating) instead of a new
     /// open. [`read_only`](Self::read_only) is then the caller's to enforce on its handle
-    /// (it still refuses `truncate`): a shared database is opened as `opts` says, since
-    /// the caller's other handles may write.
+    /// (it still refuses `truncate`), since the caller's other handles may write. A
+    /// database this opens anew is opened read-only when [`read_only`](Self::read_only)
+    /// is set (so that it works on read-only media); a shared one opened read-only cannot
+    /// serve an open that may write ([`Error::Locked`], as another process's would be,
+    /// until the caller closes it).
     pub fn open_shared(
         &self,
         path: impl AsRef<Path>,
@@ -145,7 +148,7 @@ impl OpenOptions {
     fn open_impl<D: Borrow<Db>>(
         &self,
         path: &Path,
-        opts: Options,
+        mut opts: Options,
         shared: impl FnOnce(&Path) -> Option<D>,
         wrap: impl FnOnce(Db) -> D,
     ) -> Result<D, Error> {
@@ -153,7 +156,8 @@ impl OpenOptions {
         if path.as_os_str().is_empty() {
             return Err(Error::Config("the database path is empty".into()));
         }
-        if self.truncate && self.read_only {
+        opts.read_only |= self.read_only;
+        if self.truncate && opts.read_only {
             return Err(Error::Config("truncating needs write access, not read-only".into()));
         }
         opts.validate()?;
@@ -197,7 +201,16 @@ impl OpenOptions {
         };
         let canonical = std::fs::canonicalize(path).map_err(|e| Error::io(format!("resolving {shown}"), e))?;
         let db = match found.then(|| shared(&canonical)).flatten() {
+            Some(db) if db.borrow().is_read_only() && !opts.read_only => {
+                return Err(Error::Locked(format!(
+                    "database {} is open read-only in this process: close it before opening it to write",
+                    canonical.display()
+                )));
+            }
             Some(db) => db,
+            // Read-only: files opened O_RDONLY, nothing created or written (a full disk
+            // changes nothing there, so a write quota has nothing to count).
+            None if opts.read_only => wrap(Db::open_with_storage(super::dir_storage(&canonical, true)?, opts)?),
             None => {
                 let storage = DirStorage::new(&canonical)
                     .map_err(|e| Error::io(format!("opening directory {}", canonical.display()), e))?;
@@ -342,6 +355,10 @@ mod quota {
 
         fn lock(&self) -> io::Result<Box<dyn Send + Sync>> {
             self.inner.lock()
+        }
+
+        fn lock_shared(&self) -> io::Result<Box<dyn Send + Sync>> {
+            self.inner.lock_shared()
         }
     }
 

@@ -126,9 +126,14 @@ pub struct Options {
     /// and are read back from the pages when used again; past it with nothing clean, a
     /// checkpoint is taken. A running transaction may hold more until it ends.
     pub cache_bytes: usize,
-    /// Refuse every write ([`Error::ReadOnly`]); [`Db::open`] and [`Db::create`] then
-    /// both require the database to exist ([`Error::NotFound`] otherwise). Opening still takes the database's lock and recovers what a
-    /// crash left (which writes to its files), so the directory must be writable.
+    /// Refuse every write ([`Error::ReadOnly`]: commits with writes, checkpoints);
+    /// [`Db::open`] and [`Db::create`] then both require the database to exist
+    /// ([`Error::NotFound`] otherwise). Such an open writes nothing at all: its files are
+    /// opened `O_RDONLY` (a read-only mount, or files the process may not write, open
+    /// too), the directory's lock is taken shared (read-only opens share it; a writer's
+    /// excludes them, and theirs a writer: [`Error::Locked`]), a crash's logs are replayed
+    /// into memory only (every record then loads at open), and no background thread
+    /// starts. A later read-write open recovers the same state from the same files.
     pub read_only: bool,
     /// Test only (the cargo feature `test-plants`, which only the tests enable): planted
     /// bugs and delays for the checkers.

@@ -63,7 +63,9 @@ impl<P: Protocol> TypedDb<P> {
         Self::open_durable_as(proto, index, storage, log, Resolved { policy, cache, store }, false, Plants::NONE)
     }
 
-    /// [`open_durable`](Self::open_durable), refusing every write when `read_only`.
+    /// [`open_durable`](Self::open_durable), refusing every write when `read_only` (and
+    /// writing nothing to `storage` then: give it a read-only one, such as
+    /// [`ReadOnlyDir`](crate::storage::ReadOnlyDir), to open read-only media).
     pub(super) fn open_durable_as(
         proto: P,
         index: BwTreeConfig,
@@ -77,7 +79,9 @@ impl<P: Protocol> TypedDb<P> {
         eng.read_only = read_only;
         eng.open_durable(storage, resolved.store, log, resolved.policy, resolved.cache, plants)?;
         let eng = Arc::new(eng);
-        let checkpointer = Some(Checkpointer::start(&eng)?);
+        // A read-only database (asked, or opened on a full disk) starts no thread: each
+        // would only write (checkpoints, the release of idle log segments).
+        let checkpointer = if eng.read_only { None } else { Some(Checkpointer::start(&eng)?) };
         Ok(TypedDb { eng, checkpointer })
     }
 

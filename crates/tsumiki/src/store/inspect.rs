@@ -12,9 +12,9 @@ use crate::storage::Storage;
 use crate::wal::format::{parse_registry_name, parse_segment_name};
 use crate::wal::recovery::read_registry;
 
-use super::check::ReadOnlyDir;
 use super::master::{read_master, MASTER};
 use super::pages::{parse_segment_file, PageStore, STORE_LANE};
+use crate::storage::ReadOnlyDir;
 
 /// What one file holds, block by block.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -50,7 +50,8 @@ pub(crate) struct Durable {
     _lock: Box<dyn Send + Sync>,
     closed: AtomicBool,
     pub(crate) recovery: RecoveryStats,
-    /// Opened on a full disk: readable, every commit refused, nothing written at close.
+    /// Opened read-only (`Options::read_only`, or on a full disk): readable, every commit
+    /// and checkpoint refused, nothing written at open or close.
     pub(crate) read_only: bool,
     /// Whether the logs are files a checkpoint can read back (which keys changed); if
     /// not (no log, NVM emulation), a checkpoint rewrites every page.
@@ -112,11 +113,23 @@ fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
     t.map(|r| (r.seg, r.off, r.len, r.crc))
 }
 
+/// Why a database opened read-only: asked to, or the disk was full.
+enum ReadOnly {
+    Asked,
+    DiskFull(Error),
+}
+
 /// Opens the database in `storage` with the validated settings `settings`: takes its
 /// lock, recovers its state, and starts a new log (per `log` and `policy`). `load`
 /// receives the recovered state, one live key at a time in strictly increasing key order
 /// (what a bulk load wants). Replay gathers at most about `replay_bytes` of replayed
 /// writes in memory before it writes them to the pages (see [`replay_changes`]).
+///
+/// `read_only` (`Options::read_only`) writes nothing at all: the lock is taken shared, no
+/// master record, log, registry or page is written and no stale file removed; a crash's
+/// logs are replayed into memory only (as on a full disk), so the files stay as they
+/// were for the next read-write open to recover.
+#[allow(clippy::too_many_arguments)] // each is a separate part of the open, as before
 pub(crate) fn open(
     storage: Arc<dyn Storage>,
     settings: StoreOptions,
@@ -125,15 +138,18 @@ pub(crate) fn open(
     plants: Plants,
     load: &mut Loader<'_>,
     budget: CacheBudget,
+    read_only: bool,
 ) -> Result<Durable, Error> {
     let replay_bytes = budget.replay;
-    let lock = storage.lock().map_err(|e| match e.kind() {
+    let locked = if read_only { storage.lock_shared() } else { storage.lock() };
+    let lock = locked.map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
         _ => Error::io("locking the database", e),
     })?;
     let mut stats = RecoveryStats::default();
     // Opening must not need free space: on a full disk the database opens read-only.
-    let mut read_only: Option<Error> = None;
+    let mut read_only: Option<ReadOnly> = read_only.then_some(ReadOnly::Asked);
+    let asked = read_only.is_some();
     let seg_bytes = settings.page_segment_size;
     let early_reuse = plants.early_segment_reuse;
     // Pages stay on disk until used when a checkpoint can tell the changed keys from the
@@ -146,7 +162,27 @@ pub(crate) fn open(
         p.set_helpers(settings.checkpoint_helpers);
         Ok(p)
     };
+    // The state recovered into memory only, the files untouched (a read-only open, or a
+    // full disk): `pages` as the durable table left them, the logs of `gens` replayed
+    // over them. Loaded whole (no durable page holds the replayed writes), unless nothing
+    // was replayed and a lazy open can still load pages as they are used. Returns the
+    // statistics and whether the open stays lazy.
+    let in_memory = |pages: &PageStore,
+                     gens: &[u64],
+                     m: &Master,
+                     load: &mut Loader<'_>,
+                     lazy: bool|
+     -> Result<(RecoveryStats, bool), Error> {
+        let (mut st, changes) = replay_changes(&*storage, gens, m, usize::MAX, |_| Ok(()))?;
+        if lazy && changes.is_empty() {
+            return Ok((st, true));
+        }
+        st.keys = pages.load_all(&changes, load)?;
+        Ok((st, false))
+    };
     let (generation, table, pages) = match read_master(&*storage)? {
+        // `Db::open` looked for MASTER already; this is an open through a storage.
+        None if asked => return Err(Error::NotFound("no database here (a read-only open creates none)".into())),
         None => {
             write_master(&*storage, &master(1, None, false, &log))?;
             (1, None, open_pages(None)?)
@@ -192,20 +228,24 @@ pub(crate) fn open(
                 if !lazy {
                     stats.keys = pages.load_all(&[], load)?;
                 }
-                // This generation's log starts empty: its old segments are obsolete now
-                // that the durable master record says the pages hold everything.
-                recovery::remove_stale(&storage, m.generation)?;
-                // Its lanes start again from lane 0, so its lane registry goes too.
-                for n in storage.list().map_err(|e| Error::io("listing the database directory", e))? {
-                    if parse_segment_name(&n).is_some() || crate::wal::format::parse_registry_name(&n).is_some() {
-                        storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
+                // A read-only open leaves this generation's leftover logs, its registry
+                // and the clean exit's MASTER as they are, for a read-write open to clear.
+                if !asked {
+                    // This generation's log starts empty: its old segments are obsolete now
+                    // that the durable master record says the pages hold everything.
+                    recovery::remove_stale(&storage, m.generation)?;
+                    // Its lanes start again from lane 0, so its lane registry goes too.
+                    for n in storage.list().map_err(|e| Error::io("listing the database directory", e))? {
+                        if parse_segment_name(&n).is_some() || crate::wal::format::parse_registry_name(&n).is_some() {
+                            storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
+                        }
                     }
-                }
-                match write_master(&*storage, &master(m.generation, table, false, &log)) {
-                    Ok(()) => {}
-                    // The clean exit's master record stays true while nothing is written.
-                    Err(e) if disk_full(&e) => read_only = Some(e),
-                    Err(e) => return Err(e),
+                    match write_master(&*storage, &master(m.generation, table, false, &log)) {
+                        Ok(()) => {}
+                        // The clean exit's master record stays true while nothing is written.
+                        Err(e) if disk_full(&e) => read_only = Some(ReadOnly::DiskFull(e)),
+                        Err(e) => return Err(e),
+                    }
                 }
                 (m.generation, table, pages)
             } else {
@@ -214,64 +254,70 @@ pub(crate) fn open(
                 if recovery::has_logs(&*storage, m.generation.saturating_add(1))? {
                     gens.push(m.generation + 1);
                 }
-                let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
-                let g = gens[gens.len() - 1]
-                    .checked_add(1)
-                    .filter(|&g| g <= MAX_GENERATION)
-                    .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
-                // The replayed writes go to the pages as deltas of generation `g` a batch
-                // at a time, whenever they pass `replay_bytes` (lazy open: memory bounded
-                // by the cache, not by the log since the last checkpoint). The table
-                // naming them is written once at the end; a crash before its master
-                // record leaves the old one, whose images no write here touched.
-                let limit = if lazy { replay_bytes } else { usize::MAX };
-                let attempt = (|| -> Result<Option<ImageRef>, Error> {
-                    let (st, changes) = replay_changes(&*storage, &gens, &m, limit, |c| {
-                        pages.apply(g, &c.as_slice(), None)?;
-                        pages.write_pending()
-                    })?;
-                    stats = st;
-                    if !lazy {
-                        stats.keys = pages.load_all(&changes, load)?;
-                    }
-                    if no_logs {
-                        return Ok(None);
-                    }
-                    pages.apply(g, &changes.as_slice(), None)?;
-                    let t = pages.write_table()?;
-                    write_master(&*storage, &master(g, Some(t), false, &log))?;
-                    Ok(Some(t))
-                })();
-                match attempt {
-                    // Nothing to replay (a crash before the first commit): the table is the
-                    // state, and the lanes start this generation's logs. Writing nothing
-                    // keeps the rule that a write after the table means a later generation.
-                    Ok(None) => {
-                        recovery::remove_stale(&storage, m.generation)?;
-                        (m.generation, table, pages)
-                    }
-                    Ok(Some(t)) => {
-                        pages.commit();
-                        recovery::remove_stale(&storage, g)?;
-                        (g, Some(t), pages)
-                    }
-                    // The recovered state stays readable in memory; the files stay as they
-                    // were (the old master record still names them all).
-                    Err(e) if disk_full(&e) => {
-                        read_only = Some(e);
-                        let mut pages = pages;
-                        if lazy {
-                            // The replayed writes are in no durable page: load everything
-                            // now, from the table as it was, with them all applied.
-                            pages = open_pages(table)?;
-                            let (st, changes) = replay_changes(&*storage, &gens, &m, usize::MAX, |_| Ok(()))?;
-                            stats = st;
+                if asked {
+                    // The crashed tail replayed into memory only: the files stay as the
+                    // crash left them, for a read-write open to recover the same state.
+                    (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
+                    (m.generation, table, pages)
+                } else {
+                    let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
+                    let g = gens[gens.len() - 1]
+                        .checked_add(1)
+                        .filter(|&g| g <= MAX_GENERATION)
+                        .ok_or_else(|| Error::Corrupt("MASTER names the last possible generation".into()))?;
+                    // The replayed writes go to the pages as deltas of generation `g` a batch
+                    // at a time, whenever they pass `replay_bytes` (lazy open: memory bounded
+                    // by the cache, not by the log since the last checkpoint). The table
+                    // naming them is written once at the end; a crash before its master
+                    // record leaves the old one, whose images no write here touched.
+                    let limit = if lazy { replay_bytes } else { usize::MAX };
+                    let attempt = (|| -> Result<Option<ImageRef>, Error> {
+                        let (st, changes) = replay_changes(&*storage, &gens, &m, limit, |c| {
+                            pages.apply(g, &c.as_slice(), None)?;
+                            pages.write_pending()
+                        })?;
+                        stats = st;
+                        if !lazy {
                             stats.keys = pages.load_all(&changes, load)?;
-                            lazy = false;
                         }
-                        (m.generation, table, pages)
+                        if no_logs {
+                            return Ok(None);
+                        }
+                        pages.apply(g, &changes.as_slice(), None)?;
+                        let t = pages.write_table()?;
+                        write_master(&*storage, &master(g, Some(t), false, &log))?;
+                        Ok(Some(t))
+                    })();
+                    match attempt {
+                        // Nothing to replay (a crash before the first commit): the table is
+                        // the state, and the lanes start this generation's logs. Writing
+                        // nothing keeps the rule that a write after the table means a later
+                        // generation.
+                        Ok(None) => {
+                            recovery::remove_stale(&storage, m.generation)?;
+                            (m.generation, table, pages)
+                        }
+                        Ok(Some(t)) => {
+                            pages.commit();
+                            recovery::remove_stale(&storage, g)?;
+                            (g, Some(t), pages)
+                        }
+                        // The recovered state stays readable in memory; the files stay as
+                        // they were (the old master record still names them all).
+                        Err(e) if disk_full(&e) => {
+                            read_only = Some(ReadOnly::DiskFull(e));
+                            let mut pages = pages;
+                            if lazy {
+                                // The replayed writes are in no durable page: read again
+                                // from the table as it was, with them all applied. (An
+                                // eager open loaded them all already.)
+                                pages = open_pages(table)?;
+                                (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
+                            }
+                            (m.generation, table, pages)
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
                 }
             }
         }
@@ -292,10 +338,18 @@ pub(crate) fn open(
     // of log (a sixteenth of the store) listed 26 MiB at once.
     wal.set_generation_cap(budget.checkpoint_buffer as u64);
     wal.note_store_live(pages.live_bytes());
-    if let Some(e) = &read_only {
-        wal.poison(format!(
-            "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
-        ));
+    // Nothing may reach the log of a read-only database: the engine refuses its writes
+    // (`Error::ReadOnly`) before they would, and a poisoned log refuses them again.
+    match &read_only {
+        None => {}
+        Some(ReadOnly::Asked) => {
+            wal.poison("the database was opened read-only (Options::read_only): nothing is written".to_string());
+        }
+        Some(ReadOnly::DiskFull(e)) => {
+            wal.poison(format!(
+                "the disk was full when the database was opened ({e}): it is read-only; free space and reopen it to write"
+            ));
+        }
     }
     Ok(Durable {
         storage,
@@ -524,6 +578,11 @@ impl Durable {
         quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
         state: &dyn CommittedState,
     ) -> Result<(), Error> {
+        // A checkpoint writes pages, a master record and new logs: none of that on a
+        // database opened read-only (asked, or on a full disk).
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
         // One at a time: a second caller waits for the running one, then takes its own.
         let mut current = self.current.lock();
         if self.closed.load(Ordering::Acquire) {

@@ -52,7 +52,8 @@ impl<P: Protocol> CommittedState for Engine<P> {
 
 impl<P: Protocol> Engine<P> {
     /// Opens the database in `storage`: recovers what its files hold into this (empty)
-    /// engine, bulk-loaded in key order, then starts a new log.
+    /// engine, bulk-loaded in key order, then starts a new log. An engine made
+    /// `read_only` before writes nothing to `storage` (see `store::open`).
     pub(crate) fn open_durable(
         &mut self,
         storage: Arc<dyn Storage>,
@@ -83,6 +84,7 @@ impl<P: Protocol> Engine<P> {
                 })
             },
             budget,
+            self.read_only,
         );
         let index = builder.finish();
         let durable = match opened {

@@ -1,10 +1,10 @@
 //! `tsumiki check`: verifies every checksum and structure of a database directory without
 //! changing anything.
 //!
-//! Nothing here opens the database: opening recovers, and recovery writes. The files are
-//! read through [`ReadOnlyDir`], whose files are opened read-only and whose every write
-//! fails, under the database's lock (a database open in another process is refused: its
-//! files change while they are read).
+//! Nothing here opens the database: it checks what is on disk, not a recovered state. The
+//! files are read through [`ReadOnlyDir`], whose files are opened read-only and whose every
+//! write fails, under the database's lock taken shared (a database open for writing is
+//! refused: its files change while they are read; read-only opens beside it are fine).
 //!
 //! What is checked, file by file:
 //! - `MASTER`: its length, both superblocks (checksums, the master record's own checksum
@@ -39,7 +39,7 @@ use std::sync::Arc;
 use super::pages::parse_segment_file;
 use crate::block::BLOCK;
 use crate::error::Error;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{ReadOnlyDir, Storage, StorageFile};
 use crate::store::master::MASTER;
 use crate::wal::format;
 
@@ -47,11 +47,8 @@ mod layout;
 mod logs;
 mod master;
 mod pages;
-mod readonly;
 #[cfg(test)]
 mod tests;
-
-pub(crate) use readonly::ReadOnlyDir;
 
 /// Bytes read at once when a file is scanned block by block.
 const CHUNK: usize = 256 * BLOCK;
