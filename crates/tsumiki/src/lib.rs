@@ -67,7 +67,7 @@ pub mod store;
 pub mod wal;
 
 pub use db::{
-    CacheStats, Cc, Db, KeyRange, LockWait, OpenOptions, Options, OwnedTxn, ReadTxn, Resolved, Scan, Txn,
+    CacheStats, Cc, Db, KeyRange, LockWait, OpenOptions, Options, OwnedTxn, ReadTxn, Resolved, RowRef, Scan, Txn,
     DEFAULT_CACHE_BYTES, VIEW_OPTIMISTIC_TRIES,
 };
 pub use error::{Conflict, Corruption, Error, ErrorKind, Poison, MAX_TXN_BYTES, MAX_VALUE_LEN};

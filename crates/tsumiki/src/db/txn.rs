@@ -381,7 +381,7 @@ impl Scan<'_, '_> {
     /// The same records in descending key order (called after some `next()`, what is
     /// left of the range, descending). The index links its leaves rightward only, so a
     /// reverse scan reads the range a window at a time from the top, each window (about a
-    /// leaf of the index) forward and then reversed: one descent per window.
+    /// leaf of the index at most, a few records at first) forward and then reversed.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
@@ -418,7 +418,7 @@ impl Scan<'_, '_> {
     /// assert_eq!(total, 90 * 3);
     /// # Ok::<(), tsumiki::Error>(())
     /// ```
-    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8]), Error>> {
+    pub fn next_ref(&mut self) -> Option<Result<RowRef<'_>, Error>> {
         let cursor = &mut self.cursor;
         dispatch!(AnyTxn, &mut *self.txn.inner.borrow_mut(), t => cursor.next_ref(t))
     }

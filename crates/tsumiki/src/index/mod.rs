@@ -311,6 +311,14 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         self.tree.leaf_low(key, &epoch::pin()).into_vec()
     }
 
+    /// A low key for the last `n` records below `end` within the leaf covering `key`:
+    /// the key of the `n`-th record from the last one below `end` in that leaf, or the
+    /// leaf's low key when it holds fewer. A reverse scan that wants a few records reads
+    /// that window instead of the whole leaf. (Records come and go meanwhile: a hint.)
+    pub fn tail_low(&self, key: &[u8], end: Option<&[u8]>, n: usize) -> Vec<u8> {
+        self.tree.tail_low(key, end, n.max(1), &epoch::pin())
+    }
+
     /// Calls `f` with the first record at or after `key` (strictly after when `exclusive`
     /// is set), or `None` if there is none, and returns what `f` returns.
     ///

@@ -30,7 +30,7 @@ mod txn;
 mod unlink;
 
 pub(crate) use scan::ScanCursor;
-pub use scan::TypedScan;
+pub use scan::{RowRef, TypedScan};
 pub(crate) use txn::Home;
 pub use txn::TypedTxn;
 use txn::{collect_garbage, IndexEdit, LOAD_BATCH};

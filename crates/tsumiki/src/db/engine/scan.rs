@@ -8,12 +8,12 @@ pub(super) const SCAN_CHUNK: usize = 64;
 
 impl<P: Protocol> Engine<P> {
     /// The low key of the next window of a reverse scan of `start..end`: the window
-    /// ends at `end` and holds at most one leaf of the index and one key range of the
-    /// cache, and it starts no lower than `start`. A hint only: the windows are read as
+    /// ends at `end` and holds about `records` records, at most one leaf of the index and
+    /// one key range of the cache, and it starts no lower than `start`. A hint only: the windows are read as
     /// forward scans, so any bounds that tile the range are right.
-    pub(super) fn window_low(&self, start: &[u8], end: Option<&[u8]>) -> Vec<u8> {
+    pub(super) fn window_low(&self, start: &[u8], end: Option<&[u8]>, records: usize) -> Vec<u8> {
         let probe = key_at_or_above_all_below(end);
-        let mut low = self.index.leaf_low(&probe);
+        let mut low = self.index.tail_low(&probe, end, records);
         if let Some(r) = &self.residency {
             low = low.max(r.range_low_of(&probe, &epoch::pin()));
         }
@@ -89,10 +89,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 // SAFETY: as below.
                 eng.proto.prefetch(unsafe { &*rec }, guard);
             }
-            for i in 0..recs.len() {
+            for &(at, len, rec) in recs.iter() {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).
-                let rec = unsafe { &*recs[i].2 };
-                let k = key(i);
+                let rec = unsafe { &*rec };
+                let k = &keys[at as usize..(at + len) as usize];
                 let row = out.begin_row(k);
                 match self.read_rec_into(k, rec, Some(&mut out.bytes), guard) {
                     Ok(true) => out.end_row(row, k.len()),
@@ -224,6 +224,10 @@ struct Met<P: Protocol> {
 /// A record a scan returns: its key and value.
 pub(crate) type Row = (Vec<u8>, Vec<u8>);
 
+/// A record a scan lends ([`Scan::next_ref`](crate::Scan::next_ref)): its key and value,
+/// borrowed until the scan's next step.
+pub type RowRef<'s> = (&'s [u8], &'s [u8]);
+
 /// Records read and not returned yet: keys and values in one byte buffer, reused chunk
 /// after chunk, so that reading a chunk allocates nothing per record.
 #[derive(Default)]
@@ -297,6 +301,9 @@ impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
     }
 }
 
+/// The most records a reverse window asks for (a window holds at most an index leaf).
+const REVERSE_WINDOW: usize = 1 << 16;
+
 /// The first chunk of a forward scan: a scan that takes a few records (a range read of 10
 /// from a key) reads about that many; each later chunk doubles, up to [`SCAN_CHUNK`].
 const FIRST_CHUNK: usize = 16;
@@ -360,7 +367,7 @@ impl ScanCursor {
     }
 
     /// The next record of the scan, borrowed from the cursor until its next step.
-    pub(crate) fn next_ref<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<(&[u8], &[u8]), Error>> {
+    pub(crate) fn next_ref<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<RowRef<'_>, Error>> {
         loop {
             if self.pos < self.buf.len() {
                 self.pos += 1;
@@ -403,8 +410,9 @@ impl ScanCursor {
 
     /// Reads the next window backward: the whole window forward (the index links leaves
     /// to the right only), then reversed. A window ends where the previous one began and
-    /// starts at the low key of the index leaf (or cache key range) below that
-    /// ([`Engine::window_low`]): one descent per window. Each window is read as a forward
+    /// starts [`chunk`](Self::chunk) records below that, within the index leaf (and
+    /// cache key range) there ([`Engine::window_low`]): a reverse scan that takes a few
+    /// records reads about that many, and the windows double like forward chunks. Each window is read as a forward
     /// scan of the transaction, so the windows together cover the range with the same
     /// protection (no phantoms) as a forward scan.
     pub(super) fn step_back<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Result<bool, Error> {
@@ -412,7 +420,8 @@ impl ScanCursor {
         if self.end.as_deref().is_some_and(|e| e <= start) {
             return Ok(false);
         }
-        let low = txn.eng.window_low(start, self.end.as_deref());
+        let low = txn.eng.window_low(start, self.end.as_deref(), self.chunk);
+        self.chunk = (self.chunk * 2).min(REVERSE_WINDOW);
         let high = self.end.take();
         self.buf.clear();
         let mut from = Some(low.clone());

@@ -817,6 +817,34 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
     }
 
+    /// See [`BwTree::tail_low`](super::BwTree::tail_low).
+    pub(crate) fn tail_low(&self, key: &[u8], end: Option<&[u8]>, n: usize, guard: &Guard) -> Vec<u8> {
+        let mut path = Path::new();
+        let (_, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+        // SAFETY: non-null head from `descend`.
+        let h = unsafe { node_ref(head) };
+        let range = self.inspect(h, guard).range;
+        // The last `n` keys below `end`, in a ring.
+        let mut ring: Vec<&[u8]> = Vec::with_capacity(n);
+        let mut next = 0;
+        leaf_walk_from(h, range, &range.low, false, guard, |k, _| {
+            if end.is_some_and(|e| k >= e) {
+                return false;
+            }
+            if ring.len() < n {
+                ring.push(k);
+            } else {
+                ring[next] = k;
+                next = (next + 1) % n;
+            }
+            true
+        });
+        match ring.len() == n {
+            true => ring[next].to_vec(),
+            false => range.low.to_vec(),
+        }
+    }
+
     /// The low key of the leaf covering `key` (at or below `key`).
     pub(crate) fn leaf_low(&self, key: &[u8], guard: &Guard) -> Box<[u8]> {
         let mut path = Path::new();

@@ -83,9 +83,12 @@ impl KvReader for Reader<'_> {
         read(self.0, |r| {
             let mut t = Tally::default();
             for k in keys.clone() {
-                if let Some(v) = r.get(k)? {
-                    t.add(&v);
-                }
+                // Borrowed, as the peers' reads are: no allocation per value.
+                r.get_with(k, |v| {
+                    if let Some(v) = v {
+                        t.add(v);
+                    }
+                })?;
             }
             Ok(t)
         })
@@ -95,8 +98,11 @@ impl KvReader for Reader<'_> {
         read(self.0, |r| {
             let mut t = Tally::default();
             for k in starts.clone() {
-                for row in r.range(k..).take(n) {
-                    t.add(&row?.1);
+                let mut scan = r.range(k..);
+                for _ in 0..n {
+                    // Borrowed: the scan allocates nothing per record.
+                    let Some(row) = scan.next_ref() else { break };
+                    t.add(row?.1);
                 }
             }
             Ok(t)
