@@ -331,9 +331,21 @@ impl Residency {
         std::iter::once(first).chain(ranges.take_while(|r| to.is_none_or(|t| &*r.low <= t))).find(|r| !r.is_loaded())
     }
 
-    /// The low key of the range `key` is in (loaded or not).
-    pub(crate) fn range_low_of(&self, key: &[u8], guard: &Guard) -> Vec<u8> {
-        self.current(guard).iter_from_key(key).next().expect("the map covers every key").low.to_vec()
+    /// The low key of a run of loaded ranges ending with the one `key` is in: walking down
+    /// from that range while the one below is loaded, stopping at the first low at or
+    /// below `floor`. The low of `key`'s range itself when that one is not loaded. A
+    /// reverse scan's window may then span loaded ranges (their records are in the index,
+    /// where the window was sized), emptied ones included, but no unloaded one below the
+    /// range it starts in (which could hold any number of records).
+    pub(crate) fn loaded_low(&self, key: &[u8], floor: &[u8], guard: &Guard) -> Vec<u8> {
+        let map = self.current(guard);
+        let mut i = map.find(key);
+        if map.get(i).is_loaded() {
+            while i > 0 && &*map.get(i).low > floor && map.get(i - 1).is_loaded() {
+                i -= 1;
+            }
+        }
+        map.get(i).low.to_vec()
     }
 
     /// Whether every range overlapping `from..end` (`end` exclusive; `None`: to the end)

@@ -9,13 +9,16 @@ pub(super) const SCAN_CHUNK: usize = 64;
 impl<P: Protocol> Engine<P> {
     /// The low key of the next window of a reverse scan of `start..end`: the window
     /// ends at `end` and holds about `records` records, at most one leaf of the index and
-    /// one key range of the cache, and it starts no lower than `start`. A hint only: the windows are read as
+    /// no key range of the cache that is not loaded but the one it ends in, and it starts
+    /// no lower than `start`. A hint only: the windows are read as
     /// forward scans, so any bounds that tile the range are right.
     pub(super) fn window_low(&self, start: &[u8], end: Option<&[u8]>, records: usize) -> Vec<u8> {
         let probe = key_at_or_above_all_below(end);
         let mut low = self.index.tail_low(&probe, end, records);
         if let Some(r) = &self.residency {
-            low = low.max(r.range_low_of(&probe, &epoch::pin()));
+            // Past ranges a reverse pop emptied, in one window.
+            let loaded = r.loaded_low(&probe, &low, &epoch::pin());
+            low = low.max(loaded);
         }
         low.max(start.to_vec())
     }
