@@ -266,6 +266,13 @@ impl Db {
     /// back). It is `Send`: it may move to another thread between calls, and an idle open
     /// transaction does not hold back memory reclamation for others.
     ///
+    /// Which to use for reads: a transaction that only reads is serializable like any
+    /// other, so under TicToc and Silo its reads are validated at commit, and a long one
+    /// (a full scan) beside busy writers can fail validation every time it is retried.
+    /// Read through [`view`](Self::view) instead: it falls back to holding commits once
+    /// and so always finishes. (Under MVCC-SI both read a snapshot and never abort; under
+    /// 2PL both take shared locks, which hold writers back while they run.)
+    ///
     /// ```
     /// # use tsumiki::{Db, Options};
     /// let db = Db::open_in_memory(Options::default()).unwrap();
