@@ -305,12 +305,6 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
         self.first_from_with(key, exclusive, |r| r.map(|(k, v)| (k.to_vec(), v.clone())))
     }
 
-    /// The low key of the leaf covering `key`: at or below `key`, with at most a leaf's
-    /// records from it up to `key` (what a reverse scan reads as one window).
-    pub fn leaf_low(&self, key: &[u8]) -> Vec<u8> {
-        self.tree.leaf_low(key, &epoch::pin()).into_vec()
-    }
-
     /// A low key for the last `n` records below `end` within the leaf covering `key`:
     /// the key of the `n`-th record from the last one below `end` in that leaf, or the
     /// leaf's low key when it holds fewer. A reverse scan that wants a few records reads

@@ -845,15 +845,6 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
     }
 
-    /// The low key of the leaf covering `key` (at or below `key`).
-    pub(crate) fn leaf_low(&self, key: &[u8], guard: &Guard) -> Box<[u8]> {
-        let mut path = Path::new();
-        let (_, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
-        // SAFETY: non-null head from `descend`.
-        let h = unsafe { node_ref(head) };
-        self.inspect(h, guard).range.low.clone()
-    }
-
     /// The first record whose key is at or after `key` (strictly after when `exclusive`),
     /// walking right across leaves that hold nothing in range. The key and value are
     /// borrowed from the tree's nodes, valid while `guard` stays pinned.
