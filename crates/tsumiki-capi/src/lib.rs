@@ -379,7 +379,12 @@ impl Dbm {
     }
 
     fn fetch(&mut self, key: &[u8]) -> Result<Datum, Failure> {
-        match self.with_txn(|t| t.get(key))? {
+        let found = match self.txn {
+            // Outside a transaction a read is a snapshot: it never conflicts with writers.
+            TxnState::None => self.db.view(|r| r.get(key))?,
+            _ => self.with_txn(|t| t.get(key))?,
+        };
+        match found {
             Some(v) => {
                 self.value = v;
                 Ok(Datum::of(&mut self.value))
@@ -405,7 +410,10 @@ impl Dbm {
             k
         });
         let start = start.as_deref().unwrap_or_default();
-        let found = self.with_txn(|t| t.range(start..).next().transpose().map(|r| r.map(|(k, _)| k)))?;
+        let found = match self.txn {
+            TxnState::None => self.db.view(|r| r.range(start..).next().transpose().map(|r| r.map(|(k, _)| k)))?,
+            _ => self.with_txn(|t| t.range(start..).next().transpose().map(|r| r.map(|(k, _)| k)))?,
+        };
         match found {
             Some(k) => {
                 let cursor = self.cursor.insert(k);

@@ -13,9 +13,9 @@ pub struct Plants {
     /// TicToc and Silo skip read validation, MVCC-SI skips first-committer-wins (the
     /// isolation tests must catch it).
     pub skip_validation: bool,
-    /// [`crate::Db::view`] never runs with commits held, retrying optimistically forever
-    /// (the long-read tests must catch it).
-    pub view_without_fallback: bool,
+    /// Snapshot reads under TicToc, Silo and 2PL take a record's newest version, whatever
+    /// its stamp (the isolation and long-read tests must catch it).
+    pub snapshot_reads_newest: bool,
     /// Report syncs as done without doing them (the crash tests).
     pub skip_sync: bool,
     /// A lane's partly filled last block is written again without the records it held:
@@ -65,7 +65,7 @@ impl Plants {
     /// Nothing planted.
     pub const NONE: Plants = Plants {
         skip_validation: false,
-        view_without_fallback: false,
+        snapshot_reads_newest: false,
         skip_sync: false,
         repack_drops_tail: false,
         early_segment_reuse: false,

@@ -149,6 +149,48 @@ fn run_txn(txn: &mut tsumiki::Txn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) ->
     Ok(())
 }
 
+/// A snapshot read transaction's reads (gets and scans; see [`run_txn`]): recorded as a
+/// transaction that writes nothing, so the checker places it in the serial order like any
+/// other, and a snapshot that saw part of a writer's effects closes a cycle through it.
+fn run_snapshot(snap: &tsumiki::ReadTxn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) -> Result<(), Error> {
+    let none = HashMap::new();
+    for _ in 0..rng.random_range(2..=8) {
+        if rng.random_bool(0.6) {
+            let key = rng.random_range(0..KEYS);
+            let v = snap.get(kb(key))?;
+            rec.reads.push((key, observed(key, v, &none).unwrap_or(NEVER_WRITTEN)));
+        } else {
+            let a = rng.random_range(0..KEYS);
+            let b = rng.random_range(a + 1..=KEYS);
+            let mut got: HashMap<u64, Vec<u8>> = HashMap::new();
+            for row in snap.range(&kb(a)..&kb(b)) {
+                let (k, v) = row?;
+                got.insert(u64::from_be_bytes(k.try_into().unwrap()), v);
+            }
+            for key in a..b {
+                rec.reads.push((key, observed(key, got.remove(&key), &none).unwrap_or(NEVER_WRITTEN)));
+            }
+            assert!(got.is_empty(), "scan returned keys outside its range: {got:?}");
+        }
+        if rng.random_bool(0.3) {
+            // Writers commit between the snapshot's reads.
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+/// Whether a history's workers also run snapshot read transactions ([`tsumiki::Db::begin_read`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Snaps {
+    None,
+    /// A third of the transactions are snapshots; `newest` plants a bug: snapshot reads
+    /// take each record's newest version, whatever its stamp.
+    Some {
+        newest: bool,
+    },
+}
+
 /// Where a history runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Store {
@@ -182,8 +224,21 @@ fn history(cc: Cc, planted: bool, threads: usize, txns: usize, seed: u64) -> Vec
 }
 
 fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, seed: u64) -> Vec<TxnRecord> {
+    history_with(store, cc, planted, Snaps::None, threads, txns, seed)
+}
+
+fn history_with(
+    store: Store,
+    cc: Cc,
+    planted: bool,
+    snaps: Snaps,
+    threads: usize,
+    txns: usize,
+    seed: u64,
+) -> Vec<TxnRecord> {
     let mut opts = Options::with_cc(cc);
     opts.plants.skip_validation = planted;
+    opts.plants.snapshot_reads_newest = snaps == Snaps::Some { newest: true };
     let dir = (store != Store::Memory).then(scratch_dir);
     let dir = || dir.as_ref().expect("a store with files has a directory").path();
     let pause = matches!(store, Store::TinyCache { .. } | Store::PausedMisses { .. });
@@ -231,6 +286,19 @@ fn history_in(store: Store, cc: Cc, planted: bool, threads: usize, txns: usize, 
                     barrier.wait();
                     let mut seq = 0u64;
                     for _ in 0..txns {
+                        if snaps != Snaps::None && rng.random_ratio(1, 3) {
+                            seq += 1;
+                            let mut rec = TxnRecord { id: ((t as u64 + 1) << 32) | seq, ..Default::default() };
+                            let snap = db.begin_read();
+                            match run_snapshot(&snap, &mut rng, &mut rec) {
+                                Ok(()) => out.push(rec),
+                                // A load that failed under the tiny cache: a retryable error,
+                                // not an abort of the snapshot's reads.
+                                Err(e) if e.is_retryable() => {}
+                                Err(e) => panic!("{e}"),
+                            }
+                            continue;
+                        }
                         // A fresh id per attempt: an aborted attempt's values must never be seen.
                         loop {
                             seq += 1;
@@ -513,6 +581,47 @@ fn planted_unchecked_load_count_is_caught() {
     let caught = (0..tries)
         .any(|seed| check(&history_in(Store::PausedMisses { unchecked: true }, cc, false, 4, 40, seed), true).is_err());
     assert!(caught, "an unchecked load count went unnoticed in {tries} histories");
+}
+
+/// Snapshot read transactions beside the writers, under every protocol, in memory and
+/// under a one-byte cache: each snapshot must fit in the serial order of the committed
+/// transactions (it saw a prefix of it), which the dependency graph shows (a snapshot that
+/// saw part of a writer's effects closes a cycle through it).
+#[test]
+fn snapshot_reads_fit_the_serial_order() {
+    for cc in Cc::ALL {
+        let si = matches!(cc, Cc::MvccSi(_));
+        for store in [Store::Memory, Store::TinyCache { unmarked: false }] {
+            let n = if store == Store::Memory { histories() } else { histories() / 4 };
+            for seed in 0..n {
+                let h = history_with(store, cc, false, Snaps::Some { newest: false }, 4, 40, seed);
+                if let Err(e) = check(&h, si) {
+                    panic!("{} in {store:?} with snapshots: history {seed}: {e}", cc.name());
+                }
+            }
+        }
+    }
+}
+
+/// The planted bug: snapshot reads that take the newest version of each record are caught
+/// (TicToc, Silo and 2PL: MVCC-SI's snapshots are its own transactions).
+#[test]
+fn planted_snapshot_reading_newest_is_caught() {
+    for cc in [Cc::TicToc, Cc::Silo, Cc::TwoPl(tsumiki::LockWait::NoWait)] {
+        let caught = (0..histories())
+            .filter(|&seed| {
+                check(&history_with(Store::Memory, cc, false, Snaps::Some { newest: true }, 4, 40, seed), false)
+                    .is_err()
+            })
+            .count();
+        println!("{}: {caught} of {} histories caught", cc.name(), histories());
+        assert!(
+            caught > 0,
+            "{}: snapshots reading the newest versions went unnoticed in {} histories",
+            cc.name(),
+            histories()
+        );
+    }
 }
 
 #[test]

@@ -30,6 +30,7 @@
 pub mod occ;
 pub mod si;
 pub mod silo;
+pub mod snapshot;
 pub mod tictoc;
 pub mod twopl;
 
@@ -37,7 +38,9 @@ use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use std::mem::MaybeUninit;
 
-use crossbeam_epoch::{Guard, Owned, Pointer, Shared};
+use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
+
+pub use snapshot::SnapshotStats;
 
 pub use crate::error::Conflict;
 
@@ -224,6 +227,26 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn prefetch(&self, rec: &Self::Record, guard: &Guard) {
         let _ = (rec, guard);
     }
+    /// Opens a snapshot read transaction on `st` (see [`snapshot`]): returns the `T` its
+    /// reads see. It never aborts, keeps no read set and holds no lock.
+    fn snapshot_open(&self, worker: &Self::Worker, st: &mut Self::TxnState) -> u64;
+    /// Closes the snapshot at `t` opened on `st`.
+    fn snapshot_close(&self, st: &mut Self::TxnState, t: u64);
+    /// Appends `rec`'s value as of the snapshot `t` to `out` (when given); returns whether
+    /// the key was present then.
+    fn snapshot_read(
+        &self,
+        st: &mut Self::TxnState,
+        rec: &Self::Record,
+        t: u64,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access>;
+    /// Versions kept for snapshots.
+    fn snapshot_stats(&self) -> SnapshotStats {
+        SnapshotStats::default()
+    }
+
     /// Called once per record, at the transaction's first write of it (2PL takes its
     /// exclusive lock here; the optimistic protocols do nothing until commit).
     fn write(&self, st: &mut Self::TxnState, rec: &Self::Record) -> Result<(), Access>;
@@ -298,6 +321,8 @@ pub(crate) struct ValueCell {
     /// or a heap buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0).
     state: AtomicUsize,
     inline: AtomicU64,
+    /// Versions kept for open snapshots, newest first (null when none: see [`snapshot`]).
+    kept: Atomic<snapshot::Kept>,
 }
 
 /// How much of a value [`ValueCell::prefetch`] touches.
@@ -324,7 +349,7 @@ fn is_heap(state: usize) -> bool {
 
 impl ValueCell {
     pub(crate) fn absent() -> Self {
-        ValueCell { state: AtomicUsize::new(UNWRITTEN), inline: AtomicU64::new(0) }
+        ValueCell { state: AtomicUsize::new(UNWRITTEN), inline: AtomicU64::new(0), kept: Atomic::null() }
     }
 
     /// Appends the value to `out`; returns whether it is present.
@@ -438,6 +463,7 @@ impl ValueCell {
 
 impl Drop for ValueCell {
     fn drop(&mut self) {
+        snapshot::drop_chain(&mut self.kept);
         let s = *self.state.get_mut();
         if is_heap(s) {
             // SAFETY: `drop` has exclusive access and no reader can reach the record any

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
+use super::snapshot::{Chained, Snapshots};
 use super::{Access, Backoff, Conflict, UnlinkLatch, ValueCell, WriteEntry};
 
 /// The lock bit of the word.
@@ -78,6 +79,35 @@ impl OccRecord {
         }
     }
 
+    /// A snapshot's read at `t` (see [`super::snapshot`]): waits while the record is
+    /// locked (a writer whose stamp may be `<= t` installs under the lock), then reads the
+    /// version `t` sees.
+    #[inline]
+    pub(crate) fn read_at(
+        &self,
+        snaps: &Snapshots,
+        t: u64,
+        mut out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        let mut backoff = Backoff::new();
+        loop {
+            if self.word.load(Ordering::Acquire) & LOCK != 0 {
+                if self.value.is_removed(guard) {
+                    return Err(Access::Removed);
+                }
+                backoff.snooze();
+                continue;
+            }
+            match snaps.read_at(&self.value, t, out.as_deref_mut(), guard) {
+                // Evicted meanwhile (only a record with no chain leaves): look it up again.
+                Some(false) if self.value.is_removed(guard) => return Err(Access::Removed),
+                Some(present) => return Ok(present),
+                None => continue,
+            }
+        }
+    }
+
     /// Takes the lock, waiting for a holder; returns the word as it was.
     pub(crate) fn lock_spin(&self) -> Result<u64, Access> {
         let mut backoff = Backoff::new();
@@ -126,7 +156,27 @@ impl OccRecord {
             self.word.store(cur, Ordering::Release);
             return UnlinkLatch::NotAbsent;
         }
+        if Snapshots::has_chain(&self.value, guard) {
+            // A snapshot may still see it present: it leaves after the sweep.
+            self.word.store(cur, Ordering::Release);
+            return UnlinkLatch::Busy;
+        }
         UnlinkLatch::Latched
+    }
+}
+
+impl Chained for OccRecord {
+    fn cell(&self) -> &ValueCell {
+        &self.value
+    }
+
+    fn try_latch_sweep(&self) -> bool {
+        let cur = self.word.load(Ordering::Acquire);
+        cur & LOCK == 0 && self.word.compare_exchange(cur, cur | LOCK, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    fn unlatch_sweep(&self) {
+        self.unlock();
     }
 }
 
@@ -138,7 +188,9 @@ impl OccRecord {
         {
             return None;
         }
-        if self.value.is_removed(&crossbeam_epoch::pin()) {
+        let guard = &crossbeam_epoch::pin();
+        if self.value.is_removed(guard) || Snapshots::has_chain(&self.value, guard) {
+            // A record with kept versions stays: reloaded, it would have no history.
             self.word.store(cur, Ordering::Release);
             return None;
         }

@@ -348,6 +348,27 @@ impl Protocol for Si {
         }
     }
 
+    fn snapshot_open(&self, worker: &SiWorker, st: &mut SiState) -> u64 {
+        // Every MVCC-SI transaction reads a snapshot already: the one it began at.
+        self.begin(worker, st);
+        st.begin
+    }
+
+    fn snapshot_close(&self, st: &mut SiState, _t: u64) {
+        self.abort(st, &[]);
+    }
+
+    fn snapshot_read(
+        &self,
+        st: &mut SiState,
+        rec: &SiRecord,
+        _t: u64,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        self.read(st, rec, out, guard)
+    }
+
     fn new_record(&self, _st: &mut SiState) -> SiRecord {
         SiRecord { latch: AtomicU8::new(FREE), latest: AtomicPtr::new(std::ptr::null_mut()) }
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
+use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
 const EPOCH_SHIFT: u32 = 32;
@@ -40,10 +41,11 @@ pub struct SiloState {
 // state moves between threads only between transactions.
 unsafe impl Send for SiloState {}
 
-/// A Silo worker: the last TID it committed (commit TIDs of a worker only grow).
-#[derive(Default)]
+/// A Silo worker: the last TID it committed (commit TIDs of a worker only grow), and its
+/// part in snapshots.
 pub struct SiloWorker {
     last_tid: AtomicU64,
+    snap: Arc<SnapWorker>,
 }
 
 struct EpochShared {
@@ -57,6 +59,7 @@ pub struct Silo {
     _ticker: Background,
     /// Test only: skip read validation (a planted bug for the isolation checker).
     pub(crate) skip_validation: bool,
+    pub(crate) snaps: Snapshots,
 }
 
 impl Default for Silo {
@@ -75,7 +78,7 @@ impl Silo {
             true
         })
         .expect("spawn the Silo epoch thread");
-        Silo { shared, _ticker: ticker, skip_validation: false }
+        Silo { shared, _ticker: ticker, skip_validation: false, snaps: Snapshots::default() }
     }
 
     /// The current global epoch.
@@ -107,7 +110,7 @@ impl Protocol for Silo {
     }
 
     fn new_worker(&self) -> SiloWorker {
-        SiloWorker::default()
+        SiloWorker { last_tid: AtomicU64::new(0), snap: self.snaps.new_worker() }
     }
 
     fn new_txn_state(&self) -> SiloState {
@@ -159,6 +162,31 @@ impl Protocol for Silo {
         rec.value.prefetch(guard);
     }
 
+    fn snapshot_open(&self, _worker: &SiloWorker, _st: &mut SiloState) -> u64 {
+        self.snaps.open(Order::Counter)
+    }
+
+    fn snapshot_close(&self, _st: &mut SiloState, t: u64) {
+        self.snaps.close(t);
+        self.snaps.sweep_if_due::<OccRecord>();
+    }
+
+    #[inline]
+    fn snapshot_read(
+        &self,
+        _st: &mut SiloState,
+        rec: &SiloRecord,
+        t: u64,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        rec.read_at(&self.snaps, t, out, guard)
+    }
+
+    fn snapshot_stats(&self) -> SnapshotStats {
+        self.snaps.stats()
+    }
+
     fn write(&self, _st: &mut SiloState, _rec: &SiloRecord) -> Result<(), Access> {
         Ok(())
     }
@@ -198,6 +226,10 @@ impl Protocol for Silo {
         }
         // The serialization point: everything before is ordered before the epoch read.
         fence(Ordering::SeqCst);
+        // The snapshot stamp, drawn here while a snapshot is open (see `cc::snapshot`); a
+        // commit that draws none is seen by every snapshot that opens after this point.
+        let installs = writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        let stamp = if installs && self.snaps.any_open() { self.snaps.next_stamp() } else { 0 };
         let mut floor = 0;
         if !self.skip_validation {
             for r in &st.reads {
@@ -220,14 +252,19 @@ impl Protocol for Silo {
             unlock_prefix(writes, &st.locked, writes.len());
             return Err(CommitFail::Log);
         }
+        let keep = installs && self.snaps.begin_install(&worker.snap);
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             let rec = unsafe { w.record() };
             if let WriteKind::Value(_) = w.kind {
-                rec.value.store(w.kind.value(), guard);
+                self.snaps.store(rec, w.kind.value(), keep, stamp, guard);
             }
             rec.word.store(tid, Ordering::Release);
         }
+        if installs && !keep {
+            self.snaps.end_bare(&worker.snap);
+        }
+        self.snaps.sweep_if_due::<OccRecord>();
         Ok(())
     }
 

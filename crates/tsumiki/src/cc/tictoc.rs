@@ -10,10 +10,12 @@
 //! installed with `wts = rts = commit_ts`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
+use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
 
 const DELTA_SHIFT: u32 = 48;
@@ -60,17 +62,19 @@ pub struct TicTocState {
     locked: Vec<u64>,
 }
 
-/// TicToc. Stateless apart from test switches: timestamps live in the records.
+/// TicToc. Timestamps live in the records; the protocol holds only what snapshot read
+/// transactions need (each commit timestamp exceeds the floor they raise).
 #[derive(Default)]
 pub struct TicToc {
     /// Test only: skip read validation (a planted bug for the isolation checker).
     pub(crate) skip_validation: bool,
+    pub(crate) snaps: Snapshots,
 }
 
 impl Protocol for TicToc {
     type Record = TicTocRecord;
     type TxnState = TicTocState;
-    type Worker = ();
+    type Worker = Arc<SnapWorker>;
 
     fn name(&self) -> &'static str {
         "tictoc"
@@ -84,13 +88,15 @@ impl Protocol for TicToc {
         true
     }
 
-    fn new_worker(&self) {}
+    fn new_worker(&self) -> Arc<SnapWorker> {
+        self.snaps.new_worker()
+    }
 
     fn new_txn_state(&self) -> TicTocState {
         TicTocState { reads: Vec::new(), locked: Vec::new() }
     }
 
-    fn begin(&self, _worker: &(), st: &mut TicTocState) {
+    fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TicTocState) {
         st.reads.clear();
         st.locked.clear();
     }
@@ -138,6 +144,31 @@ impl Protocol for TicToc {
         rec.value.prefetch(guard);
     }
 
+    fn snapshot_open(&self, _worker: &Arc<SnapWorker>, _st: &mut TicTocState) -> u64 {
+        self.snaps.open(Order::Published)
+    }
+
+    fn snapshot_close(&self, _st: &mut TicTocState, t: u64) {
+        self.snaps.close(t);
+        self.snaps.sweep_if_due::<OccRecord>();
+    }
+
+    #[inline]
+    fn snapshot_read(
+        &self,
+        _st: &mut TicTocState,
+        rec: &TicTocRecord,
+        t: u64,
+        out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        rec.read_at(&self.snaps, t, out, guard)
+    }
+
+    fn snapshot_stats(&self) -> SnapshotStats {
+        self.snaps.stats()
+    }
+
     fn write(&self, _st: &mut TicTocState, _rec: &TicTocRecord) -> Result<(), Access> {
         Ok(())
     }
@@ -158,7 +189,7 @@ impl Protocol for TicToc {
 
     fn commit<L: CommitLog<TicTocRecord>>(
         &self,
-        _worker: &(),
+        worker: &Arc<SnapWorker>,
         st: &mut TicTocState,
         writes: &mut [WriteEntry<TicTocRecord>],
         guard: &Guard,
@@ -189,6 +220,11 @@ impl Protocol for TicToc {
         }
         for r in &st.reads {
             commit_ts = commit_ts.max(r.wts);
+        }
+        // Above every open snapshot's `T` (read with the write locks held: see
+        // `cc::snapshot`). A read-only transaction installs nothing a snapshot could see.
+        if !writes.is_empty() {
+            commit_ts = commit_ts.max(self.snaps.floor() + 1);
         }
         if !self.skip_validation {
             for r in &st.reads {
@@ -229,12 +265,23 @@ impl Protocol for TicToc {
             return Err(CommitFail::Log);
         }
         let hold = log.hold();
+        if writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_))) {
+            let keep = self.snaps.begin_install(worker);
+            for w in writes.iter() {
+                if let WriteKind::Value(_) = w.kind {
+                    // SAFETY: records stay allocated while the transaction runs (the engine's retire).
+                    self.snaps.store(unsafe { w.record() }, w.kind.value(), keep, commit_ts, guard);
+                }
+            }
+            // Before the locks go: a snapshot that opens after this commit returned sees it.
+            self.snaps.publish(worker, commit_ts);
+            if !keep {
+                self.snaps.end_bare(worker);
+            }
+        }
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs (the engine's retire).
             let rec = unsafe { w.record() };
-            if let WriteKind::Value(_) = w.kind {
-                rec.value.store(w.kind.value(), guard);
-            }
             if hold {
                 // Algorithm 3: readers keep waiting until the group is durable.
                 log.keep_locked(&rec.word, pack(commit_ts, commit_ts));
@@ -242,6 +289,7 @@ impl Protocol for TicToc {
             }
             rec.word.store(pack(commit_ts, commit_ts), Ordering::Release);
         }
+        self.snaps.sweep_if_due::<OccRecord>();
         Ok(())
     }
 
@@ -259,7 +307,7 @@ impl Protocol for TicToc {
         next.try_lock()
     }
 
-    fn unlink(&self, _worker: &(), rec: &TicTocRecord, next: &TicTocRecord, guard: &Guard) {
+    fn unlink(&self, _worker: &Arc<SnapWorker>, rec: &TicTocRecord, next: &TicTocRecord, guard: &Guard) {
         rec.value.mark_removed(guard);
         let gone = rec.word.load(Ordering::Acquire) & !LOCK;
         let cur = next.word.load(Ordering::Acquire) & !LOCK;
@@ -280,7 +328,7 @@ impl Protocol for TicToc {
         rec.try_latch_evict().map(rts)
     }
 
-    fn evict(&self, _worker: &(), rec: &TicTocRecord, guard: &Guard) {
+    fn evict(&self, _worker: &Arc<SnapWorker>, rec: &TicTocRecord, guard: &Guard) {
         rec.value.remove(guard);
     }
 

@@ -9,9 +9,11 @@
 //! wait for a younger one, so no cycle of waits can form.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
+use super::snapshot::{Chained, Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
 };
@@ -22,6 +24,10 @@ const READER_MAX: u64 = (1 << 15) - 1;
 const TS_MASK: u64 = (1 << READER_SHIFT) - 1;
 /// Timestamp of maintenance latches: older than no one, so transactions wait for them.
 const MAINT_TS: u64 = TS_MASK;
+/// Set by a committer in its exclusive lock words before it draws its commit stamp, and
+/// cleared when it releases them: snapshot readers wait while it is set (see
+/// `cc::snapshot`). The top bit of the reader count, which is 0 under a writer.
+const INSTALLING: u64 = 1 << 62;
 
 #[inline]
 fn readers(w: u64) -> u64 {
@@ -50,6 +56,20 @@ fn release_shared(rec: &TwoPlRecord) {
 pub struct TwoPlRecord {
     lock: AtomicU64,
     value: ValueCell,
+}
+
+impl Chained for TwoPlRecord {
+    fn cell(&self) -> &ValueCell {
+        &self.value
+    }
+
+    fn try_latch_sweep(&self) -> bool {
+        self.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    fn unlatch_sweep(&self) {
+        self.lock.store(0, Ordering::Release);
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -97,17 +117,18 @@ impl TwoPlState {
 pub struct TwoPl {
     wait_die: bool,
     clock: AtomicU64,
+    pub(crate) snaps: Snapshots,
 }
 
 impl TwoPl {
     /// NoWait: a lock conflict aborts at once.
     pub fn no_wait() -> Self {
-        TwoPl { wait_die: false, clock: AtomicU64::new(1) }
+        TwoPl { wait_die: false, clock: AtomicU64::new(1), snaps: Snapshots::default() }
     }
 
     /// WaitDie: older transactions wait, younger ones abort.
     pub fn wait_die() -> Self {
-        TwoPl { wait_die: true, clock: AtomicU64::new(1) }
+        TwoPl { wait_die: true, clock: AtomicU64::new(1), snaps: Snapshots::default() }
     }
 
     /// What a requester does when `cur` is held against it.
@@ -199,7 +220,7 @@ impl TwoPl {
 impl Protocol for TwoPl {
     type Record = TwoPlRecord;
     type TxnState = TwoPlState;
-    type Worker = ();
+    type Worker = Arc<SnapWorker>;
 
     fn name(&self) -> &'static str {
         if self.wait_die {
@@ -217,13 +238,16 @@ impl Protocol for TwoPl {
         true
     }
 
-    fn new_worker(&self) {}
+    fn new_worker(&self) -> Arc<SnapWorker> {
+        // Unused: a 2PL committer's locks tell snapshots all they need (INSTALLING).
+        Arc::new(SnapWorker::default())
+    }
 
     fn new_txn_state(&self) -> TwoPlState {
         TwoPlState { ts: 0, held: Vec::new(), by_rec: AddrMap::default() }
     }
 
-    fn begin(&self, _worker: &(), st: &mut TwoPlState) {
+    fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TwoPlState) {
         st.ts = self.clock.fetch_add(1, Ordering::Relaxed) & TS_MASK;
         debug_assert!(st.held.is_empty());
     }
@@ -291,6 +315,44 @@ impl Protocol for TwoPl {
         rec.value.prefetch(guard);
     }
 
+    fn snapshot_open(&self, _worker: &Arc<SnapWorker>, _st: &mut TwoPlState) -> u64 {
+        self.snaps.open(Order::Clock(&self.clock))
+    }
+
+    fn snapshot_close(&self, _st: &mut TwoPlState, t: u64) {
+        self.snaps.close(t);
+        self.snaps.sweep_if_due::<TwoPlRecord>();
+    }
+
+    fn snapshot_read(
+        &self,
+        _st: &mut TwoPlState,
+        rec: &TwoPlRecord,
+        t: u64,
+        mut out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+    ) -> Result<bool, Access> {
+        // No lock: a writer's exclusive lock only says it may install later, with a stamp
+        // above `t` unless it is marked installing already.
+        let mut backoff = Backoff::new();
+        loop {
+            if rec.lock.load(Ordering::Acquire) & (WRITER | INSTALLING) == WRITER | INSTALLING {
+                backoff.snooze();
+                continue;
+            }
+            match self.snaps.read_at(&rec.value, t, out.as_deref_mut(), guard) {
+                // Evicted or unlinked meanwhile: look it up again.
+                Some(false) if rec.value.is_removed(guard) => return Err(Access::Removed),
+                Some(present) => return Ok(present),
+                None => continue,
+            }
+        }
+    }
+
+    fn snapshot_stats(&self) -> SnapshotStats {
+        self.snaps.stats()
+    }
+
     fn write(&self, st: &mut TwoPlState, rec: &TwoPlRecord) -> Result<(), Access> {
         self.lock_exclusive(st, rec)
     }
@@ -310,22 +372,28 @@ impl Protocol for TwoPl {
 
     fn commit<L: CommitLog<TwoPlRecord>>(
         &self,
-        _worker: &(),
+        _worker: &Arc<SnapWorker>,
         st: &mut TwoPlState,
         writes: &mut [WriteEntry<TwoPlRecord>],
         guard: &Guard,
         log: &mut L,
     ) -> Result<(), CommitFail> {
+        for w in writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(_))) {
+            // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
+            unsafe { w.record() }.lock.fetch_or(INSTALLING, Ordering::SeqCst);
+        }
         // Every lock is held: a clock value taken now orders this commit after every one
         // it depends on (they released their locks, and took their value, before).
         let ts = self.clock.fetch_add(1, Ordering::SeqCst) & TS_MASK;
         if !log.log(ts, writes) {
             return Err(CommitFail::Log); // the engine's abort releases the locks
         }
+        // A snapshot opened since the draw has `T` above `ts`: it needs the old values.
+        let keep = self.snaps.any_open();
         for w in writes.iter_mut() {
             if let WriteKind::Value(_) = w.kind {
                 // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
-                unsafe { w.record() }.value.store(w.kind.value(), guard);
+                self.snaps.store(unsafe { w.record() }, w.kind.value(), keep, ts + 1, guard);
             }
         }
         if log.hold() {
@@ -338,6 +406,7 @@ impl Protocol for TwoPl {
         } else {
             self.release_all(st);
         }
+        self.snaps.sweep_if_due::<TwoPlRecord>();
         Ok(())
     }
 
@@ -357,6 +426,11 @@ impl Protocol for TwoPl {
             rec.lock.store(0, Ordering::Release);
             return UnlinkLatch::NotAbsent;
         }
+        if Snapshots::has_chain(&rec.value, guard) {
+            // A snapshot may still see it present: it leaves after the sweep.
+            rec.lock.store(0, Ordering::Release);
+            return UnlinkLatch::Busy;
+        }
         UnlinkLatch::Latched
     }
 
@@ -371,7 +445,7 @@ impl Protocol for TwoPl {
         }
     }
 
-    fn unlink(&self, _worker: &(), rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
+    fn unlink(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
         rec.value.mark_removed(guard);
         next.lock.store(0, Ordering::Release);
     }
@@ -386,10 +460,16 @@ impl Protocol for TwoPl {
 
     fn try_latch_evict(&self, rec: &TwoPlRecord) -> Option<u64> {
         // No holder and no waiter's claim: removed records keep their lock for good.
-        rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| 0)
+        rec.lock.compare_exchange(0, WRITER | MAINT_TS, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        if Snapshots::has_chain(&rec.value, &crossbeam_epoch::pin()) {
+            // A record with kept versions stays: reloaded, it would have no history.
+            rec.lock.store(0, Ordering::Release);
+            return None;
+        }
+        Some(0)
     }
 
-    fn evict(&self, _worker: &(), rec: &TwoPlRecord, guard: &Guard) {
+    fn evict(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, guard: &Guard) {
         rec.value.remove(guard);
     }
 

@@ -56,7 +56,7 @@ pub use engine::{Engine, RowRef, TypedScan, TypedTxn};
 use engine::{Home, ScanCursor, Slot, TxnBufs};
 pub use open::OpenOptions;
 pub use options::{CacheStats, Cc, LockWait, Options, Resolved, DEFAULT_CACHE_BYTES};
-pub use owned::OwnedTxn;
+pub use owned::{OwnedReadTxn, OwnedTxn};
 pub use txn::{KeyRange, ReadTxn, Scan, Txn};
 pub use typed::{TypedDb, TypedWorker};
 
@@ -65,7 +65,7 @@ use crate::cc::si::Si;
 use crate::cc::silo::Silo;
 use crate::cc::tictoc::TicToc;
 use crate::cc::twopl::TwoPl;
-use crate::cc::Protocol;
+use crate::cc::{Protocol, SnapshotStats};
 use crate::index::BwTreeConfig;
 use crate::mvcc::{Gc, GcStats, DEFAULT_REFRESH};
 use crate::plants::Plants;
@@ -89,8 +89,6 @@ enum AnyDb {
 /// reference (it is `Sync`); open transactions with [`Db::begin`] or [`Db::run`].
 pub struct Db {
     inner: AnyDb,
-    /// Whether [`Db::view`] may fall back to holding commits (TicToc and Silo).
-    view_fallback: bool,
 }
 
 impl Db {
@@ -200,23 +198,28 @@ impl Db {
         }
         let inner = match opts.cc {
             Cc::TicToc => {
-                AnyDb::TicToc(mk(TicToc { skip_validation: opts.plants().skip_validation }, opts, resolved, storage)?)
+                let mut p = TicToc { skip_validation: opts.plants().skip_validation, ..TicToc::default() };
+                p.snaps.read_newest = opts.plants().snapshot_reads_newest;
+                AnyDb::TicToc(mk(p, opts, resolved, storage)?)
             }
             Cc::Silo => {
                 let mut p = Silo::new();
                 p.skip_validation = opts.plants().skip_validation;
+                p.snaps.read_newest = opts.plants().snapshot_reads_newest;
                 AnyDb::Silo(mk(p, opts, resolved, storage)?)
             }
-            Cc::TwoPl(LockWait::NoWait) => AnyDb::TwoPl(mk(TwoPl::no_wait(), opts, resolved, storage)?),
-            Cc::TwoPl(LockWait::WaitDie) => AnyDb::TwoPl(mk(TwoPl::wait_die(), opts, resolved, storage)?),
+            Cc::TwoPl(wait) => {
+                let mut p = if wait == LockWait::WaitDie { TwoPl::wait_die() } else { TwoPl::no_wait() };
+                p.snaps.read_newest = opts.plants().snapshot_reads_newest;
+                AnyDb::TwoPl(mk(p, opts, resolved, storage)?)
+            }
             Cc::MvccSi(gc) => {
                 let mut p = Si::new(gc, opts.gc_refresh);
                 p.skip_validation = opts.plants().skip_validation;
                 AnyDb::Si(mk(p, opts, resolved, storage)?)
             }
         };
-        let view_fallback = matches!(opts.cc, Cc::TicToc | Cc::Silo) && !opts.plants().view_without_fallback;
-        Ok(Db { inner, view_fallback })
+        Ok(Db { inner })
     }
 
     /// Takes a checkpoint now (commits also take one every
@@ -268,10 +271,10 @@ impl Db {
     ///
     /// Which to use for reads: a transaction that only reads is serializable like any
     /// other, so under TicToc and Silo its reads are validated at commit, and a long one
-    /// (a full scan) beside busy writers can fail validation every time it is retried.
-    /// Read through [`view`](Self::view) instead: it falls back to holding commits once
-    /// and so always finishes. (Under MVCC-SI both read a snapshot and never abort; under
-    /// 2PL both take shared locks, which hold writers back while they run.)
+    /// (a full scan) beside busy writers can fail validation every time it is retried;
+    /// under 2PL it takes shared locks, which hold writers back. Read through
+    /// [`begin_read`](Self::begin_read) or [`view`](Self::view) instead: a snapshot that
+    /// never aborts and never holds a writer.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
@@ -282,6 +285,29 @@ impl Db {
     /// ```
     pub fn begin(&self) -> Txn<'_> {
         Txn { inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())), value_buf: Cell::default() }
+    }
+
+    /// Starts a snapshot read transaction: its reads see one committed state (every commit
+    /// that returned before it began, none that began after), under every protocol. It
+    /// never aborts, keeps no read set, takes no lock and never holds a writer back; it
+    /// costs about as much to begin and end as a transaction. Versions it needs are kept
+    /// beside their records while it is open and reclaimed after, so close it (drop it)
+    /// when done. It is `Send`; [`begin_read_owned`](Self::begin_read_owned) gives one
+    /// that also owns a share of the database.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| t.put(b"k", b"1")).unwrap();
+    /// let snap = db.begin_read();
+    /// db.run(|t| t.put(b"k", b"2")).unwrap(); // not held back by the snapshot
+    /// assert_eq!(snap.get(b"k").unwrap(), Some(b"1".to_vec()));
+    /// drop(snap);
+    /// assert_eq!(db.begin_read().get(b"k").unwrap(), Some(b"2".to_vec()));
+    /// ```
+    pub fn begin_read(&self) -> ReadTxn<'_> {
+        let txn = dispatch!(AnyDb, &self.inner, db => db.begin_snapshot().into());
+        ReadTxn { txn: Txn { inner: RefCell::new(txn), value_buf: Cell::default() } }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)
@@ -339,16 +365,12 @@ impl Db {
     /// Runs `f` in a read-only transaction and returns its result; the transaction always
     /// finishes, however long it reads and however busy the writers.
     ///
-    /// Under MVCC-SI it reads a snapshot and never aborts. Under 2PL it takes shared locks
-    /// and is run again after a conflict. Under TicToc and Silo it runs optimistically, and
-    /// after [`VIEW_OPTIMISTIC_TRIES`] conflicts (a long scan that keeps meeting commits)
-    /// once more while commits of writes wait at the commit gate, where nothing it reads can
-    /// change, so it validates. Short reads thus stay optimistic; a long one holds writers
-    /// back only for its own length, once.
+    /// It reads a snapshot ([`begin_read`](Self::begin_read)) under every protocol: it
+    /// never conflicts with writers and never holds them back.
     ///
-    /// `f` may run more than once: it must not have effects outside the transaction that
-    /// a retry would repeat. It must not commit writes to the same database (they would
-    /// wait for it while it holds commits).
+    /// `f` may run more than once (after an error that [`Error::is_retryable`] calls
+    /// retryable, such as a failed load of a key range under cache pressure): it must not
+    /// have effects outside the transaction that a retry would repeat.
     ///
     /// ```
     /// # use tsumiki::{Db, Options};
@@ -380,19 +402,11 @@ impl Db {
     /// });
     /// ```
     pub fn view<T>(&self, mut f: impl FnMut(&ReadTxn<'_>) -> Result<T, Error>) -> Result<T, Error> {
-        let gate = self.view_fallback;
         let mut attempt = 0u32;
         loop {
-            let mut once = || {
-                let txn = ReadTxn { txn: self.begin() };
-                let v = f(&txn)?;
-                txn.txn.commit().map(|()| v)
-            };
-            let r = if gate && attempt >= VIEW_OPTIMISTIC_TRIES {
-                dispatch!(AnyDb, &self.inner, db => db.eng.exclusive_reads(&mut once))
-            } else {
-                once()
-            };
+            let txn = self.begin_read();
+            let r = f(&txn);
+            drop(txn);
             match r {
                 Err(e) if e.is_retryable() => {
                     attempt = attempt.saturating_add(1);
@@ -414,6 +428,12 @@ impl Db {
         dispatch!(AnyDb, &self.inner, db => db.index_len())
     }
 
+    /// Snapshot read transactions open now, and the versions kept for them (empty under
+    /// MVCC-SI, whose versions [`gc_stats`](Self::gc_stats) counts).
+    pub fn snapshot_stats(&self) -> SnapshotStats {
+        dispatch!(AnyDb, &self.inner, db => db.protocol().snapshot_stats())
+    }
+
     /// MVCC-SI's version garbage-collection counters (`None` under other protocols).
     pub fn gc_stats(&self) -> Option<GcStats> {
         match &self.inner {
@@ -422,9 +442,6 @@ impl Db {
         }
     }
 }
-
-/// Conflicts a [`Db::view`] meets under TicToc or Silo before it runs with commits held.
-pub const VIEW_OPTIMISTIC_TRIES: u32 = 2;
 
 /// Waits a little before a retry: yields at first, then sleeps longer each time.
 fn backoff(attempt: u32) {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Db, Txn};
+use super::{Db, ReadTxn, Txn};
 use crate::error::Error;
 use crate::wal::CommitTicket;
 
@@ -47,7 +47,58 @@ const _: fn() = || {
     assert_send::<OwnedTxn>();
 };
 
+/// A snapshot read transaction holding an [`Arc`] of its [`Db`]
+/// ([`Db::begin_read_owned`]): `'static` and `Send`, as [`OwnedTxn`] is. Dropping it ends
+/// the snapshot.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use tsumiki::{Db, Options};
+/// let db = Arc::new(Db::open_in_memory(Options::default()).unwrap());
+/// db.run(|t| t.put("k", "1")).unwrap();
+/// let snap = db.begin_read_owned();
+/// db.run(|t| t.put("k", "2")).unwrap();
+/// let old = std::thread::spawn(move || snap.get("k").unwrap()).join().unwrap();
+/// assert_eq!(old, Some(b"1".to_vec()));
+/// ```
+pub struct OwnedReadTxn {
+    // Declared first, so dropped first; `'static` as in `OwnedTxn::txn`, sound for the same
+    // reasons (`ReadTxn` wraps an invariant `Txn`, lent only to closures generic over it).
+    txn: ReadTxn<'static>,
+    db: Arc<Db>,
+}
+
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<OwnedReadTxn>();
+};
+
+impl OwnedReadTxn {
+    /// Runs `f` on the snapshot: any read of [`ReadTxn`] (scans included).
+    pub fn read<T>(&self, f: impl FnOnce(&ReadTxn<'_>) -> T) -> T {
+        f(&self.txn)
+    }
+
+    /// [`ReadTxn::get`].
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>, Error> {
+        self.txn.get(key)
+    }
+
+    /// The database the snapshot reads.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+}
+
 impl Db {
+    /// Starts a snapshot read transaction that keeps the database alive
+    /// ([`OwnedReadTxn`]); see [`begin_read`](Self::begin_read).
+    pub fn begin_read_owned(self: &Arc<Self>) -> OwnedReadTxn {
+        // SAFETY: as in `begin_owned`: the `Db` behind the `Arc` outlives the snapshot.
+        let db: &'static Db = unsafe { &*Arc::as_ptr(self) };
+        OwnedReadTxn { txn: db.begin_read(), db: Arc::clone(self) }
+    }
+
     /// Starts a transaction that keeps the database alive ([`OwnedTxn`]), for a caller
     /// that must store it without a lifetime.
     pub fn begin_owned(self: &Arc<Self>) -> OwnedTxn {

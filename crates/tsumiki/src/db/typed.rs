@@ -124,6 +124,16 @@ impl<P: Protocol> TypedDb<P> {
         TypedTxn::start(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
     }
 
+    /// Starts a snapshot read transaction on a slot from the pool (see
+    /// [`crate::Db::begin_read`]).
+    #[allow(unsafe_code)] // the transaction borrows the slot it owns
+    pub fn begin_snapshot(&self) -> TypedTxn<'_, P> {
+        let (slot, bufs) = self.eng.take_slot();
+        let s: *const Slot<P> = &*slot;
+        // SAFETY: `slot` moves into the transaction's `Home` and lives as long as it.
+        TypedTxn::start_snapshot(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
+    }
+
     /// A worker: a slot and transaction buffers owned by one thread, reused by each of its
     /// transactions (for benchmarks and long-lived threads).
     pub fn worker(&self) -> TypedWorker<'_, P> {
@@ -171,6 +181,12 @@ impl<P: Protocol> TypedWorker<'_, P> {
     pub fn begin(&mut self) -> TypedTxn<'_, P> {
         let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
         TypedTxn::start(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
+    }
+
+    /// Starts a snapshot read transaction; the worker is busy until it ends.
+    pub fn begin_snapshot(&mut self) -> TypedTxn<'_, P> {
+        let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
+        TypedTxn::start_snapshot(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
     }
 }
 

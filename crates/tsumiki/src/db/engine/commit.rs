@@ -75,6 +75,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     pub(super) fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {
         self.check_active()?;
+        if self.snap.is_some() {
+            // Nothing to validate or install: the snapshot just ends.
+            self.rollback();
+            return Ok(CommitTicket::ready());
+        }
         let eng: &'a Engine<P> = self.eng;
         let worker = self.worker() as *const P::Worker;
         // SAFETY: the slot outlives the transaction (see `worker`).
@@ -222,6 +227,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let worker = self.worker() as *const P::Worker;
         // SAFETY: as in `commit`.
         let worker = unsafe { &*worker };
+        if let Some(t) = self.snap {
+            let b = self.bufs.as_mut().expect("buffers");
+            eng.proto.snapshot_close(&mut b.st, t);
+            return;
+        }
         let guard = &self.pin();
         let b = self.bufs.as_mut().expect("buffers");
         eng.proto.abort(&mut b.st, &b.writes);

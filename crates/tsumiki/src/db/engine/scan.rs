@@ -116,7 +116,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !eng.covered(from, reach) || !eng.no_load_since(since) {
                 continue 'retry;
             }
-            if !eng.proto.gap_protection() {
+            if !eng.proto.gap_protection() || self.snap.is_some() {
+                // A snapshot checks no membership: a record that entered the index after
+                // its `T` reads absent, and none it saw present has left.
                 return Ok(next_start());
             }
             // The gap after the chunk belongs to the first record at or past its stop, also

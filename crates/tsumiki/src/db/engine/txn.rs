@@ -22,6 +22,9 @@ pub struct TypedTxn<'a, P: Protocol> {
     pub(super) ops: u32,
     /// Why an operation returned [`Access::Failed`] (loading a page failed).
     pub(super) failure: Option<Error>,
+    /// A snapshot read transaction's `T` ([`TypedTxn::start_snapshot`]): its reads see the
+    /// state as of `T`, record nothing, never conflict; it cannot write.
+    pub(super) snap: Option<u64>,
 }
 
 // SAFETY: a transaction holds no epoch guard (each operation pins its own) and no
@@ -59,7 +62,25 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         eng.enter(slot);
         bufs.clear();
         eng.proto.begin(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None }
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap: None }
+    }
+
+    /// Starts a snapshot read transaction (see [`crate::cc::snapshot`]).
+    pub(crate) fn start_snapshot(
+        eng: &'a Engine<P>,
+        slot: &Slot<P>,
+        mut bufs: Box<TxnBufs<P>>,
+        home: Home<'a, P>,
+    ) -> Self {
+        eng.enter(slot);
+        bufs.clear();
+        let t = eng.proto.snapshot_open(&slot.worker, &mut bufs.st);
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap: Some(t) }
+    }
+
+    /// Whether this is a snapshot read transaction.
+    pub fn is_snapshot(&self) -> bool {
+        self.snap.is_some()
     }
 
     /// Pins the epoch for one operation. Under NLR group commit it also names this
@@ -96,7 +117,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// database.
     pub(super) fn check_writable(&self) -> Result<(), Error> {
         self.check_active()?;
-        if self.eng.read_only {
+        if self.eng.read_only || self.snap.is_some() {
             return Err(Error::ReadOnly);
         }
         Ok(())
@@ -159,6 +180,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         guard: &Guard,
     ) -> Result<bool, Access> {
         let eng = self.eng;
+        if let Some(t) = self.snap {
+            let b = self.bufs.as_mut().expect("buffers");
+            return eng.proto.snapshot_read(&mut b.st, rec, t, out, guard);
+        }
         if let Some(i) = self.own_rebound(key, rec)? {
             if let WriteKind::Value(v) = &self.b().writes[i].kind {
                 if let (Some(out), Some(v)) = (out, v) {
@@ -179,8 +204,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         guard: &Guard,
     ) -> Result<Option<&'a P::Record>, Access> {
         let eng = self.eng;
-        if !eng.proto.gap_protection() {
-            // No follower to re-check: the load count vouches that the lookup (made after
+        if !eng.proto.gap_protection() || self.snap.is_some() {
+            // No follower to re-check (a snapshot reads no gap: a key inserted later is
+            // absent at its `T`): the load count vouches that the lookup (made after
             // `since`) saw the range whole.
             eng.pause_after_miss();
             return match self.loaded(key, Some(key))? {

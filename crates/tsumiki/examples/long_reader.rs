@@ -1,0 +1,142 @@
+//! A snapshot reader held open beside writers (issue 36): the writers' throughput with the
+//! reader against the same run without it, the reader's aborts (none: a snapshot cannot
+//! abort), the versions kept while it is open and after it ends.
+//!
+//! `cargo run --release --example long_reader -- [SECS] [WRITERS] [PROTOCOLS]`: each
+//! protocol (`tictoc,silo,2pl-nowait,2pl-waitdie,mvcc-si` by default) runs `SECS` seconds
+//! (20) of `WRITERS` threads (1) moving money between 100K accounts without a reader, then
+//! `SECS` seconds with one snapshot held open and scanned again and again. On a 2-core
+//! machine use one writer: the reader then has a core of its own, so the ratio shows what
+//! the snapshot costs the writers rather than how the cores are shared.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tsumiki::{Cc, Db, Durability, LogOptions, Options};
+
+const ACCOUNTS: u32 = 100_000;
+
+fn key(i: u32) -> [u8; 4] {
+    i.to_be_bytes()
+}
+
+fn amount(v: &[u8]) -> u64 {
+    u64::from_be_bytes(v.try_into().expect("8-byte balance"))
+}
+
+/// The resident set, from /proc (MiB).
+fn rss_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = s.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0.0);
+    pages * 4096.0 / (1 << 20) as f64
+}
+
+struct Run {
+    transfers: u64,
+    scans: u64,
+    /// Scans that failed (a snapshot never conflicts, so any error counts).
+    failed: u64,
+    max_versions: i64,
+    max_bytes: i64,
+}
+
+fn run(db: &Db, secs: f64, writers: usize, reader: bool) -> Run {
+    let stop = AtomicBool::new(false);
+    let transfers = AtomicU64::new(0);
+    let mut r = Run { transfers: 0, scans: 0, failed: 0, max_versions: 0, max_bytes: 0 };
+    std::thread::scope(|s| {
+        for w in 0..writers as u64 {
+            let (stop, transfers) = (&stop, &transfers);
+            s.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (w + 1);
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let (a, b) = ((x % ACCOUNTS as u64) as u32, ((x >> 32) % ACCOUNTS as u64) as u32);
+                    if a == b {
+                        continue;
+                    }
+                    db.run(|t| {
+                        let va = amount(&t.get(key(a))?.expect("account"));
+                        let vb = amount(&t.get(key(b))?.expect("account"));
+                        if va > 0 {
+                            t.put(key(a), (va - 1).to_be_bytes())?;
+                            t.put(key(b), (vb + 1).to_be_bytes())?;
+                        }
+                        Ok(())
+                    })
+                    .expect("transfer");
+                    transfers.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        if reader {
+            let snap = db.begin_read();
+            while Instant::now() < end {
+                let total: Result<u64, _> = snap.iter().map(|row| row.map(|(_, v)| amount(&v))).sum();
+                match total {
+                    Ok(t) => assert_eq!(t, ACCOUNTS as u64 * 100, "the snapshot saw one state"),
+                    Err(e) => {
+                        eprintln!("a snapshot scan failed: {e}");
+                        r.failed += 1;
+                    }
+                }
+                r.scans += 1;
+                let st = db.snapshot_stats();
+                r.max_versions = r.max_versions.max(st.versions);
+                r.max_bytes = r.max_bytes.max(st.bytes);
+            }
+        } else {
+            std::thread::sleep(end - Instant::now());
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    r.transfers = transfers.into_inner();
+    r
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let secs: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20.0);
+    let writers: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let which = args.get(3).cloned().unwrap_or_else(|| "tictoc,silo,2pl-nowait,2pl-waitdie,mvcc-si".into());
+    println!("{secs} s per run, {writers} writer(s), {ACCOUNTS} accounts, commits unsynced");
+    println!("protocol      transfers/s alone  with reader  ratio  scans  failed scans  versions max (MiB)  after  RSS MiB before/during/after");
+    for name in which.split(',') {
+        let cc: Cc = name.parse().expect("a protocol name");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let opts = Options {
+            log: LogOptions { durability: Durability::None, ..LogOptions::default() },
+            ..Options::with_cc(cc)
+        };
+        let db = Db::create(dir.path().join("db"), opts).expect("create");
+        for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(10_000) {
+            db.run(|t| chunk.iter().try_for_each(|&i| t.put(key(i), 100u64.to_be_bytes()))).expect("fill");
+        }
+        let alone = run(&db, secs, writers, false);
+        let rss_before = rss_mib();
+        let with = run(&db, secs, writers, true);
+        let rss_during = rss_mib();
+        // The sweep runs at the snapshot's close, and at later commits for busy records.
+        let _ = run(&db, 0.2, writers, false);
+        let after = db.snapshot_stats();
+        let rss_after = rss_mib();
+        println!(
+            "{:<13} {:>17.0}  {:>11.0}  {:>5.2}  {:>5}  {:>12}  {:>8} ({:>6.1})  {:>5}  {:.0}/{:.0}/{:.0}",
+            name,
+            alone.transfers as f64 / secs,
+            with.transfers as f64 / secs,
+            with.transfers as f64 / alone.transfers.max(1) as f64,
+            with.scans,
+            with.failed,
+            with.max_versions,
+            with.max_bytes as f64 / (1 << 20) as f64,
+            after.versions,
+            rss_before,
+            rss_during,
+            rss_after
+        );
+    }
+}
