@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// A read-only transaction, given to [`Db::view`]: the reads of [`Txn`], no writes.
+/// A snapshot read transaction ([`Db::begin_read`], [`Db::view`]): the reads of [`Txn`],
+/// no writes, all of one committed state. Dropping it ends the snapshot.
 pub struct ReadTxn<'a> {
     pub(super) txn: Txn<'a>,
 }
