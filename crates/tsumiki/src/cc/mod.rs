@@ -381,6 +381,28 @@ impl ValueCell {
         true
     }
 
+    /// Lends the value to `f` (`None`: absent). Only the holder of the record's exclusive
+    /// lock calls this, so the value cannot change meanwhile.
+    pub(crate) fn with_bytes<T>(&self, guard: &Guard, f: impl FnOnce(Option<&[u8]>) -> T) -> T {
+        let s = self.state.load(Ordering::Acquire);
+        if is_heap(s) {
+            // SAFETY: as in `load_into`: a heap state names a whole buffer, freed only
+            // through the epoch after it is replaced (by this lock's holder), and `guard`
+            // is pinned.
+            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
+            // SAFETY: as above; all its bytes were written before it was published.
+            let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
+            let r = f(Some(bytes));
+            let _ = guard;
+            return r;
+        }
+        if s & TAG_MASK != INLINE {
+            return f(None);
+        }
+        let bytes = self.inline.load(Ordering::Relaxed).to_le_bytes();
+        f(Some(&bytes[..s >> 3]))
+    }
+
     /// Touches the cell and its heap buffer (see [`Protocol::prefetch`]): loads whose
     /// results are thrown away, independent of each other across records.
     #[inline]

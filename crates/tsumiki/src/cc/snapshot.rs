@@ -23,20 +23,23 @@
 //! that each snapshot raises to its `T`, Silo's and 2PL's counters have passed `T`.
 //!
 //! # Versions
-//! While any snapshot is open, a writer installs with its stamp and keeps the record's
-//! history in a chain beside the value ([`Kept`]: newest first, the value as of a stamp; the
-//! oldest, at stamp 0, is the value from before any open snapshot). A reader at `T` takes
-//! the first version with stamp `<= T`. The chain's head repeats the record's value, so a
-//! reader that meets a chain never reads the value cell. Writes when no snapshot is open
-//! (*bare*) touch no chain: a snapshot that opens waits for the bare installs in flight
-//! (each worker's flag, set before it reads the count of open snapshots: a Dekker pair with
-//! the count) before it picks `T`, so it sees them whole and below `T`.
+//! While any snapshot is open, a writer installs with its stamp and first pushes the value
+//! it replaces onto the record's chain ([`Kept`]: newest first, each with the stamp of the
+//! write that replaced it). A reader at `T` walks the leading versions with stamps above
+//! `T` and takes the last one's value, or, when the first has a stamp at or below `T`
+//! (or there is no chain), the value cell's; it re-reads the chain's head after the cell
+//! and reads again if a write pushed a version meanwhile (a keeping write publishes the
+//! version before it stores the value). Writes when no snapshot is open (*bare*) touch no
+//! chain: the versions on it have stamps at or below the `T` of any snapshot that opens
+//! later, which reads the cell. A snapshot that opens waits for the bare installs in
+//! flight (each worker's flag, set before it reads the count of open snapshots: a Dekker
+//! pair with the count) before it picks `T`, so it sees them whole and below `T`.
 //!
 //! Each keeping write prunes its record's chain with paper 000's EPO rule (as
-//! `crate::mvcc::keep_plan` applies it to MVCC-SI): only the version each open snapshot sees survives, beside
-//! the new head and the one below it (a snapshot that opens after the writer read the list
-//! of open snapshots sees one of those two). So a record holds at most one version per open
-//! snapshot plus two, however long a reader stays open. A chain is emptied only by a sweep
+//! `crate::mvcc::keep_plan` applies it to MVCC-SI): only the version each open snapshot
+//! reads survives, beside the new head (which a snapshot that opens after the writer read
+//! the list of open snapshots may read). So a record holds at most one version per open
+//! snapshot plus one, however long a reader stays open. A chain is emptied only by a sweep
 //! (when the last snapshot closes), which also forgets the record: records with a chain are
 //! never unlinked or evicted (a snapshot may still see their older values), so the sweep's
 //! list of them never names a freed record.
@@ -51,14 +54,49 @@ use super::{Backoff, ValueCell};
 
 /// A version kept for snapshots: the record's value as of `stamp` (`None`: absent).
 pub(crate) struct Kept {
+    /// The stamp of the write that replaced `value`: snapshots at or above it see later
+    /// values.
     stamp: u64,
-    value: Option<Box<[u8]>>,
+    value: KeptValue,
     next: Atomic<Kept>,
+}
+
+/// The longest value a [`Kept`] holds in itself (one allocation per version).
+const KEPT_INLINE: usize = 22;
+
+/// A kept value: absent, short (in the version itself) or on the heap.
+enum KeptValue {
+    Absent,
+    Inline(u8, [u8; KEPT_INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl KeptValue {
+    fn of(v: Option<&[u8]>) -> Self {
+        match v {
+            None => KeptValue::Absent,
+            Some(v) if v.len() <= KEPT_INLINE => {
+                let mut b = [0u8; KEPT_INLINE];
+                b[..v.len()].copy_from_slice(v);
+                KeptValue::Inline(v.len() as u8, b)
+            }
+            Some(v) => KeptValue::Heap(v.into()),
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            KeptValue::Absent => None,
+            KeptValue::Inline(n, b) => Some(&b[..*n as usize]),
+            KeptValue::Heap(v) => Some(v),
+        }
+    }
 }
 
 impl Kept {
     fn bytes(&self) -> i64 {
-        (std::mem::size_of::<Kept>() + self.value.as_ref().map_or(0, |v| v.len())) as i64
+        let heap = if let KeptValue::Heap(v) = &self.value { v.len() } else { 0 };
+        (std::mem::size_of::<Kept>() + heap) as i64
     }
 }
 
@@ -277,92 +315,85 @@ impl Snapshots {
     }
 
     /// Replaces `rec`'s value (its exclusive lock held). `keep`: a snapshot is open (from
-    /// [`begin_install`](Self::begin_install); 2PL reads the count itself), and the value
-    /// is installed at `stamp`. A bare write to a record that has a chain pushes the new
-    /// value at stamp 0 (every later snapshot sees it) and drops the rest.
+    /// [`begin_install`](Self::begin_install); 2PL reads the count itself), so the value
+    /// being replaced goes onto the chain with `stamp`, this write's. A bare write leaves
+    /// the chain alone: every version on it has a stamp at or below the `T` of any snapshot
+    /// that opens later, so those read the value cell.
     pub(crate) fn store<R: Chained>(&self, rec: &R, value: Option<&[u8]>, keep: bool, stamp: u64, guard: &Guard) {
         let cell = rec.cell();
-        let head = cell.kept.load(Ordering::Acquire, guard);
-        if !keep && head.is_null() {
+        if !keep {
             cell.store(value, guard);
             return;
         }
-        let mut below = head;
+        let head = cell.kept.load(Ordering::Acquire, guard);
+        let old = cell.with_bytes(guard, KeptValue::of);
+        let node = Owned::new(Kept { stamp, value: old, next: Atomic::from(head) });
+        self.account(&node, 1);
+        let node = node.into_shared(guard);
         if head.is_null() {
-            // The value from before every open snapshot, at stamp 0.
-            let mut old = Vec::new();
-            let present = cell.load_into(Some(&mut old), guard);
-            let base = Owned::new(Kept { stamp: 0, value: present.then(|| old.into()), next: Atomic::null() });
-            self.account(&base, 1);
-            below = base.into_shared(guard);
             self.chained.lock().push(rec as *const R as usize);
+        } else if let Some(list) = self.active() {
+            // Nothing is pruned while a snapshot registers.
+            self.prune(node, &list, guard);
         }
-        let stamp = if keep { stamp } else { 0 };
-        let new = Owned::new(Kept { stamp, value: value.map(Into::into), next: Atomic::from(below) });
-        self.account(&new, 1);
-        let new = new.into_shared(guard);
-        if keep {
-            // The new head, the one below it, and what each open snapshot sees; nothing
-            // is pruned while a snapshot registers.
-            if let Some(list) = self.active() {
-                self.prune(new, true, &list, guard);
-            }
-        } else {
-            self.prune(new, false, &[], guard);
-        }
-        // Published before the value: a reader that sees the new value also sees the head.
-        cell.kept.store(new, Ordering::Release);
+        // Published before the value: a reader that saw any of the new value sees the new
+        // head, and reads again.
+        cell.kept.store(node, Ordering::Release);
         fence(Ordering::Release);
         cell.store(value, guard);
     }
 
-    /// Unlinks the versions below `head` that no open snapshot (`list`, descending) sees:
-    /// paper 000's EPO rule (as `crate::mvcc::keep_plan` applies it to MVCC-SI's chains),
-    /// walked in place, since it runs on every keeping write. `keep_below`: `head` was just
-    /// installed by a keeping write, and the version below it also stays (for snapshots
-    /// that open after `list` was read: they see one of the two); else nothing opens
-    /// unseen (a bare write), so the head alone serves them.
-    fn prune(&self, head: Shared<'_, Kept>, keep_below: bool, list: &[u64], guard: &Guard) {
-        // Which of the open snapshots already have their version (a bit each; a longer
-        // list than 64 keeps everything below the 64th's version, which is safe).
-        let mut seen = 0u64;
-        let wanted = if list.len() >= 64 { u64::MAX } else { (1u64 << list.len()) - 1 };
-        // A snapshot that opens unseen has `T` at or above every stamp below the head, so
-        // it reads the head or the version right below it.
-        let mut right_below = keep_below;
-        let mut last = head;
-        // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned.
-        let mut cur = unsafe { head.deref() }.next.load(Ordering::Acquire, guard);
+    /// Unlinks the versions below `head` that no open snapshot (`list`, descending) reads:
+    /// paper 000's EPO rule (as `crate::mvcc::keep_plan` applies it to MVCC-SI's chains).
+    /// A snapshot at `T` reads the last of the leading versions with stamps above `T`.
+    /// `head` (just pushed) stays: a snapshot that opens after `list` was read has `T` at
+    /// or above every stamp below it, so it reads `head` or the value cell.
+    fn prune(&self, head: Shared<'_, Kept>, list: &[u64], guard: &Guard) {
+        const SHORT: usize = 16;
+        let mut short = [Shared::null(); SHORT];
+        let mut long = Vec::new();
+        let mut n = 0;
+        let mut cur = head;
         while !cur.is_null() {
-            // SAFETY: as above.
-            let node = unsafe { cur.deref() };
-            let next = node.next.load(Ordering::Acquire, guard);
-            let mut keep = false;
-            if right_below {
-                right_below = false;
-                keep = true;
-            }
-            for (i, &t) in list.iter().enumerate().take(64) {
-                if seen & (1 << i) == 0 && node.stamp <= t {
-                    seen |= 1 << i;
-                    keep = true;
-                }
-            }
-            if list.len() > 64 && seen != wanted {
-                keep = true;
-            }
-            if keep {
-                // SAFETY: as above; only the holder of the record's lock changes `next`.
-                unsafe { last.deref() }.next.store(cur, Ordering::Release);
-                last = cur;
+            if n < SHORT {
+                short[n] = cur;
             } else {
-                self.account(node, -1);
-                // SAFETY: unreachable once `last.next` moves past it (stored at the next
-                // kept node or after the loop, before this thread unpins); readers that
-                // reached it are pinned.
-                unsafe { guard.defer_destroy(cur) };
+                if n == SHORT {
+                    long.extend_from_slice(&short);
+                }
+                long.push(cur);
             }
-            cur = next;
+            n += 1;
+            // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned.
+            cur = unsafe { cur.deref() }.next.load(Ordering::Acquire, guard);
+        }
+        let nodes: &[Shared<'_, Kept>] = if n <= SHORT { &short[..n] } else { &long };
+        // SAFETY: as above.
+        let stamp = |i: usize| unsafe { nodes[i].deref() }.stamp;
+        let mut keep = [false; SHORT];
+        let mut keep_long = vec![false; if n > SHORT { n } else { 0 }];
+        let keep: &mut [bool] = if n <= SHORT { &mut keep[..n] } else { &mut keep_long };
+        keep[0] = true;
+        for &t in list {
+            let lead = (0..n).take_while(|&i| stamp(i) > t).count();
+            if lead > 0 {
+                keep[lead - 1] = true;
+            }
+        }
+        let mut last = head;
+        for (i, &node) in nodes.iter().enumerate().skip(1) {
+            if keep[i] {
+                // SAFETY: as above; only the holder of the record's lock changes `next`.
+                unsafe { last.deref() }.next.store(node, Ordering::Release);
+                last = node;
+            } else {
+                // SAFETY: as above.
+                self.account(unsafe { node.deref() }, -1);
+                // SAFETY: unreachable once `last.next` moves past it (stored at the next
+                // kept version or after the loop, before this thread unpins); readers that
+                // reached it are pinned.
+                unsafe { guard.defer_destroy(node) };
+            }
         }
         // SAFETY: as above.
         unsafe { last.deref() }.next.store(Shared::null(), Ordering::Release);
@@ -427,36 +458,39 @@ impl Snapshots {
         guard: &Guard,
     ) -> Option<bool> {
         let head = cell.kept.load(Ordering::Acquire, guard);
-        if head.is_null() {
-            let base = out.as_deref().map_or(0, Vec::len);
-            let present = cell.load_into(out.as_deref_mut(), guard);
-            // Orders the value's loads before this one: a keeping write publishes its head
-            // before its value, so an unchanged (empty) chain means the value was whole.
-            fence(Ordering::Acquire);
-            if !cell.kept.load(Ordering::Acquire, guard).is_null() {
-                if let Some(out) = out {
-                    out.truncate(base);
-                }
-                return None;
-            }
-            return Some(present);
-        }
+        // The value at `t` is the one the last of the leading versions with stamps above
+        // `t` replaced; with none, the cell's.
+        let mut seen = None;
         let mut cur = head;
-        while !cur.is_null() {
+        while !cur.is_null() && !self.read_newest {
             // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned.
             let node = unsafe { cur.deref() };
-            if node.stamp <= t || self.read_newest {
-                if let (Some(out), Some(v)) = (out, &node.value) {
-                    out.extend_from_slice(v);
-                }
-                return Some(node.value.is_some());
+            if node.stamp <= t {
+                break;
             }
+            seen = Some(node);
             cur = node.next.load(Ordering::Acquire, guard);
         }
-        // Every version is newer than `t`: pruning keeps the one each open snapshot sees,
-        // so this cannot happen; reading the oldest is the closest answer.
-        debug_assert!(false, "no version of the record is as old as the snapshot");
-        Some(false)
+        if let Some(node) = seen {
+            let v = node.value.get();
+            if let (Some(out), Some(v)) = (out, v) {
+                out.extend_from_slice(v);
+            }
+            return Some(v.is_some());
+        }
+        let base = out.as_deref().map_or(0, Vec::len);
+        let present = cell.load_into(out.as_deref_mut(), guard);
+        // Orders the value's loads before this one: a keeping write publishes its version
+        // before it stores the value, so an unchanged head means the value was whole (and
+        // no bare write runs while a snapshot is open).
+        fence(Ordering::Acquire);
+        if cell.kept.load(Ordering::Acquire, guard) != head {
+            if let Some(out) = out {
+                out.truncate(base);
+            }
+            return None;
+        }
+        Some(present)
     }
 
     /// Whether `cell` has a chain (its record may not leave the index or memory).
