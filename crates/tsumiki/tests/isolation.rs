@@ -592,7 +592,15 @@ fn snapshot_reads_fit_the_serial_order() {
     for cc in Cc::ALL {
         let si = matches!(cc, Cc::MvccSi(_));
         for store in [Store::Memory, Store::TinyCache { unmarked: false }] {
-            let n = if store == Store::Memory { histories() } else { histories() / 4 };
+            // A quarter of the histories in memory and a tenth under the tiny cache (CI:
+            // 250 and 100 per protocol); `TSUMIKI_SNAPSHOT_HISTORIES` and
+            // `TSUMIKI_TINY_HISTORIES` set them (the closing note of issue 36: 1,000 each).
+            let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+            let n = if store == Store::Memory {
+                env("TSUMIKI_SNAPSHOT_HISTORIES").unwrap_or(histories() / 4)
+            } else {
+                env("TSUMIKI_TINY_HISTORIES").unwrap_or(histories() / 10)
+            };
             for seed in 0..n {
                 let h = history_with(store, cc, false, Snaps::Some { newest: false }, 4, 40, seed);
                 if let Err(e) = check(&h, si) {
@@ -607,20 +615,17 @@ fn snapshot_reads_fit_the_serial_order() {
 /// (TicToc, Silo and 2PL: MVCC-SI's snapshots are its own transactions).
 #[test]
 fn planted_snapshot_reading_newest_is_caught() {
+    // Every history catches it (1,000 of 1,000 per protocol by hand): a hundred suffice.
+    let n = histories().min(100);
     for cc in [Cc::TicToc, Cc::Silo, Cc::TwoPl(tsumiki::LockWait::NoWait)] {
-        let caught = (0..histories())
+        let caught = (0..n)
             .filter(|&seed| {
                 check(&history_with(Store::Memory, cc, false, Snaps::Some { newest: true }, 4, 40, seed), false)
                     .is_err()
             })
             .count();
-        println!("{}: {caught} of {} histories caught", cc.name(), histories());
-        assert!(
-            caught > 0,
-            "{}: snapshots reading the newest versions went unnoticed in {} histories",
-            cc.name(),
-            histories()
-        );
+        println!("{}: {caught} of {n} histories caught", cc.name());
+        assert!(caught > 0, "{}: snapshots reading the newest versions went unnoticed in {n} histories", cc.name());
     }
 }
 

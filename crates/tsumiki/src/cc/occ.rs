@@ -80,32 +80,16 @@ impl OccRecord {
     }
 
     /// A snapshot's read at `t` (see [`super::snapshot`]): waits while the record is
-    /// locked (a writer whose stamp may be `<= t` installs under the lock), then reads the
-    /// version `t` sees.
+    /// locked (a writer whose stamp may be `<= t` installs under the lock).
     #[inline]
     pub(crate) fn read_at(
         &self,
         snaps: &Snapshots,
         t: u64,
-        mut out: Option<&mut Vec<u8>>,
+        out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access> {
-        let mut backoff = Backoff::new();
-        loop {
-            if self.word.load(Ordering::Acquire) & LOCK != 0 {
-                if self.value.is_removed(guard) {
-                    return Err(Access::Removed);
-                }
-                backoff.snooze();
-                continue;
-            }
-            match snaps.read_at(&self.value, t, out.as_deref_mut(), guard) {
-                // Evicted meanwhile (only a record with no chain leaves): look it up again.
-                Some(false) if self.value.is_removed(guard) => return Err(Access::Removed),
-                Some(present) => return Ok(present),
-                None => continue,
-            }
-        }
+        snaps.read_when_free(&self.value, t, out, guard, || self.word.load(Ordering::Acquire) & LOCK != 0)
     }
 
     /// Takes the lock, waiting for a holder; returns the word as it was.

@@ -167,8 +167,7 @@ impl Protocol for Silo {
     }
 
     fn snapshot_close(&self, _st: &mut SiloState, t: u64) {
-        self.snaps.close(t);
-        self.snaps.sweep_if_due::<OccRecord>();
+        self.snaps.close_sweeping::<OccRecord>(t);
     }
 
     #[inline]

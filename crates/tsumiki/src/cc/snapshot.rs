@@ -24,7 +24,7 @@
 //!
 //! # Versions
 //! While any snapshot is open, a writer installs with its stamp and first pushes the value
-//! it replaces onto the record's chain ([`Kept`]: newest first, each with the stamp of the
+//! it replaces onto the record's chain (`Kept`: newest first, each with the stamp of the
 //! write that replaced it). A reader at `T` walks the leading versions with stamps above
 //! `T` and takes the last one's value, or, when the first has a stamp at or below `T`
 //! (or there is no chain), the value cell's; it re-reads the chain's head after the cell
@@ -50,7 +50,7 @@ use std::sync::Arc;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use parking_lot::{Mutex, RwLock};
 
-use super::{Backoff, ValueCell};
+use super::{Access, Backoff, ValueCell};
 
 /// A version kept for snapshots: the record's value as of `stamp` (`None`: absent).
 pub(crate) struct Kept {
@@ -185,7 +185,7 @@ impl Default for Snapshots {
     }
 }
 
-/// Versions kept for snapshots, for [`crate::db::Stats`].
+/// Versions kept for snapshots ([`crate::Db::snapshot_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SnapshotStats {
     /// Snapshots open now.
@@ -444,6 +444,43 @@ impl Snapshots {
         if busy {
             self.sweep_due.store(true, Ordering::Release);
         }
+    }
+
+    /// A snapshot's read at `t` of the record whose value `cell` is: waits while `held`
+    /// (a writer whose stamp may be `<= t` installs while it holds the record), then reads
+    /// the value `t` sees ([`read_at`](Self::read_at)). A record evicted or unlinked
+    /// meanwhile (only one without a chain leaves) is looked up again.
+    #[inline]
+    pub(crate) fn read_when_free(
+        &self,
+        cell: &ValueCell,
+        t: u64,
+        mut out: Option<&mut Vec<u8>>,
+        guard: &Guard,
+        held: impl Fn() -> bool,
+    ) -> Result<bool, Access> {
+        let mut backoff = Backoff::new();
+        loop {
+            if held() {
+                if cell.is_removed(guard) {
+                    return Err(Access::Removed);
+                }
+                backoff.snooze();
+                continue;
+            }
+            match self.read_at(cell, t, out.as_deref_mut(), guard) {
+                Some(false) if cell.is_removed(guard) => return Err(Access::Removed),
+                Some(present) => return Ok(present),
+                None => continue,
+            }
+        }
+    }
+
+    /// Closes the snapshot at `t` ([`close`](Self::close)), then sweeps if that was the
+    /// last one; `R` is the protocol's record type.
+    pub(crate) fn close_sweeping<R: Chained>(&self, t: u64) {
+        self.close(t);
+        self.sweep_if_due::<R>();
     }
 
     /// Appends `rec`'s value as of `t` to `out` (when given); returns whether it is

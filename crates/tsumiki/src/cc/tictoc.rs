@@ -149,8 +149,7 @@ impl Protocol for TicToc {
     }
 
     fn snapshot_close(&self, _st: &mut TicTocState, t: u64) {
-        self.snaps.close(t);
-        self.snaps.sweep_if_due::<OccRecord>();
+        self.snaps.close_sweeping::<OccRecord>(t);
     }
 
     #[inline]

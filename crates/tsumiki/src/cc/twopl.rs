@@ -320,8 +320,7 @@ impl Protocol for TwoPl {
     }
 
     fn snapshot_close(&self, _st: &mut TwoPlState, t: u64) {
-        self.snaps.close(t);
-        self.snaps.sweep_if_due::<TwoPlRecord>();
+        self.snaps.close_sweeping::<TwoPlRecord>(t);
     }
 
     fn snapshot_read(
@@ -329,24 +328,13 @@ impl Protocol for TwoPl {
         _st: &mut TwoPlState,
         rec: &TwoPlRecord,
         t: u64,
-        mut out: Option<&mut Vec<u8>>,
+        out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access> {
         // No lock: a writer's exclusive lock only says it may install later, with a stamp
         // above `t` unless it is marked installing already.
-        let mut backoff = Backoff::new();
-        loop {
-            if rec.lock.load(Ordering::Acquire) & (WRITER | INSTALLING) == WRITER | INSTALLING {
-                backoff.snooze();
-                continue;
-            }
-            match self.snaps.read_at(&rec.value, t, out.as_deref_mut(), guard) {
-                // Evicted or unlinked meanwhile: look it up again.
-                Some(false) if rec.value.is_removed(guard) => return Err(Access::Removed),
-                Some(present) => return Ok(present),
-                None => continue,
-            }
-        }
+        let installing = || rec.lock.load(Ordering::Acquire) & (WRITER | INSTALLING) == WRITER | INSTALLING;
+        self.snaps.read_when_free(&rec.value, t, out, guard, installing)
     }
 
     fn snapshot_stats(&self) -> SnapshotStats {
