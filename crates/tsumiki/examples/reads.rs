@@ -5,7 +5,8 @@
 //!     cargo run --release -p tsumiki-db --example reads -- 1000000 all
 //!
 //! Arguments: records (default 1,000,000); what to run: `get`, `get-ref`, `range`, `range-ref`
-//! (the borrowed forms) or `all` (default); passes over the keys (default 1; more for a profile).
+//! (the borrowed forms), `get-each` (a snapshot per read), `get-each-txn` (a transaction per
+//! read) or `all` (default); passes over the keys (default 1; more for a profile).
 //! Reads run in `Db::view` batches of 1,000 keys (100 scans).
 
 use std::time::Instant;
@@ -52,6 +53,27 @@ fn main() {
                     Ok(c)
                 })
                 .expect("read");
+        }
+        assert_eq!(found, passes * n * 150);
+        println!("{mode} random reads: {:.0} keys/s", (passes * n) as f64 / t.elapsed().as_secs_f64());
+    }
+    // One snapshot per read (what a binding that reads key by key does): the cost of
+    // beginning and ending a snapshot beside the read's.
+    for (mode, plain) in [("get-each", false), ("get-each-txn", true)] {
+        if what != mode && what != "all" {
+            continue;
+        }
+        let t = Instant::now();
+        let mut found = 0usize;
+        for &i in std::iter::repeat_n(&order, passes).flatten() {
+            found += if plain {
+                let txn = db.begin();
+                let v = txn.get_with(keys[i], |v| v.map_or(0, <[u8]>::len)).expect("read");
+                txn.commit().expect("commit");
+                v
+            } else {
+                db.begin_read().get_with(keys[i], |v| v.map_or(0, <[u8]>::len)).expect("read")
+            };
         }
         assert_eq!(found, passes * n * 150);
         println!("{mode} random reads: {:.0} keys/s", (passes * n) as f64 / t.elapsed().as_secs_f64());

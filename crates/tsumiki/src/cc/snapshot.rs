@@ -48,7 +48,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::{Access, Backoff, ValueCell};
 
@@ -157,7 +157,7 @@ pub(crate) struct Snapshots {
     /// Odd while a snapshot registers: a writer that reads the list meanwhile prunes nothing.
     list_version: AtomicU64,
     /// The open snapshots' `T`, distinct, descending.
-    list: RwLock<Arc<[u64]>>,
+    list: RwLock<Vec<u64>>,
     /// Records with a chain (addresses), for the sweep.
     chained: Mutex<Vec<usize>>,
     sweep_due: AtomicBool,
@@ -175,7 +175,7 @@ impl Default for Snapshots {
             workers: Mutex::new(Vec::new()),
             open_ts: Mutex::new(Vec::new()),
             list_version: AtomicU64::new(0),
-            list: RwLock::new(Arc::from(Vec::new())),
+            list: RwLock::new(Vec::new()),
             chained: Mutex::new(Vec::new()),
             sweep_due: AtomicBool::new(false),
             versions: AtomicI64::new(0),
@@ -255,24 +255,28 @@ impl Snapshots {
         let mut open_ts = self.open_ts.lock();
         self.list_version.fetch_add(1, Ordering::SeqCst);
         self.open.0.fetch_add(1, Ordering::SeqCst);
-        let workers: Vec<Arc<SnapWorker>> = self.workers.lock().clone();
-        for w in &workers {
-            let mut backoff = Backoff::new();
-            while w.installing.load(Ordering::SeqCst) {
-                backoff.snooze();
+        let t = {
+            let workers = self.workers.lock();
+            for w in workers.iter() {
+                let mut backoff = Backoff::new();
+                while w.installing.load(Ordering::SeqCst) {
+                    backoff.snooze();
+                }
             }
-        }
-        let t = match order {
-            Order::Published => {
-                let t = workers.iter().map(|w| w.last.load(Ordering::SeqCst)).max().unwrap_or(0);
-                self.clock.fetch_max(t, Ordering::SeqCst);
-                t
+            match order {
+                Order::Published => {
+                    let t = workers.iter().map(|w| w.last.load(Ordering::SeqCst)).max().unwrap_or(0);
+                    self.clock.fetch_max(t, Ordering::SeqCst);
+                    t
+                }
+                Order::Counter => self.clock.load(Ordering::SeqCst),
+                Order::Clock(c) => c.load(Ordering::SeqCst),
             }
-            Order::Counter => self.clock.load(Ordering::SeqCst),
-            Order::Clock(c) => c.load(Ordering::SeqCst),
         };
         open_ts.push(t);
-        *self.list.write() = sorted_distinct(&open_ts);
+        if open_ts.len() == 1 || !self.list.read().contains(&t) {
+            sorted_distinct(&open_ts, &mut self.list.write());
+        }
         self.list_version.fetch_add(1, Ordering::SeqCst);
         t
     }
@@ -283,19 +287,22 @@ impl Snapshots {
         if let Some(i) = open_ts.iter().position(|&x| x == t) {
             open_ts.swap_remove(i);
         }
-        *self.list.write() = sorted_distinct(&open_ts);
+        // Rebuilt only when the last snapshot at `t` closed (several often share a `T`).
+        if !open_ts.contains(&t) {
+            sorted_distinct(&open_ts, &mut self.list.write());
+        }
         if self.open.0.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.sweep_due.store(true, Ordering::Release);
         }
     }
 
     /// The open snapshots' `T` (descending), or `None` while one registers.
-    fn active(&self) -> Option<Arc<[u64]>> {
+    fn active(&self) -> Option<RwLockReadGuard<'_, Vec<u64>>> {
         let v = self.list_version.load(Ordering::SeqCst);
         if v & 1 == 1 {
             return None;
         }
-        let list = Arc::clone(&self.list.read());
+        let list = self.list.read();
         (self.list_version.load(Ordering::SeqCst) == v).then_some(list)
     }
 
@@ -537,10 +544,10 @@ impl Snapshots {
     }
 }
 
-/// `v`'s distinct values, descending.
-fn sorted_distinct(v: &[u64]) -> Arc<[u64]> {
-    let mut s = v.to_vec();
-    s.sort_unstable_by(|a, b| b.cmp(a));
-    s.dedup();
-    Arc::from(s)
+/// Sets `out` to `v`'s distinct values, descending.
+fn sorted_distinct(v: &[u64], out: &mut Vec<u64>) {
+    out.clear();
+    out.extend_from_slice(v);
+    out.sort_unstable_by(|a, b| b.cmp(a));
+    out.dedup();
 }
