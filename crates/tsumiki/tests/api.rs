@@ -35,45 +35,134 @@ fn fill(db: &Db, rng: &mut rand::rngs::StdRng, n: usize) -> Model {
     model
 }
 
+/// Every scan shape of `$txn` (a [`tsumiki::Txn`] or a snapshot's [`tsumiki::ReadTxn`]:
+/// the same reads on two types) against `$model`: whole, reverse, random ranges both ways,
+/// prefixes both ways, and reads inside a scan loop.
+macro_rules! scans_agree {
+    ($txn:expr, $model:expr, $rng:expr, $rounds:expr) => {{
+        let (txn, model, rng) = ($txn, $model, $rng);
+        let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(txn.iter().collect::<Result<Vec<_>, _>>().unwrap(), all);
+        let rev: Vec<_> = all.iter().rev().cloned().collect();
+        assert_eq!(txn.iter().rev().collect::<Result<Vec<_>, _>>().unwrap(), rev);
+        for _ in 0..$rounds {
+            let (a, b) = (random_key(rng), random_key(rng));
+            let bound = |k: Vec<u8>, r: u32| match r {
+                0 => Bound::Included(k),
+                1 => Bound::Excluded(k),
+                _ => Bound::Unbounded,
+            };
+            let (lo, hi) = (bound(a.clone(), rng.random_range(0..3)), bound(b.clone(), rng.random_range(0..3)));
+            let valid = match (&lo, &hi) {
+                (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => x <= y,
+                _ => true,
+            };
+            let want: Vec<_> = if valid && !matches!((&lo, &hi), (Bound::Excluded(x), Bound::Excluded(y)) if x == y) {
+                model.range::<Vec<u8>, _>((lo.clone(), hi.clone())).map(|(k, v)| (k.clone(), v.clone())).collect()
+            } else {
+                Vec::new()
+            };
+            let got: Vec<_> = txn.range((lo.clone(), hi.clone())).collect::<Result<_, _>>().unwrap();
+            assert_eq!(got, want, "range {lo:?}..{hi:?}");
+            let got_rev: Vec<_> = txn.range((lo.clone(), hi.clone())).rev().collect::<Result<_, _>>().unwrap();
+            assert_eq!(got_rev, want.iter().rev().cloned().collect::<Vec<_>>(), "reverse range {lo:?}..{hi:?}");
+            let want_p: Vec<_> =
+                model.iter().filter(|(k, _)| k.starts_with(&a)).map(|(k, v)| (k.clone(), v.clone())).collect();
+            assert_eq!(txn.prefix(&a).collect::<Result<Vec<_>, _>>().unwrap(), want_p, "prefix {a:?}");
+            let got_p: Vec<_> = txn.prefix(&a).rev().collect::<Result<_, _>>().unwrap();
+            assert_eq!(got_p, want_p.iter().rev().cloned().collect::<Vec<_>>(), "reverse prefix {a:?}");
+        }
+        // A read inside a scan loop, through the same transaction.
+        for row in txn.range(..).take(50) {
+            let (k, v) = row.unwrap();
+            assert_eq!(txn.get(&k).unwrap(), Some(v));
+        }
+    }};
+}
+
 fn check_scans(db: &Db, model: &Model, rng: &mut rand::rngs::StdRng, rounds: usize) {
     let txn = db.begin();
-    let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    assert_eq!(txn.iter().collect::<Result<Vec<_>, _>>().unwrap(), all);
-    let rev: Vec<_> = all.iter().rev().cloned().collect();
-    assert_eq!(txn.iter().rev().collect::<Result<Vec<_>, _>>().unwrap(), rev);
-    for _ in 0..rounds {
-        let (a, b) = (random_key(rng), random_key(rng));
-        let bound = |k: Vec<u8>, r: u32| match r {
-            0 => Bound::Included(k),
-            1 => Bound::Excluded(k),
-            _ => Bound::Unbounded,
-        };
-        let (lo, hi) = (bound(a.clone(), rng.random_range(0..3)), bound(b.clone(), rng.random_range(0..3)));
-        let valid = match (&lo, &hi) {
-            (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => x <= y,
-            _ => true,
-        };
-        let want: Vec<_> = if valid && !matches!((&lo, &hi), (Bound::Excluded(x), Bound::Excluded(y)) if x == y) {
-            model.range::<Vec<u8>, _>((lo.clone(), hi.clone())).map(|(k, v)| (k.clone(), v.clone())).collect()
-        } else {
-            Vec::new()
-        };
-        let got: Vec<_> = txn.range((lo.clone(), hi.clone())).collect::<Result<_, _>>().unwrap();
-        assert_eq!(got, want, "range {lo:?}..{hi:?}");
-        let got_rev: Vec<_> = txn.range((lo.clone(), hi.clone())).rev().collect::<Result<_, _>>().unwrap();
-        assert_eq!(got_rev, want.iter().rev().cloned().collect::<Vec<_>>(), "reverse range {lo:?}..{hi:?}");
-        let want_p: Vec<_> =
-            model.iter().filter(|(k, _)| k.starts_with(&a)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        assert_eq!(txn.prefix(&a).collect::<Result<Vec<_>, _>>().unwrap(), want_p, "prefix {a:?}");
-        let got_p: Vec<_> = txn.prefix(&a).rev().collect::<Result<_, _>>().unwrap();
-        assert_eq!(got_p, want_p.iter().rev().cloned().collect::<Vec<_>>(), "reverse prefix {a:?}");
-    }
-    // A read inside a scan loop, through the same transaction.
-    for row in txn.range(..).take(50) {
-        let (k, v) = row.unwrap();
-        assert_eq!(txn.get(&k).unwrap(), Some(v));
-    }
+    scans_agree!(&txn, model, rng, rounds);
     txn.commit().unwrap();
+}
+
+/// Updates, inserts and deletes about a tenth of the keys (and keys new to the model), in
+/// transactions of 100.
+fn churn(db: &Db, model: &mut Model, rng: &mut rand::rngs::StdRng, round: usize) {
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for _ in 0..10 {
+        db.run(|t| {
+            for i in 0..100 {
+                match rng.random_range(0..3) {
+                    0 => {
+                        let k = &keys[rng.random_range(0..keys.len())];
+                        t.delete(k)?;
+                        model.remove(k);
+                    }
+                    1 => {
+                        let k = &keys[rng.random_range(0..keys.len())];
+                        let v = format!("u{round}-{i}").into_bytes();
+                        t.put(k, &v)?;
+                        model.insert(k.clone(), v);
+                    }
+                    _ => {
+                        let mut k = random_key(rng);
+                        k.extend_from_slice(&(1000 + rng.random_range(0..997u32)).to_be_bytes());
+                        let v = format!("n{round}-{i}").into_bytes();
+                        t.put(&k, &v)?;
+                        model.insert(k, v);
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
+
+/// Snapshots (issue 36) see the state of the moment they began through every scan shape,
+/// while later transactions update, insert and delete: each round opens one more, and all
+/// of them are checked against their own model after every round. Under every protocol,
+/// in memory and under a one-byte cache (scans cross ranges that are not in memory).
+#[test]
+fn snapshots_keep_their_state_through_every_scan() {
+    snapshot_scans(&tsumiki::Cc::ALL, false);
+}
+
+/// The planted bug (`snapshot_reads_newest`: snapshots read each record's newest version)
+/// fails the checks above.
+#[test]
+fn planted_snapshot_reading_newest_fails_the_scans() {
+    for cc in [tsumiki::Cc::TicToc, tsumiki::Cc::Silo, tsumiki::Cc::TwoPl(tsumiki::LockWait::NoWait)] {
+        let caught = std::panic::catch_unwind(|| snapshot_scans(&[cc], true)).is_err();
+        assert!(caught, "{}: snapshots reading the newest versions passed the scans", cc.name());
+    }
+}
+
+fn snapshot_scans(ccs: &[tsumiki::Cc], newest: bool) {
+    for &cc in ccs {
+        for tiny in [false, true] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(36);
+            let dir = tempfile::tempdir().unwrap();
+            let mut opts =
+                Options { cache_bytes: if tiny { 1 } else { Options::default().cache_bytes }, ..Options::with_cc(cc) };
+            opts.plants.snapshot_reads_newest = newest;
+            let db =
+                if tiny { Db::create(dir.path().join("db"), opts).unwrap() } else { Db::open_in_memory(opts).unwrap() };
+            let mut model = fill(&db, &mut rng, 2000);
+            let mut snaps = Vec::new();
+            for round in 0..3 {
+                snaps.push((db.begin_read(), model.clone()));
+                churn(&db, &mut model, &mut rng, round);
+                for (snap, seen) in &snaps {
+                    scans_agree!(snap, seen, &mut rng, 20);
+                }
+            }
+            drop(snaps);
+            scans_agree!(&db.begin_read(), &model, &mut rng, 20);
+            assert_eq!(db.snapshot_stats().open, 0, "{}", cc.name());
+        }
+    }
 }
 
 #[test]
