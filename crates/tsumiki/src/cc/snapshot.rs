@@ -190,7 +190,7 @@ impl Default for Snapshots {
 pub struct SnapshotStats {
     /// Snapshots open now.
     pub open: u64,
-    /// Versions held in chains (each chain's head, a copy of its record's value, included).
+    /// Versions held in chains: values that writes replaced while a snapshot was open.
     pub versions: i64,
     /// Bytes those versions take.
     pub bytes: i64,
