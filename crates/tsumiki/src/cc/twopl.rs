@@ -9,11 +9,10 @@
 //! wait for a younger one, so no cycle of waits can form.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
-use super::snapshot::{Chained, Order, SnapWorker, SnapshotStats, Snapshots};
+use super::snapshot::{Chained, Order, SnapshotStats, Snapshots};
 use super::{
     Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
 };
@@ -220,7 +219,7 @@ impl TwoPl {
 impl Protocol for TwoPl {
     type Record = TwoPlRecord;
     type TxnState = TwoPlState;
-    type Worker = Arc<SnapWorker>;
+    type Worker = ();
 
     fn name(&self) -> &'static str {
         if self.wait_die {
@@ -238,16 +237,15 @@ impl Protocol for TwoPl {
         true
     }
 
-    fn new_worker(&self) -> Arc<SnapWorker> {
-        // Unused: a 2PL committer's locks tell snapshots all they need (INSTALLING).
-        Arc::new(SnapWorker::default())
-    }
+    // No worker state: a 2PL committer's lock words tell snapshots all they need
+    // (`INSTALLING`).
+    fn new_worker(&self) {}
 
     fn new_txn_state(&self) -> TwoPlState {
         TwoPlState { ts: 0, held: Vec::new(), by_rec: AddrMap::default() }
     }
 
-    fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TwoPlState) {
+    fn begin(&self, _worker: &(), st: &mut TwoPlState) {
         st.ts = self.clock.fetch_add(1, Ordering::Relaxed) & TS_MASK;
         debug_assert!(st.held.is_empty());
     }
@@ -315,7 +313,7 @@ impl Protocol for TwoPl {
         rec.value.prefetch(guard);
     }
 
-    fn snapshot_open(&self, _worker: &Arc<SnapWorker>, _st: &mut TwoPlState) -> u64 {
+    fn snapshot_open(&self, _worker: &(), _st: &mut TwoPlState) -> u64 {
         self.snaps.open(Order::Clock(&self.clock))
     }
 
@@ -360,7 +358,7 @@ impl Protocol for TwoPl {
 
     fn commit<L: CommitLog<TwoPlRecord>>(
         &self,
-        _worker: &Arc<SnapWorker>,
+        _worker: &(),
         st: &mut TwoPlState,
         writes: &mut [WriteEntry<TwoPlRecord>],
         guard: &Guard,
@@ -433,7 +431,7 @@ impl Protocol for TwoPl {
         }
     }
 
-    fn unlink(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
+    fn unlink(&self, _worker: &(), rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
         rec.value.mark_removed(guard);
         next.lock.store(0, Ordering::Release);
     }
@@ -457,7 +455,7 @@ impl Protocol for TwoPl {
         Some(0)
     }
 
-    fn evict(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, guard: &Guard) {
+    fn evict(&self, _worker: &(), rec: &TwoPlRecord, guard: &Guard) {
         rec.value.remove(guard);
     }
 

@@ -131,7 +131,7 @@ impl<P: Protocol> TypedDb<P> {
         let (slot, bufs) = self.eng.take_slot();
         let s: *const Slot<P> = &*slot;
         // SAFETY: `slot` moves into the transaction's `Home` and lives as long as it.
-        TypedTxn::start_snapshot(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot))
+        TypedTxn::start_as(&self.eng, unsafe { &*s }, bufs, Home::Pool(slot), true)
     }
 
     /// A worker: a slot and transaction buffers owned by one thread, reused by each of its
@@ -181,12 +181,6 @@ impl<P: Protocol> TypedWorker<'_, P> {
     pub fn begin(&mut self) -> TypedTxn<'_, P> {
         let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
         TypedTxn::start(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
-    }
-
-    /// Starts a snapshot read transaction; the worker is busy until it ends.
-    pub fn begin_snapshot(&mut self) -> TypedTxn<'_, P> {
-        let bufs = self.bufs.take().unwrap_or_else(|| Box::new(TxnBufs::new(&self.db.eng.proto)));
-        TypedTxn::start_snapshot(&self.db.eng, &self.slot, bufs, Home::Worker(&mut self.bufs))
     }
 }
 

@@ -22,7 +22,7 @@ pub struct TypedTxn<'a, P: Protocol> {
     pub(super) ops: u32,
     /// Why an operation returned [`Access::Failed`] (loading a page failed).
     pub(super) failure: Option<Error>,
-    /// A snapshot read transaction's `T` ([`TypedTxn::start_snapshot`]): its reads see the
+    /// A snapshot read transaction's `T` ([`TypedTxn::start_as`]): its reads see the
     /// state as of `T`, record nothing, never conflict; it cannot write.
     pub(super) snap: Option<u64>,
 }
@@ -58,29 +58,28 @@ pub(super) fn collect_garbage(writes: usize) {
 }
 
 impl<'a, P: Protocol> TypedTxn<'a, P> {
-    pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, mut bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {
-        eng.enter(slot);
-        bufs.clear();
-        eng.proto.begin(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap: None }
+    pub(crate) fn start(eng: &'a Engine<P>, slot: &Slot<P>, bufs: Box<TxnBufs<P>>, home: Home<'a, P>) -> Self {
+        Self::start_as(eng, slot, bufs, home, false)
     }
 
-    /// Starts a snapshot read transaction (see [`crate::cc::snapshot`]).
-    pub(crate) fn start_snapshot(
+    /// Starts a transaction, or with `snapshot` a snapshot read transaction (see
+    /// [`crate::cc::snapshot`]).
+    pub(crate) fn start_as(
         eng: &'a Engine<P>,
         slot: &Slot<P>,
         mut bufs: Box<TxnBufs<P>>,
         home: Home<'a, P>,
+        snapshot: bool,
     ) -> Self {
         eng.enter(slot);
         bufs.clear();
-        let t = eng.proto.snapshot_open(&slot.worker, &mut bufs.st);
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap: Some(t) }
-    }
-
-    /// Whether this is a snapshot read transaction.
-    pub fn is_snapshot(&self) -> bool {
-        self.snap.is_some()
+        let snap = if snapshot {
+            Some(eng.proto.snapshot_open(&slot.worker, &mut bufs.st))
+        } else {
+            eng.proto.begin(&slot.worker, &mut bufs.st);
+            None
+        };
+        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap }
     }
 
     /// Pins the epoch for one operation. Under NLR group commit it also names this
