@@ -180,7 +180,8 @@ macro_rules! impl_reads {
             }
 
             fn count(&self) -> Result<usize, Error> {
-                self.iter().try_fold(0, |n, r| r.map(|_| n + 1))
+                // A snapshot's count needs no scan (a transaction's is one).
+                self.len().map(|n| n as usize)
             }
         }
     };
@@ -437,7 +438,7 @@ impl Database {
         contains(self, py, key)
     }
 
-    /// `len(db)`: the number of keys (counted by a scan).
+    /// `len(db)`: the number of keys (a snapshot's count: no scan).
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         len(self, py)
     }

@@ -16,6 +16,12 @@ pub struct Plants {
     /// Snapshot reads under TicToc, Silo and 2PL take a record's newest version, whatever
     /// its stamp (the isolation and long-read tests must catch it).
     pub snapshot_reads_newest: bool,
+    /// A snapshot's record count under TicToc, Silo and 2PL includes the commits stamped
+    /// after it (the isolation test must catch it).
+    pub snapshot_counts_newest: bool,
+    /// Commit records do not mark the writes that insert or remove a key: recovery and
+    /// checkpoints count wrong (the crash tests must catch it).
+    pub log_without_count: bool,
     /// Report syncs as done without doing them (the crash tests).
     pub skip_sync: bool,
     /// A lane's partly filled last block is written again without the records it held:
@@ -66,6 +72,8 @@ impl Plants {
     pub const NONE: Plants = Plants {
         skip_validation: false,
         snapshot_reads_newest: false,
+        snapshot_counts_newest: false,
+        log_without_count: false,
         skip_sync: false,
         repack_drops_tail: false,
         early_segment_reuse: false,

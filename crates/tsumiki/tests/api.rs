@@ -126,7 +126,7 @@ fn churn(db: &Db, model: &mut Model, rng: &mut rand::rngs::StdRng, round: usize)
 /// in memory and under a one-byte cache (scans cross ranges that are not in memory).
 #[test]
 fn snapshots_keep_their_state_through_every_scan() {
-    snapshot_scans(&tsumiki::Cc::ALL, false);
+    snapshot_scans(&tsumiki::Cc::ALL, false, false);
 }
 
 /// The planted bug (`snapshot_reads_newest`: snapshots read each record's newest version)
@@ -134,12 +134,24 @@ fn snapshots_keep_their_state_through_every_scan() {
 #[test]
 fn planted_snapshot_reading_newest_fails_the_scans() {
     for cc in [tsumiki::Cc::TicToc, tsumiki::Cc::Silo, tsumiki::Cc::TwoPl(tsumiki::LockWait::NoWait)] {
-        let caught = std::panic::catch_unwind(|| snapshot_scans(&[cc], true)).is_err();
+        let caught = std::panic::catch_unwind(|| snapshot_scans(&[cc], true, false)).is_err();
         assert!(caught, "{}: snapshots reading the newest versions passed the scans", cc.name());
     }
 }
 
-fn snapshot_scans(ccs: &[tsumiki::Cc], newest: bool) {
+/// The planted bug (`snapshot_counts_newest`: a snapshot's count includes later commits)
+/// fails the counts the same checks compare.
+#[test]
+fn planted_snapshot_counting_newest_fails_the_counts() {
+    for cc in [tsumiki::Cc::TicToc, tsumiki::Cc::Silo, tsumiki::Cc::TwoPl(tsumiki::LockWait::NoWait)] {
+        let caught = std::panic::catch_unwind(|| snapshot_scans(&[cc], false, true)).is_err();
+        assert!(caught, "{}: snapshots counting later commits passed the counts", cc.name());
+    }
+}
+
+/// Also the record count (`len`): each snapshot's, the database's, a transaction's with its
+/// own writes, and (with files) after a clean close and after a crash.
+fn snapshot_scans(ccs: &[tsumiki::Cc], newest: bool, count_newest: bool) {
     for &cc in ccs {
         for tiny in [false, true] {
             let mut rng = rand::rngs::StdRng::seed_from_u64(36);
@@ -147,8 +159,12 @@ fn snapshot_scans(ccs: &[tsumiki::Cc], newest: bool) {
             let mut opts =
                 Options { cache_bytes: if tiny { 1 } else { Options::default().cache_bytes }, ..Options::with_cc(cc) };
             opts.plants.snapshot_reads_newest = newest;
-            let db =
-                if tiny { Db::create(dir.path().join("db"), opts).unwrap() } else { Db::open_in_memory(opts).unwrap() };
+            opts.plants.snapshot_counts_newest = count_newest;
+            let db = if tiny {
+                Db::create(dir.path().join("db"), opts.clone()).unwrap()
+            } else {
+                Db::open_in_memory(opts.clone()).unwrap()
+            };
             let mut model = fill(&db, &mut rng, 2000);
             let mut snaps = Vec::new();
             for round in 0..3 {
@@ -156,11 +172,31 @@ fn snapshot_scans(ccs: &[tsumiki::Cc], newest: bool) {
                 churn(&db, &mut model, &mut rng, round);
                 for (snap, seen) in &snaps {
                     scans_agree!(snap, seen, &mut rng, 20);
+                    assert_eq!(snap.len().unwrap(), seen.len() as u64, "{}: a snapshot's count", cc.name());
                 }
+                assert_eq!(db.len().unwrap(), model.len() as u64, "{}: the count", cc.name());
             }
             drop(snaps);
             scans_agree!(&db.begin_read(), &model, &mut rng, 20);
             assert_eq!(db.snapshot_stats().open, 0, "{}", cc.name());
+            // A transaction counts its own writes (by a scan).
+            let mut t = db.begin();
+            t.put(b"\xff\xff\xff\xff\xff new", b"").unwrap();
+            let first = model.keys().next().unwrap().clone();
+            t.delete(&first).unwrap();
+            t.put(b"\xff\xff\xff\xff\xff other", b"").unwrap();
+            assert_eq!(t.len().unwrap(), model.len() as u64 + 1, "{}: a transaction's count", cc.name());
+            t.abort();
+            if tiny {
+                db.close().unwrap();
+                let db = Db::open(dir.path().join("db"), opts.clone()).unwrap();
+                assert_eq!(db.len().unwrap(), model.len() as u64, "{}: the count after a clean close", cc.name());
+                churn(&db, &mut model, &mut rng, 9);
+                db.abandon_for_tests();
+                let db = Db::open(dir.path().join("db"), opts).unwrap();
+                assert!(db.recovery_stats().unwrap().replayed);
+                assert_eq!(db.len().unwrap(), model.len() as u64, "{}: the count after a crash", cc.name());
+            }
         }
     }
 }

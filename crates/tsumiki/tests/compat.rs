@@ -1,6 +1,7 @@
 //! The on-disk format stays readable: `tests/golden/db` is a database directory written
-//! once by the current format's code and kept in git (`tests/golden/db-4cc2f7a`, the same
-//! history written before log segments had headers, must open too): a master record, lane
+//! once by the current format's code and kept in git (the same history written by older
+//! formats must open too: `tests/golden/db-4cc2f7a` before log segments had headers,
+//! `tests/golden/db-48fd11f` before the record count, whose keys are counted at open): a master record, lane
 //! registries, log segments of two lanes with commits after a checkpoint, and page
 //! segments holding the checkpoint's pages and translation table. This build must open it
 //! (read-only and read-write), recover exactly the expected records, and find every file
@@ -35,8 +36,9 @@ fn golden() -> PathBuf {
     golden_at("db")
 }
 
-/// The format of `golden/db`: log segments with headers (the segment-header change).
-const GOLDEN_WRITTEN_BY: &str = "the commit that gave log segments headers";
+/// The format of `golden/db`: master records with the record count, commit records marking
+/// inserts and removals.
+const GOLDEN_WRITTEN_BY: &str = "the commit that added the record count";
 /// The generation the golden master record names: 1 at creation, one more per checkpoint.
 const GOLDEN_GENERATION: u64 = 3;
 
@@ -253,6 +255,14 @@ fn golden_directory_before_segment_headers_opens_with_every_record() {
     check_golden("db-4cc2f7a");
 }
 
+/// The golden database as 48fd11f wrote it, before the record count: its master record has
+/// none and its commit records mark no insert, so the open counts the keys (a scan), and
+/// the next master record written holds the count.
+#[test]
+fn golden_directory_before_the_count_opens_with_every_record() {
+    check_golden("db-48fd11f");
+}
+
 fn check_golden(name: &str) {
     let (model, at_checkpoint, after) = expected();
     assert!(after >= 20 && at_checkpoint.len() >= 60, "the history exercises both phases");
@@ -262,6 +272,9 @@ fn check_golden(name: &str) {
     let storage = DirStorage::new(copy.path()).unwrap();
     let m = read_master(&storage).unwrap().expect("a master record");
     assert_eq!(m.generation, GOLDEN_GENERATION, "{m:?}");
+    // The count of the state the generation started from: the last checkpoint's.
+    let counted = name == "db";
+    assert_eq!(m.count, counted.then_some(at_checkpoint.len() as u64), "{m:?}");
     assert!(!m.last_exit && !m.elr && m.segment_size == 8 << 10 && m.table.is_some(), "{m:?}");
     // The table the master names is a delta (kind 4, after the image's crc and length).
     let (seg, off, _, _) = m.table.unwrap();
@@ -301,6 +314,7 @@ fn check_golden(name: &str) {
     let r = db.recovery_stats().unwrap();
     assert!(r.replayed && r.records_read == after && r.records_dropped == 0, "{r:?}");
     assert_state(&dump(&db), &model, "read-only open");
+    assert_eq!(db.len().unwrap(), model.len() as u64, "read-only open: the count");
     assert!(matches!(db.run(|t| t.put("x", "y")), Err(Error::ReadOnly)));
     drop(db);
 
@@ -309,6 +323,7 @@ fn check_golden(name: &str) {
     let copy = copy_golden(name);
     let db = Db::open(copy.path(), options()).unwrap();
     assert_state(&dump(&db), &model, "read-write open");
+    assert_eq!(db.len().unwrap(), model.len() as u64, "read-write open: the count");
     for (k, v) in &model {
         assert_eq!(db.begin().get(k).unwrap().as_ref(), Some(v), "get {}", String::from_utf8_lossy(k));
     }
@@ -319,8 +334,11 @@ fn check_golden(name: &str) {
     let db = Db::open(copy.path(), options()).unwrap();
     assert!(!db.recovery_stats().unwrap().replayed);
     assert_state(&dump(&db), &model, "reopened after a clean close");
+    assert_eq!(db.len().unwrap(), model.len() as u64, "reopened after a clean close: the count");
     db.close().unwrap();
     let report = tsumiki::check(copy.path()).unwrap();
     assert!(report.is_healthy() && report.last_exit, "{:#?}", damage(&report));
     assert_eq!(report.records, model.len() as u64);
+    // Every format's database holds the count once it was closed by this one.
+    assert_eq!(report.count, Some(model.len() as u64));
 }

@@ -180,8 +180,14 @@ fn fuzz_decoders() {
     let end = Instant::now() + Duration::from_secs(secs);
     let mut rng = SimRng::new(77);
     let mut runs = 0u64;
-    let master =
-        Master { generation: 4, table: Some((1, 1 << 14, 300, 5)), last_exit: false, elr: true, segment_size: 1 << 16 };
+    let master = Master {
+        generation: 4,
+        table: Some((1, 1 << 14, 300, 5)),
+        last_exit: false,
+        elr: true,
+        segment_size: 1 << 16,
+        count: Some(9),
+    };
     while Instant::now() < end {
         for _ in 0..1000 {
             let mut input = match rng.below(3) {
@@ -393,6 +399,7 @@ fn master_superblocks_alternate_and_survive_a_torn_write() {
         last_exit: false,
         elr: false,
         segment_size: 1 << 20,
+        count: Some(generation),
     };
     write_master(&storage, &m(1)).unwrap();
     assert_eq!(std::fs::read(&path).unwrap().len(), MASTER_FILE_LEN);
@@ -428,7 +435,14 @@ fn master_superblocks_alternate_and_survive_a_torn_write() {
 fn a_single_record_master_of_the_earlier_format_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
-    let m = Master { generation: 3, table: Some((0, 0, 64, 7)), last_exit: true, elr: false, segment_size: 1 << 20 };
+    let m = Master {
+        generation: 3,
+        table: Some((0, 0, 64, 7)),
+        last_exit: true,
+        elr: false,
+        segment_size: 1 << 20,
+        count: None,
+    };
     std::fs::write(dir.path().join("MASTER"), m.encode()).unwrap();
     match master::read_master(&storage) {
         Err(Error::Corrupt(msg)) => assert!(msg.contains("earlier tsumiki format"), "{msg}"),

@@ -75,6 +75,8 @@ enum Planted {
     SkipSync,
     /// A checkpoint deletes the older logs before its master record is durable.
     EarlyLogRemoval,
+    /// Commit records do not say which writes insert or remove a key.
+    LogWithoutCount,
 }
 
 /// One crash iteration with the chain workload on two threads.
@@ -83,6 +85,7 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
     match planted {
         Planted::None => {}
         Planted::SkipSync => opts.plants.skip_sync = true,
+        Planted::LogWithoutCount => opts.plants.log_without_count = true,
         Planted::EarlyLogRemoval => {
             opts.plants.early_log_removal = true;
             opts.store.checkpoint_bytes = 12 << 10;
@@ -173,11 +176,28 @@ fn planted_skipped_sync_is_caught() {
     let mut caught = 0;
     for seed in 0..200 {
         if let Err(e) = chain_iteration(seed, Planted::SkipSync) {
-            assert!(e.contains("lost") || e.contains("missing") || e.contains("reopen"), "{e}");
+            assert!(
+                e.contains("lost") || e.contains("missing") || e.contains("reopen") || e.contains("record count"),
+                "{e}"
+            );
             caught += 1;
         }
     }
     assert!(caught > 0, "skipping syncs went unnoticed in 200 crash iterations");
+}
+
+/// The planted bug: commit records that do not mark inserts and removals leave recovery
+/// (and checkpoints) with a wrong record count. The checker must notice.
+#[test]
+fn planted_log_without_count_is_caught() {
+    let mut caught = 0;
+    for seed in 0..100 {
+        if let Err(e) = chain_iteration(seed, Planted::LogWithoutCount) {
+            assert!(e.contains("record count"), "{e}");
+            caught += 1;
+        }
+    }
+    assert!(caught > 0, "commit records without the count went unnoticed in 100 crash iterations");
 }
 
 /// The planted bug: a checkpoint deletes the logs it replaces before the master record

@@ -60,6 +60,9 @@ struct TxnRecord {
     reads: Vec<(u64, Version)>,
     /// (key, version it replaced, whether the new version is a deletion)
     writes: Vec<(u64, Version, bool)>,
+    /// A snapshot's `len()` and the keys a full scan of it found after (they must agree:
+    /// the scan's reads are checked against the serial order with the others).
+    count: Option<(u64, u64)>,
 }
 
 /// What a transaction observed of `key`: the version, from a read's result.
@@ -177,6 +180,20 @@ fn run_snapshot(snap: &tsumiki::ReadTxn<'_>, rng: &mut StdRng, rec: &mut TxnReco
             std::thread::yield_now();
         }
     }
+    if rng.random_bool(0.5) {
+        // The count, after the writers had a chance to insert and delete, then a full scan.
+        std::thread::yield_now();
+        let n = snap.len()?;
+        let mut got: HashMap<u64, Vec<u8>> = HashMap::new();
+        for row in snap.iter() {
+            let (k, v) = row?;
+            got.insert(u64::from_be_bytes(k.try_into().unwrap()), v);
+        }
+        rec.count = Some((n, got.len() as u64));
+        for key in 0..KEYS {
+            rec.reads.push((key, observed(key, got.remove(&key), &none).unwrap_or(NEVER_WRITTEN)));
+        }
+    }
     Ok(())
 }
 
@@ -185,9 +202,11 @@ fn run_snapshot(snap: &tsumiki::ReadTxn<'_>, rng: &mut StdRng, rec: &mut TxnReco
 enum Snaps {
     None,
     /// A third of the transactions are snapshots; `newest` plants a bug: snapshot reads
-    /// take each record's newest version, whatever its stamp.
+    /// take each record's newest version, whatever its stamp; `count_newest` another: a
+    /// snapshot's count includes the commits after it.
     Some {
         newest: bool,
+        count_newest: bool,
     },
 }
 
@@ -238,7 +257,8 @@ fn history_with(
 ) -> Vec<TxnRecord> {
     let mut opts = Options::with_cc(cc);
     opts.plants.skip_validation = planted;
-    opts.plants.snapshot_reads_newest = snaps == Snaps::Some { newest: true };
+    opts.plants.snapshot_reads_newest = snaps == Snaps::Some { newest: true, count_newest: false };
+    opts.plants.snapshot_counts_newest = snaps == Snaps::Some { newest: false, count_newest: true };
     let dir = (store != Store::Memory).then(scratch_dir);
     let dir = || dir.as_ref().expect("a store with files has a directory").path();
     let pause = matches!(store, Store::TinyCache { .. } | Store::PausedMisses { .. });
@@ -346,6 +366,10 @@ fn check(txns: &[TxnRecord], snapshot_isolation: bool) -> Result<(), String> {
     node.insert(0, 0);
     for (i, t) in txns.iter().enumerate() {
         node.insert(t.id, i + 1);
+    }
+    if let Some(t) = txns.iter().find(|t| t.count.is_some_and(|(n, found)| n != found)) {
+        let (n, found) = t.count.unwrap();
+        return Err(format!("snapshot {:#x} counted {n} keys, and its scan found {found}", t.id));
     }
     let n = txns.len() + 1;
     // Version chains: next[(key, version)] = the writer that replaced it.
@@ -602,7 +626,7 @@ fn snapshot_reads_fit_the_serial_order() {
                 env("TSUMIKI_TINY_HISTORIES").unwrap_or(histories() / 10)
             };
             for seed in 0..n {
-                let h = history_with(store, cc, false, Snaps::Some { newest: false }, 4, 40, seed);
+                let h = history_with(store, cc, false, Snaps::Some { newest: false, count_newest: false }, 4, 40, seed);
                 if let Err(e) = check(&h, si) {
                     panic!("{} in {store:?} with snapshots: history {seed}: {e}", cc.name());
                 }
@@ -620,12 +644,40 @@ fn planted_snapshot_reading_newest_is_caught() {
     for cc in [Cc::TicToc, Cc::Silo, Cc::TwoPl(tsumiki::LockWait::NoWait)] {
         let caught = (0..n)
             .filter(|&seed| {
-                check(&history_with(Store::Memory, cc, false, Snaps::Some { newest: true }, 4, 40, seed), false)
-                    .is_err()
+                check(
+                    &history_with(
+                        Store::Memory,
+                        cc,
+                        false,
+                        Snaps::Some { newest: true, count_newest: false },
+                        4,
+                        40,
+                        seed,
+                    ),
+                    false,
+                )
+                .is_err()
             })
             .count();
         println!("{}: {caught} of {n} histories caught", cc.name());
         assert!(caught > 0, "{}: snapshots reading the newest versions went unnoticed in {n} histories", cc.name());
+    }
+}
+
+/// The planted bug: a snapshot whose count includes the commits after it is caught (its
+/// count disagrees with its own scan).
+#[test]
+fn planted_snapshot_counting_newest_is_caught() {
+    let n = histories().min(100);
+    for cc in [Cc::TicToc, Cc::Silo, Cc::TwoPl(tsumiki::LockWait::NoWait)] {
+        let caught = (0..n)
+            .filter(|&seed| {
+                let snaps = Snaps::Some { newest: false, count_newest: true };
+                check(&history_with(Store::Memory, cc, false, snaps, 4, 40, seed), false).is_err()
+            })
+            .count();
+        println!("{}: {caught} of {n} histories caught", cc.name());
+        assert!(caught > 0, "{}: snapshots counting newer commits went unnoticed in {n} histories", cc.name());
     }
 }
 
@@ -665,20 +717,22 @@ fn planted_bug_skipped_validation_is_caught() {
 /// under SI; a hand-made lost update and a read of an unknown version are reported.
 #[test]
 fn checker_finds_known_anomalies() {
-    let t1 = TxnRecord { id: 1, reads: vec![(0, 0), (1, 0)], writes: vec![(0, 0, false)] };
-    let t2 = TxnRecord { id: 2, reads: vec![(0, 0), (1, 0)], writes: vec![(1, 0, false)] };
+    let t1 = TxnRecord { id: 1, reads: vec![(0, 0), (1, 0)], writes: vec![(0, 0, false)], count: None };
+    let t2 = TxnRecord { id: 2, reads: vec![(0, 0), (1, 0)], writes: vec![(1, 0, false)], count: None };
     let skew = [t1, t2];
     assert!(check(&skew, false).is_err(), "write skew is not serializable");
     assert!(check(&skew, true).is_ok(), "write skew is allowed under SI");
     let lost = [
-        TxnRecord { id: 1, reads: vec![(0, 0)], writes: vec![(0, 0, false)] },
-        TxnRecord { id: 2, reads: vec![(0, 0)], writes: vec![(0, 0, false)] },
+        TxnRecord { id: 1, reads: vec![(0, 0)], writes: vec![(0, 0, false)], count: None },
+        TxnRecord { id: 2, reads: vec![(0, 0)], writes: vec![(0, 0, false)], count: None },
     ];
     assert!(check(&lost, true).unwrap_err().contains("lost update"));
-    let dirty = [TxnRecord { id: 1, reads: vec![(0, 77)], writes: vec![] }];
+    let dirty = [TxnRecord { id: 1, reads: vec![(0, 77)], writes: vec![], count: None }];
     assert!(check(&dirty, true).is_err(), "a read of a version no one committed");
     // Read skew: T2 sees T1's write of key 0 but not of key 1 -> cycle even under SI.
-    let t1 = TxnRecord { id: 1, reads: vec![(0, 0), (1, 0)], writes: vec![(0, 0, false), (1, 0, false)] };
-    let t2 = TxnRecord { id: 2, reads: vec![(0, 1), (1, 0)], writes: vec![] };
+    let t1 = TxnRecord { id: 1, reads: vec![(0, 0), (1, 0)], writes: vec![(0, 0, false), (1, 0, false)], count: None };
+    let t2 = TxnRecord { id: 2, reads: vec![(0, 1), (1, 0)], writes: vec![], count: None };
     assert!(check(&[t1, t2], true).is_err(), "read skew is not SI");
+    let miscounted = [TxnRecord { id: 1, reads: vec![(0, 0)], writes: vec![], count: Some((3, 2)) }];
+    assert!(check(&miscounted, false).unwrap_err().contains("counted 3 keys"));
 }

@@ -124,7 +124,9 @@ fn sigkill_recovery() {
 fn sigkill_catches_a_dropped_tail() {
     let e = run_kills_as(30, |_| Child::DropTail)
         .expect_err("rewriting the last block without its records went unnoticed in 30 kills");
-    assert!(e.contains("lost") || e.contains("reopen"), "{e}");
+    // A lost record also shows as a count that disagrees with the scan (the later
+    // records' inserts and removals were marked against the state it left).
+    assert!(e.contains("lost") || e.contains("reopen") || e.contains("record count"), "{e}");
 }
 
 /// The planted bug: acknowledging commits before their records are written. The same

@@ -81,6 +81,9 @@ pub struct WriteEntry<R> {
     pub key: Vec<u8>,
     /// What the transaction writes.
     pub kind: WriteKind,
+    /// Whether the record's committed value is present: set by [`Protocol::commit`] with
+    /// the write locked, before logging (the log and the record count need it).
+    pub present: bool,
 }
 
 impl WriteKind {
@@ -105,6 +108,13 @@ pub enum WriteKind {
 }
 
 impl<R> WriteEntry<R> {
+    /// Whether the write changes whether its key is present (an insert, or the delete of
+    /// a present key). Valid once [`present`](Self::present) is set.
+    #[inline]
+    pub fn flips(&self) -> bool {
+        matches!(&self.kind, WriteKind::Value(v) if v.is_some() != self.present)
+    }
+
     /// The record.
     ///
     /// # Safety
@@ -115,6 +125,11 @@ impl<R> WriteEntry<R> {
         // began before that has ended (the engine's `retire`); this one is running.
         unsafe { &*self.rec }
     }
+}
+
+/// What `writes` change in the count of present keys (their [`WriteEntry::present`] set).
+pub(crate) fn count_delta<R>(writes: &[WriteEntry<R>]) -> i64 {
+    writes.iter().filter(|w| w.flips()).map(|w| if w.present { -1 } else { 1 }).sum()
 }
 
 /// Why [`Protocol::commit`] failed.
@@ -242,6 +257,17 @@ pub trait Protocol: Send + Sync + Sized + 'static {
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
     ) -> Result<bool, Access>;
+    /// The number of present keys the snapshot at `t` sees, without a scan; `None` when
+    /// the protocol keeps no count (the engine counts by a scan).
+    fn snapshot_count(&self, t: u64) -> Option<u64> {
+        let _ = t;
+        None
+    }
+    /// Sets the number of present keys at open (before any commit), which commits then
+    /// change.
+    fn set_count(&self, n: u64) {
+        let _ = n;
+    }
     /// Versions kept for snapshots.
     fn snapshot_stats(&self) -> SnapshotStats {
         SnapshotStats::default()

@@ -47,6 +47,22 @@ struct Version {
     value: UnsafeCell<Option<Box<[u8]>>>,
 }
 
+/// Whether the newest committed version from `v` down holds a value (aborted ones
+/// skipped; none: absent). Called by a committer for the versions below its own.
+fn committed_present(mut v: *mut Version) -> bool {
+    while !v.is_null() {
+        // SAFETY: versions below a pending one stay while it is unsettled (pruning keeps
+        // the newest committed version, which every later snapshot reads).
+        let r = unsafe { &*v };
+        match r.status.load(Ordering::Acquire) {
+            ABORTED => v = r.prev.load(Ordering::Acquire),
+            // SAFETY: committed: the value was written before the Acquire load above saw it.
+            _ => return unsafe { &*r.value.get() }.is_some(),
+        }
+    }
+    false
+}
+
 // SAFETY: `value` is written only by the owning transaction before its Release store of
 // COMMITTED, and read by others only after an Acquire load of COMMITTED.
 unsafe impl Sync for Version {}
@@ -507,6 +523,10 @@ impl Protocol for Si {
                 let i = writes
                     .binary_search_by_key(&(rec as usize), |w| w.rec as usize)
                     .expect("installed versions are in the write set");
+                // The version below ours that counts: first-committer-wins left no other
+                // writer's above it.
+                // SAFETY: our own version, linked under the record's latch.
+                writes[i].present = committed_present(unsafe { &*v }.prev.load(Ordering::Acquire));
                 if let WriteKind::Value(Some(val)) = &writes[i].kind {
                     stats.bytes.fetch_add(val.len() as i64, Ordering::Relaxed);
                     // SAFETY: our own PENDING version: no one else reads or writes its value.

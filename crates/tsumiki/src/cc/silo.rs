@@ -17,7 +17,10 @@ use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
-use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use super::{
+    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry,
+    WriteKind,
+};
 
 const EPOCH_SHIFT: u32 = 32;
 /// Silo's epoch length.
@@ -182,6 +185,14 @@ impl Protocol for Silo {
         rec.read_at(&self.snaps, t, out, guard)
     }
 
+    fn snapshot_count(&self, t: u64) -> Option<u64> {
+        Some(self.snaps.count_at(t))
+    }
+
+    fn set_count(&self, n: u64) {
+        self.snaps.set_base(n);
+    }
+
     fn snapshot_stats(&self) -> SnapshotStats {
         self.snaps.stats()
     }
@@ -223,11 +234,17 @@ impl Protocol for Silo {
                 }
             }
         }
+        let installs = writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        // Before the stamp is drawn (see `Snapshots::enter`).
+        let _window = installs.then(|| self.snaps.enter(&worker.snap));
+        for w in writes.iter_mut() {
+            // SAFETY: records stay allocated while the transaction runs; we hold its lock.
+            w.present = unsafe { w.record() }.value.is_present(guard);
+        }
         // The serialization point: everything before is ordered before the epoch read.
         fence(Ordering::SeqCst);
         // The snapshot stamp, drawn here while a snapshot is open (see `cc::snapshot`); a
         // commit that draws none is seen by every snapshot that opens after this point.
-        let installs = writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
         let stamp = if installs && self.snaps.any_open() { self.snaps.next_stamp() } else { 0 };
         let mut floor = 0;
         if !self.skip_validation {
@@ -259,6 +276,9 @@ impl Protocol for Silo {
                 self.snaps.store(rec, w.kind.value(), keep, stamp, guard);
             }
             rec.word.store(tid, Ordering::Release);
+        }
+        if installs {
+            self.snaps.count(&worker.snap, count_delta(writes), keep, stamp);
         }
         if installs && !keep {
             self.snaps.end_bare(&worker.snap);

@@ -44,6 +44,20 @@
 //! never unlinked or evicted (a snapshot may still see their older values), so the sweep's
 //! list of them never names a freed record.
 
+//!
+//! # The count
+//! `len` of a snapshot at `T` needs no scan: each worker keeps the inserts less removals of
+//! its commits, and, for those that installed while a snapshot was open, `(stamp, delta)`
+//! notes. The count at `T` is the count at open plus every worker's total less its notes
+//! stamped above `T`. A commit adds its delta inside a *window* that opens (SeqCst)
+//! before its stamp is drawn; the reader, whose `T` was chosen (floor or counter raised
+//! past it) before, waits for each window open when it looks. A window that opens after
+//! that look draws a stamp above `T`, and sees the snapshot open, so it notes its delta:
+//! the reader subtracts it, whether it was added yet or not (both are under the worker's
+//! lock). Notes between the same two open `T`s are merged, and those at or below every
+//! open `T` dropped (a snapshot that opens later has `T` at or above every stamp
+//! published), so a worker keeps at most one per open snapshot beyond the last few.
+
 use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -123,12 +137,38 @@ pub(crate) trait Chained: Send + Sync + 'static {
     fn unlatch_sweep(&self);
 }
 
-/// A worker's part in the Dekker pair with snapshots that open, and (TicToc) the newest
-/// stamp it installed.
+/// A worker's part in the Dekker pair with snapshots that open, (TicToc) the newest
+/// stamp it installed, and its share of the record count.
 #[derive(Default)]
 pub struct SnapWorker {
     installing: AtomicBool,
     last: AtomicU64,
+    /// Odd while a commit of this worker may draw a stamp and count (see [`Window`]).
+    window: AtomicU64,
+    counted: Mutex<Counted>,
+}
+
+/// A worker's share of the record count: what its commits changed, and the recent ones
+/// that open snapshots may not see.
+#[derive(Default)]
+struct Counted {
+    /// Inserts less removals of every commit of this worker.
+    delta: i64,
+    /// `(stamp, delta)` of this worker's commits made while a snapshot was open, with
+    /// entries between the same two open `T`s merged: a snapshot at `T` subtracts those
+    /// stamped above `T`.
+    recent: Vec<(u64, i64)>,
+}
+
+/// A commit's counting window ([`Snapshots::enter`]): from before its stamp is drawn until
+/// its count is added. A count read at `T` waits for open windows; a commit whose window
+/// opens later draws a stamp above `T`.
+pub(crate) struct Window<'a>(&'a SnapWorker);
+
+impl Drop for Window<'_> {
+    fn drop(&mut self) {
+        self.0.window.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// How a protocol's snapshots pick `T`.
@@ -163,8 +203,12 @@ pub(crate) struct Snapshots {
     sweep_due: AtomicBool,
     versions: AtomicI64,
     bytes: AtomicI64,
+    /// The record count the database opened with (workers add their deltas).
+    base: AtomicI64,
     /// Test only: snapshot reads take the newest version whatever its stamp.
     pub(crate) read_newest: bool,
+    /// Test only: a snapshot's count includes commits stamped after it.
+    pub(crate) count_newest: bool,
 }
 
 impl Default for Snapshots {
@@ -180,7 +224,9 @@ impl Default for Snapshots {
             sweep_due: AtomicBool::new(false),
             versions: AtomicI64::new(0),
             bytes: AtomicI64::new(0),
+            base: AtomicI64::new(0),
             read_newest: false,
+            count_newest: false,
         }
     }
 }
@@ -248,6 +294,70 @@ impl Snapshots {
     #[inline]
     pub(crate) fn floor(&self) -> u64 {
         self.clock.load(Ordering::SeqCst)
+    }
+
+    /// Opens `w`'s counting window: before the commit draws its stamp (TicToc: reads the
+    /// floor), once it has something to install. The window closes when the result drops,
+    /// after [`count`](Self::count).
+    #[inline]
+    pub(crate) fn enter<'w>(&self, w: &'w SnapWorker) -> Window<'w> {
+        // SeqCst: the Dekker pair with `count_at`, which chose `T` (and raised the floor
+        // or the counter past it) before it reads the window.
+        w.window.fetch_add(1, Ordering::SeqCst);
+        Window(w)
+    }
+
+    /// Adds a commit's `delta` (inserts less removals) to `w`'s count, inside its window,
+    /// after its installs and before the bare ones end. `keep`: a snapshot was open at the
+    /// install (it keeps versions), so `(stamp, delta)` is noted for the snapshots that
+    /// must not see it; a commit without one installed below every `T` to come.
+    pub(crate) fn count(&self, w: &SnapWorker, delta: i64, keep: bool, stamp: u64) {
+        if delta == 0 && !keep {
+            return;
+        }
+        let mut c = w.counted.lock();
+        c.delta += delta;
+        if !keep {
+            // No snapshot was open: every one that opens from now on has `T` at or above
+            // every stamp noted.
+            c.recent.clear();
+            return;
+        }
+        if c.recent.len() >= RECENT_MERGE {
+            if let Some(list) = self.active() {
+                merge_recent(&mut c.recent, &list);
+            }
+        }
+        if delta != 0 {
+            c.recent.push((stamp, delta));
+        }
+    }
+
+    /// Sets the record count the database opened with.
+    pub(crate) fn set_base(&self, n: u64) {
+        self.base.store(n as i64, Ordering::Relaxed);
+    }
+
+    /// The number of present keys a snapshot at `t` sees: the count the database opened
+    /// with, plus every worker's commits stamped at or below `t`. Waits for the counting
+    /// windows open at the call (commits whose stamp may be at or below `t`).
+    pub(crate) fn count_at(&self, t: u64) -> u64 {
+        let mut n = self.base.load(Ordering::Relaxed);
+        for w in self.workers.lock().iter() {
+            let open = w.window.load(Ordering::SeqCst);
+            if open & 1 == 1 {
+                let mut backoff = Backoff::new();
+                while w.window.load(Ordering::Acquire) == open {
+                    backoff.snooze();
+                }
+            }
+            let c = w.counted.lock();
+            n += c.delta;
+            if !self.count_newest {
+                n -= c.recent.iter().filter(|&&(s, _)| s > t).map(|&(_, d)| d).sum::<i64>();
+            }
+        }
+        u64::try_from(n).expect("a record count is never negative")
     }
 
     /// Opens a snapshot: returns its `T`.
@@ -542,6 +652,35 @@ impl Snapshots {
     pub(crate) fn has_chain(cell: &ValueCell, guard: &Guard) -> bool {
         !cell.kept.load(Ordering::Acquire, guard).is_null()
     }
+}
+
+/// Notes in a worker's [`Counted::recent`] past which they are merged.
+const RECENT_MERGE: usize = 32;
+
+/// Merges the notes of finished commits that no open snapshot (`list`: their `T`,
+/// descending) tells apart: those at or below every `T` go (every snapshot sees them),
+/// those between the same two `T`s become one, with the highest of their stamps. A
+/// snapshot that opens later has `T` at or above every stamp published before, so at or
+/// above all of these: it sees them all, merged or not.
+fn merge_recent(recent: &mut Vec<(u64, i64)>, list: &[u64]) {
+    // Above how many open `T`s a stamp is: 0 drops it, equal counts merge.
+    let above = |s: u64| list.iter().filter(|&&t| s > t).count();
+    let mut merged: Vec<(usize, u64, i64)> = Vec::with_capacity(list.len());
+    for &(s, d) in recent.iter() {
+        let b = above(s);
+        if b == 0 {
+            continue;
+        }
+        match merged.iter_mut().find(|m| m.0 == b) {
+            Some(m) => {
+                m.1 = m.1.max(s);
+                m.2 += d;
+            }
+            None => merged.push((b, s, d)),
+        }
+    }
+    recent.clear();
+    recent.extend(merged.into_iter().filter(|m| m.2 != 0).map(|m| (m.1, m.2)));
 }
 
 /// Sets `out` to `v`'s distinct values, descending.

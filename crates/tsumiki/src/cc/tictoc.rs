@@ -16,7 +16,10 @@ use crossbeam_epoch::Guard;
 
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
-use super::{in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry, WriteKind};
+use super::{
+    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry,
+    WriteKind,
+};
 
 const DELTA_SHIFT: u32 = 48;
 const DELTA_MAX: u64 = (1 << 15) - 1;
@@ -164,6 +167,14 @@ impl Protocol for TicToc {
         rec.read_at(&self.snaps, t, out, guard)
     }
 
+    fn snapshot_count(&self, t: u64) -> Option<u64> {
+        Some(self.snaps.count_at(t))
+    }
+
+    fn set_count(&self, n: u64) {
+        self.snaps.set_base(n);
+    }
+
     fn snapshot_stats(&self) -> SnapshotStats {
         self.snaps.stats()
     }
@@ -212,6 +223,13 @@ impl Protocol for TicToc {
                 }
             }
             st.locked.push(cur);
+        }
+        let installs = writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        // Before the floor is read (see `Snapshots::enter`).
+        let _window = installs.then(|| self.snaps.enter(worker));
+        for w in writes.iter_mut() {
+            // SAFETY: records stay allocated while the transaction runs; we hold its lock.
+            w.present = unsafe { w.record() }.value.is_present(guard);
         }
         let mut commit_ts = 0;
         for &w in &st.locked {
@@ -264,7 +282,7 @@ impl Protocol for TicToc {
             return Err(CommitFail::Log);
         }
         let hold = log.hold();
-        if writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_))) {
+        if installs {
             let keep = self.snaps.begin_install(worker);
             for w in writes.iter() {
                 if let WriteKind::Value(_) = w.kind {
@@ -274,6 +292,7 @@ impl Protocol for TicToc {
             }
             // Before the locks go: a snapshot that opens after this commit returned sees it.
             self.snaps.publish(worker, commit_ts);
+            self.snaps.count(worker, count_delta(writes), keep, commit_ts);
             if !keep {
                 self.snaps.end_bare(worker);
             }

@@ -9,12 +9,14 @@
 //! wait for a younger one, so no cycle of waits can form.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
-use super::snapshot::{Chained, Order, SnapshotStats, Snapshots};
+use super::snapshot::{Chained, Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
-    Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell, WriteEntry, WriteKind,
+    count_delta, Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
+    WriteEntry, WriteKind,
 };
 
 const WRITER: u64 = 1 << 63;
@@ -219,7 +221,7 @@ impl TwoPl {
 impl Protocol for TwoPl {
     type Record = TwoPlRecord;
     type TxnState = TwoPlState;
-    type Worker = ();
+    type Worker = Arc<SnapWorker>;
 
     fn name(&self) -> &'static str {
         if self.wait_die {
@@ -239,13 +241,15 @@ impl Protocol for TwoPl {
 
     // No worker state: a 2PL committer's lock words tell snapshots all they need
     // (`INSTALLING`).
-    fn new_worker(&self) {}
+    fn new_worker(&self) -> Arc<SnapWorker> {
+        self.snaps.new_worker()
+    }
 
     fn new_txn_state(&self) -> TwoPlState {
         TwoPlState { ts: 0, held: Vec::new(), by_rec: AddrMap::default() }
     }
 
-    fn begin(&self, _worker: &(), st: &mut TwoPlState) {
+    fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TwoPlState) {
         st.ts = self.clock.fetch_add(1, Ordering::Relaxed) & TS_MASK;
         debug_assert!(st.held.is_empty());
     }
@@ -313,7 +317,7 @@ impl Protocol for TwoPl {
         rec.value.prefetch(guard);
     }
 
-    fn snapshot_open(&self, _worker: &(), _st: &mut TwoPlState) -> u64 {
+    fn snapshot_open(&self, _worker: &Arc<SnapWorker>, _st: &mut TwoPlState) -> u64 {
         self.snaps.open(Order::Clock(&self.clock))
     }
 
@@ -333,6 +337,14 @@ impl Protocol for TwoPl {
         // above `t` unless it is marked installing already.
         let installing = || rec.lock.load(Ordering::Acquire) & (WRITER | INSTALLING) == WRITER | INSTALLING;
         self.snaps.read_when_free(&rec.value, t, out, guard, installing)
+    }
+
+    fn snapshot_count(&self, t: u64) -> Option<u64> {
+        Some(self.snaps.count_at(t))
+    }
+
+    fn set_count(&self, n: u64) {
+        self.snaps.set_base(n);
     }
 
     fn snapshot_stats(&self) -> SnapshotStats {
@@ -358,7 +370,7 @@ impl Protocol for TwoPl {
 
     fn commit<L: CommitLog<TwoPlRecord>>(
         &self,
-        _worker: &(),
+        worker: &Arc<SnapWorker>,
         st: &mut TwoPlState,
         writes: &mut [WriteEntry<TwoPlRecord>],
         guard: &Guard,
@@ -367,6 +379,13 @@ impl Protocol for TwoPl {
         for w in writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(_))) {
             // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
             unsafe { w.record() }.lock.fetch_or(INSTALLING, Ordering::SeqCst);
+        }
+        let installs = writes.iter().any(|w| matches!(w.kind, WriteKind::Value(_)));
+        // Before the clock is drawn (see `Snapshots::enter`).
+        let _window = installs.then(|| self.snaps.enter(worker));
+        for w in writes.iter_mut() {
+            // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
+            w.present = unsafe { w.record() }.value.is_present(guard);
         }
         // Every lock is held: a clock value taken now orders this commit after every one
         // it depends on (they released their locks, and took their value, before).
@@ -381,6 +400,9 @@ impl Protocol for TwoPl {
                 // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
                 self.snaps.store(unsafe { w.record() }, w.kind.value(), keep, ts + 1, guard);
             }
+        }
+        if installs {
+            self.snaps.count(worker, count_delta(writes), keep, ts + 1);
         }
         if log.hold() {
             // NLR group commit: exclusive locks stay until the group is durable (shared
@@ -431,7 +453,7 @@ impl Protocol for TwoPl {
         }
     }
 
-    fn unlink(&self, _worker: &(), rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
+    fn unlink(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, next: &TwoPlRecord, guard: &Guard) {
         rec.value.mark_removed(guard);
         next.lock.store(0, Ordering::Release);
     }
@@ -455,7 +477,7 @@ impl Protocol for TwoPl {
         Some(0)
     }
 
-    fn evict(&self, _worker: &(), rec: &TwoPlRecord, guard: &Guard) {
+    fn evict(&self, _worker: &Arc<SnapWorker>, rec: &TwoPlRecord, guard: &Guard) {
         rec.value.remove(guard);
     }
 

@@ -200,17 +200,20 @@ impl Db {
             Cc::TicToc => {
                 let mut p = TicToc { skip_validation: opts.plants().skip_validation, ..TicToc::default() };
                 p.snaps.read_newest = opts.plants().snapshot_reads_newest;
+                p.snaps.count_newest = opts.plants().snapshot_counts_newest;
                 AnyDb::TicToc(mk(p, opts, resolved, storage)?)
             }
             Cc::Silo => {
                 let mut p = Silo::new();
                 p.skip_validation = opts.plants().skip_validation;
                 p.snaps.read_newest = opts.plants().snapshot_reads_newest;
+                p.snaps.count_newest = opts.plants().snapshot_counts_newest;
                 AnyDb::Silo(mk(p, opts, resolved, storage)?)
             }
             Cc::TwoPl(wait) => {
                 let mut p = if wait == LockWait::WaitDie { TwoPl::wait_die() } else { TwoPl::no_wait() };
                 p.snaps.read_newest = opts.plants().snapshot_reads_newest;
+                p.snaps.count_newest = opts.plants().snapshot_counts_newest;
                 AnyDb::TwoPl(mk(p, opts, resolved, storage)?)
             }
             Cc::MvccSi(gc) => {
@@ -415,6 +418,24 @@ impl Db {
                 r => return r,
             }
         }
+    }
+
+    /// The number of records, as of now ([`ReadTxn::len`] of a new snapshot: no scan
+    /// under TicToc, Silo and 2PL).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| t.put("k", "v")).unwrap();
+    /// assert_eq!(db.len().unwrap(), 1);
+    /// ```
+    pub fn len(&self) -> Result<u64, Error> {
+        self.view(|r| r.len())
+    }
+
+    /// Whether the database holds no record.
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        self.view(|r| r.is_empty())
     }
 
     /// The protocol's short name.

@@ -34,6 +34,28 @@ impl<'a> ReadTxn<'a> {
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
         self.txn.prefix(prefix)
     }
+
+    /// The number of records in the snapshot. Under TicToc, Silo and 2PL it comes from a
+    /// count the commits keep (no scan: a few atomic reads per worker thread); under
+    /// MVCC-SI it is counted by a scan.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| { t.put("a", "1")?; t.put("b", "2") }).unwrap();
+    /// let snap = db.begin_read();
+    /// db.run(|t| t.delete("a").map(drop)).unwrap();
+    /// assert_eq!(snap.len().unwrap(), 2); // its state, not the latest
+    /// assert_eq!(db.len().unwrap(), 1);
+    /// ```
+    pub fn len(&self) -> Result<u64, Error> {
+        self.txn.len()
+    }
+
+    /// Whether the snapshot holds no record.
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        self.txn.is_empty()
+    }
 }
 
 pub(super) enum AnyTxn<'a> {
@@ -251,6 +273,40 @@ impl<'a> Txn<'a> {
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Scan<'_, 'a> {
         let p = prefix.as_ref();
         Scan { txn: self, cursor: ScanCursor::new(p.to_vec(), prefix_end(p), false) }
+    }
+
+    /// The number of records the transaction sees (its own writes included), counted by a
+    /// scan whose reads join the transaction's like any other: a commit validates them,
+    /// so the count is exact at the commit's point in the serial order. A snapshot
+    /// ([`ReadTxn::len`]) counts without a scan.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put("a", "1").unwrap();
+    /// assert_eq!(txn.len().unwrap(), 1);
+    /// ```
+    pub fn len(&self) -> Result<u64, Error> {
+        if let Some(n) = dispatch!(AnyTxn, &*self.inner.borrow(), t => t.snapshot_count()) {
+            return Ok(n);
+        }
+        let mut n = 0;
+        let mut scan = self.iter();
+        while let Some(row) = scan.next_ref() {
+            row?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Whether the transaction sees no record (a scan for the first).
+    pub fn is_empty(&self) -> Result<bool, Error> {
+        let mut scan = self.iter();
+        match scan.next_ref() {
+            None => Ok(true),
+            Some(row) => row.map(|_| false),
+        }
     }
 
     /// Makes the transaction's writes visible, or fails with a conflict (rolled back).

@@ -82,7 +82,34 @@ impl<P: Protocol> TypedDb<P> {
         // A read-only database (asked, or opened on a full disk) starts no thread: each
         // would only write (checkpoints, the release of idle log segments).
         let checkpointer = if eng.read_only { None } else { Some(Checkpointer::start(&eng)?) };
-        Ok(TypedDb { eng, checkpointer })
+        let db = TypedDb { eng, checkpointer };
+        db.start_count()?;
+        Ok(db)
+    }
+
+    /// Gives the protocol the number of present keys at open: the store's (its master
+    /// record and the replayed logs), or, for a database whose master record predates the
+    /// count, a scan's (once: the next checkpoint or close records it).
+    fn start_count(&self) -> Result<(), Error> {
+        let Some(d) = &self.eng.durable else { return Ok(()) };
+        let n = match d.count() {
+            Some(n) => n,
+            None => {
+                let mut snap = self.begin_snapshot();
+                let mut scan = snap.scan(b"", None);
+                let mut n = 0u64;
+                for row in &mut scan {
+                    row?;
+                    n += 1;
+                }
+                drop(scan);
+                snap.commit()?;
+                d.set_count(n);
+                n
+            }
+        };
+        self.eng.proto.set_count(n);
+        Ok(())
     }
 
     /// Flushes the log and writes the pages a clean exit leaves (also done on drop, where

@@ -38,6 +38,10 @@ pub struct Master {
     /// [`FIRST_SEGMENT`](crate::wal::format::FIRST_SEGMENT) to it:
     /// [`segment_len`](crate::wal::format::segment_len)).
     pub segment_size: u64,
+    /// The number of present keys in the state this record names (the table's, with
+    /// `generation`'s logs not yet replayed); `None` when unknown (a record of the
+    /// format before the count: the database counts its keys once at open).
+    pub count: Option<u64>,
 }
 
 /// The highest generation a master record may name. A database advances one generation
@@ -47,7 +51,11 @@ pub struct Master {
 /// clean close, then never again after a crash (the next generation does not exist).
 pub const MAX_GENERATION: u64 = 1 << 62;
 
-const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI6";
+const MASTER_MAGIC: &[u8; 8] = b"TSUMIKI7";
+/// The format before the record count: still read (with no count), never written.
+const MASTER_MAGIC_UNCOUNTED: &[u8; 8] = b"TSUMIKI6";
+/// Encoded size of a record of [`MASTER_MAGIC_UNCOUNTED`]'s format.
+const MASTER_LEN_UNCOUNTED: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
 /// The magics of earlier formats, refused with their own message: before the page store,
 /// before log blocks were salted with their generation (recycled segments), before a
 /// lane's last block could be rewritten (packed blocks), and before page entries shared
@@ -60,7 +68,16 @@ const MASTER_MAGIC_OLD: [(&[u8; 8], &str); 5] = [
     (b"TSUMIKI5", "before prefix-compressed page entries"),
 ];
 /// Encoded size of [`Master`].
-pub const MASTER_LEN: usize = 8 + 8 + 1 + 1 + 1 + 8 + 4 + 8 + 4 + 4 + 4;
+pub const MASTER_LEN: usize = MASTER_LEN_UNCOUNTED + 1 + 8;
+
+/// The encoded length of the master record that `b` starts with (by its magic).
+fn record_len(b: &[u8]) -> usize {
+    if b.len() >= 8 && &b[0..8] == MASTER_MAGIC_UNCOUNTED {
+        MASTER_LEN_UNCOUNTED
+    } else {
+        MASTER_LEN
+    }
+}
 
 impl Master {
     /// Encodes the master record.
@@ -77,8 +94,10 @@ impl Master {
         b[31..39].copy_from_slice(&off.to_le_bytes());
         b[39..43].copy_from_slice(&len.to_le_bytes());
         b[43..47].copy_from_slice(&crc.to_le_bytes());
-        let c = crc32c::crc32c(&b[..47]);
-        b[47..51].copy_from_slice(&c.to_le_bytes());
+        b[47] = self.count.is_some() as u8;
+        b[48..56].copy_from_slice(&self.count.unwrap_or(0).to_le_bytes());
+        let c = crc32c::crc32c(&b[..56]);
+        b[56..60].copy_from_slice(&c.to_le_bytes());
         b
     }
 
@@ -87,13 +106,15 @@ impl Master {
         if let Some((_, when)) = MASTER_MAGIC_OLD.iter().find(|(m, _)| b.len() >= 8 && &b[0..8] == *m) {
             return Err(BadMaster::OldFormat(when));
         }
-        if b.len() != MASTER_LEN {
+        let counted = b.len() >= 8 && &b[0..8] == MASTER_MAGIC;
+        if !counted && (b.len() < 8 || &b[0..8] != MASTER_MAGIC_UNCOUNTED) {
+            return Err(if b.len() == MASTER_LEN { BadMaster::Magic } else { BadMaster::Length(b.len()) });
+        }
+        if b.len() != record_len(b) {
             return Err(BadMaster::Length(b.len()));
         }
-        if &b[0..8] != MASTER_MAGIC {
-            return Err(BadMaster::Magic);
-        }
-        if crc32c::crc32c(&b[..47]).to_le_bytes() != b[47..51] {
+        let crc_at = b.len() - 4;
+        if crc32c::crc32c(&b[..crc_at]).to_le_bytes() != b[crc_at..] {
             return Err(BadMaster::Checksum);
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
@@ -105,10 +126,12 @@ impl Master {
             last_exit: b[17] == 1,
             elr: b[18] == 1,
             segment_size: u64_at(19),
+            count: (counted && b[47] == 1).then(|| u64_at(48)),
         };
         if b[16] > 1
             || b[17] > 1
             || b[18] > 1
+            || counted && (b[47] > 1 || b[47] == 0 && u64_at(48) != 0)
             || m.segment_size < 2 * BLOCK as u64
             || !m.segment_size.is_multiple_of(BLOCK as u64)
         {
@@ -179,6 +202,11 @@ pub const MASTER_FILE_LEN: usize = 2 * BLOCK;
 /// to the block's end).
 pub const SLOT_LEN: usize = MASTER_LEN + 8 + 4;
 
+/// The used length of a superblock whose record is `len` bytes long.
+fn slot_len(len: usize) -> usize {
+    len + 8 + 4
+}
+
 /// One superblock's bytes (a block, zero-padded): `master`, written as the `seq`-th.
 fn encode_slot(m: &Master, seq: u64) -> Vec<u8> {
     let mut b = vec![0u8; BLOCK];
@@ -210,7 +238,7 @@ impl SlotError {
     pub fn offset(&self) -> usize {
         match self {
             SlotError::Empty | SlotError::Short(_) | SlotError::Record(_) => 0,
-            SlotError::Checksum => MASTER_LEN,
+            SlotError::Checksum => MASTER_LEN, // (the record's end in the current format)
             SlotError::Padding(at) => *at,
         }
     }
@@ -245,12 +273,13 @@ pub fn decode_slot(b: &[u8]) -> Result<(Master, u64), SlotError> {
     if b.len() < BLOCK {
         return Err(SlotError::Short(b.len()));
     }
-    let master = Master::decode(&b[..MASTER_LEN]).map_err(SlotError::Record)?;
-    let crc = crc32c::crc32c(&b[..MASTER_LEN + 8]);
-    if crc.to_le_bytes() != b[MASTER_LEN + 8..SLOT_LEN] {
+    let len = record_len(b);
+    let master = Master::decode(&b[..len]).map_err(SlotError::Record)?;
+    let crc = crc32c::crc32c(&b[..len + 8]);
+    if crc.to_le_bytes() != b[len + 8..slot_len(len)] {
         return Err(SlotError::Checksum);
     }
-    let seq = u64::from_le_bytes(b[MASTER_LEN..MASTER_LEN + 8].try_into().expect("8 bytes"));
+    let seq = u64::from_le_bytes(b[len..len + 8].try_into().expect("8 bytes"));
     Ok((master, seq))
 }
 
@@ -258,8 +287,9 @@ pub fn decode_slot(b: &[u8]) -> Result<(Master, u64), SlotError> {
 /// check`: reading does not need them).
 pub fn check_slot(b: &[u8]) -> Result<(Master, u64), SlotError> {
     let decoded = decode_slot(b)?;
-    match b[SLOT_LEN..].iter().position(|&x| x != 0) {
-        Some(i) => Err(SlotError::Padding(SLOT_LEN + i)),
+    let end = slot_len(record_len(b));
+    match b[end..].iter().position(|&x| x != 0) {
+        Some(i) => Err(SlotError::Padding(end + i)),
         None => Ok(decoded),
     }
 }
@@ -347,8 +377,17 @@ mod tests {
             last_exit: false,
             elr: true,
             segment_size: 1 << 20,
+            count: Some(12345),
         };
         assert_eq!(Master::decode(&m.encode()), Ok(m));
+        let unknown = Master { count: None, ..m };
+        assert_eq!(Master::decode(&unknown.encode()), Ok(unknown));
+        // The format before the count reads with none.
+        let mut old = m.encode()[..MASTER_LEN_UNCOUNTED].to_vec();
+        old[0..8].copy_from_slice(MASTER_MAGIC_UNCOUNTED);
+        let c = crc32c::crc32c(&old[..47]);
+        old[47..51].copy_from_slice(&c.to_le_bytes());
+        assert_eq!(Master::decode(&old), Ok(unknown));
         for byte in 0..MASTER_LEN {
             let mut b = m.encode();
             b[byte] ^= 1;
@@ -368,8 +407,14 @@ mod tests {
 
     #[test]
     fn superblocks() {
-        let m =
-            Master { generation: 2, table: Some((1, 4096, 80, 9)), last_exit: true, elr: false, segment_size: 1 << 20 };
+        let m = Master {
+            generation: 2,
+            table: Some((1, 4096, 80, 9)),
+            last_exit: true,
+            elr: false,
+            segment_size: 1 << 20,
+            count: Some(7),
+        };
         let file = master_file(&m);
         assert_eq!(file.len(), MASTER_FILE_LEN);
         assert_eq!(decode_slot(&file[..BLOCK]), Ok((m, 1)));

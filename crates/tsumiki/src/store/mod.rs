@@ -91,6 +91,9 @@ struct Current {
     generation: u64,
     table: Option<ImageRef>,
     pages: PageStore,
+    /// Present keys in the state the generation started from (`None`: unknown until the
+    /// engine counts them at open, [`Durable::set_count`]).
+    count: Option<u64>,
 }
 
 pub(crate) fn table_ref(t: Option<(u32, u64, u32, u32)>) -> Option<ImageRef> {
@@ -99,14 +102,26 @@ pub(crate) fn table_ref(t: Option<(u32, u64, u32, u32)>) -> Option<ImageRef> {
 
 /// The master record naming `generation` and `table`, with `log`'s release and segment
 /// size.
-fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOptions) -> Master {
+fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOptions, count: Option<u64>) -> Master {
     Master {
         generation,
         table: table_fields(table),
         last_exit,
         elr: log.release == Release::Elr,
         segment_size: log.segment_size,
+        count,
     }
+}
+
+/// `count` changed by `delta` (a generation's or a replay's inserts less removals).
+fn counted(count: Option<u64>, delta: i64) -> Result<Option<u64>, Error> {
+    count
+        .map(|c| {
+            c.checked_add_signed(delta).ok_or_else(|| {
+                Error::Corrupt(format!("the logs remove more keys ({delta}) than the {c} there were").into())
+            })
+        })
+        .transpose()
 }
 
 fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
@@ -180,12 +195,12 @@ pub(crate) fn open(
         st.keys = pages.load_all(&changes, load)?;
         Ok((st, false))
     };
-    let (generation, table, pages) = match read_master(&*storage)? {
+    let (generation, table, pages, count) = match read_master(&*storage)? {
         // `Db::open` looked for MASTER already; this is an open through a storage.
         None if asked => return Err(Error::NotFound("no database here (a read-only open creates none)".into())),
         None => {
-            write_master(&*storage, &master(1, None, false, &log))?;
-            (1, None, open_pages(None)?)
+            write_master(&*storage, &master(1, None, false, &log, Some(0)))?;
+            (1, None, open_pages(None)?, Some(0))
         }
         Some(m) => {
             recovery::check_generations(&*storage, m.generation)?;
@@ -240,14 +255,14 @@ pub(crate) fn open(
                             storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
                         }
                     }
-                    match write_master(&*storage, &master(m.generation, table, false, &log)) {
+                    match write_master(&*storage, &master(m.generation, table, false, &log, m.count)) {
                         Ok(()) => {}
                         // The clean exit's master record stays true while nothing is written.
                         Err(e) if disk_full(&e) => read_only = Some(ReadOnly::DiskFull(e)),
                         Err(e) => return Err(e),
                     }
                 }
-                (m.generation, table, pages)
+                (m.generation, table, pages, m.count)
             } else {
                 // A checkpoint that did not finish leaves the next generation's logs too.
                 let mut gens = vec![m.generation];
@@ -258,7 +273,7 @@ pub(crate) fn open(
                     // The crashed tail replayed into memory only: the files stay as the
                     // crash left them, for a read-write open to recover the same state.
                     (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
-                    (m.generation, table, pages)
+                    (m.generation, table, pages, counted(m.count, stats.count_delta)?)
                 } else {
                     let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                     let g = gens[gens.len() - 1]
@@ -285,7 +300,10 @@ pub(crate) fn open(
                         }
                         pages.apply(g, &changes.as_slice(), None)?;
                         let t = pages.write_table()?;
-                        write_master(&*storage, &master(g, Some(t), false, &log))?;
+                        write_master(
+                            &*storage,
+                            &master(g, Some(t), false, &log, counted(m.count, stats.count_delta)?),
+                        )?;
                         Ok(Some(t))
                     })();
                     match attempt {
@@ -295,12 +313,12 @@ pub(crate) fn open(
                         // generation.
                         Ok(None) => {
                             recovery::remove_stale(&storage, m.generation)?;
-                            (m.generation, table, pages)
+                            (m.generation, table, pages, m.count)
                         }
                         Ok(Some(t)) => {
                             pages.commit();
                             recovery::remove_stale(&storage, g)?;
-                            (g, Some(t), pages)
+                            (g, Some(t), pages, counted(m.count, stats.count_delta)?)
                         }
                         // The recovered state stays readable in memory; the files stay as
                         // they were (the old master record still names them all).
@@ -314,7 +332,7 @@ pub(crate) fn open(
                                 pages = open_pages(table)?;
                                 (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
                             }
-                            (m.generation, table, pages)
+                            (m.generation, table, pages, counted(m.count, stats.count_delta)?)
                         }
                         Err(e) => return Err(e),
                     }
@@ -355,7 +373,7 @@ pub(crate) fn open(
         storage,
         wal,
         reads: pages.reads(),
-        current: Mutex::new(Current { generation, table, pages }),
+        current: Mutex::new(Current { generation, table, pages, count }),
         logs_readable,
         value_budget: budget.checkpoint_buffer,
         lazy,
@@ -436,7 +454,9 @@ fn replay_changes(
     let mut writes: Vec<Change> = Vec::new();
     let mut bytes = 0usize;
     let release = if m.elr { Release::Elr } else { Release::Nlr };
-    let stats = recovery::replay(storage, gens, m.segment_size, release, |record| {
+    let mut count_delta = 0;
+    let mut stats = recovery::replay(storage, gens, m.segment_size, release, |record| {
+        count_delta += record.count_delta();
         record.for_each(|k, v| {
             bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
             writes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
@@ -447,6 +467,7 @@ fn replay_changes(
         bytes = 0;
         flush(sorted(std::mem::take(&mut writes)))
     })?;
+    stats.count_delta = count_delta;
     Ok((stats, sorted(writes)))
 }
 
@@ -470,22 +491,23 @@ impl Durable {
             // Nothing was committed since open: the state is still the one this generation
             // started from (its table, or nothing), so mark the exit clean without
             // writing anything else.
-            return write_master(&*self.storage, &master(current.generation, current.table, true, opts));
+            return write_master(&*self.storage, &master(current.generation, current.table, true, opts, current.count));
         }
         let g = current
             .generation
             .checked_add(1)
             .filter(|&g| g <= MAX_GENERATION)
             .ok_or_else(|| Error::Corrupt("the database reached the last possible generation".into()))?;
-        let t = self.write_pages(&mut current, g, state, false)?;
-        write_master(&*self.storage, &master(g, Some(t), true, opts))?;
+        let (t, count) = self.write_pages(&mut current, g, state, false)?;
+        write_master(&*self.storage, &master(g, Some(t), true, opts, count))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
     }
 
     /// Writes what changed in the generation that just ended (`current.generation`) into
-    /// the pages, for generation `g`, and the table; returns the table's address. The
-    /// lanes were ended (by a checkpoint's switch to `g`, or a close).
+    /// the pages, for generation `g`, and the table; returns the table's address and the
+    /// number of present keys at the generation's end (unknown stays unknown). The lanes
+    /// were ended (by a checkpoint's switch to `g`, or a close).
     ///
     /// Intermediate tables are made durable as it goes (milestones): each after every
     /// lane is flushed (`flush_lanes`: a checkpoint's lanes run on, and the pages must
@@ -501,8 +523,8 @@ impl Durable {
         g: u64,
         state: &dyn CommittedState,
         flush_lanes: bool,
-    ) -> Result<ImageRef, Error> {
-        let Current { generation, table, pages } = current;
+    ) -> Result<(ImageRef, Option<u64>), Error> {
+        let Current { generation, table, pages, count } = current;
         let opts = &self.wal.opts;
         let mut milestone = |p: &mut PageStore| -> Result<(), Error> {
             let t = p.write_table()?;
@@ -511,7 +533,8 @@ impl Durable {
             }
             // Recovery from this record replays the ended generation's logs too.
             let named = if self.wal.plants.milestone_skips_replay { g } else { *generation };
-            write_master(&*self.storage, &master(named, Some(t), false, opts))?;
+            // The ended generation's count: recovery replays all of its logs again.
+            write_master(&*self.storage, &master(named, Some(t), false, opts, *count))?;
             *table = Some(t);
             p.commit();
             Ok(())
@@ -527,11 +550,21 @@ impl Durable {
                 &echoes,
             )?;
             self.wal.recycle_echoes(echoes);
+            let delta = writes.count_delta;
             pages.apply(g, &LatestValues { writes, state }, Some(&mut milestone))?;
+            let count = counted(*count, delta)?;
+            Ok((pages.write_table()?, count))
         } else {
-            pages.rebuild(g, &mut |f| state.scan(f))?;
+            // Every page rewritten from memory: the count is what was written.
+            let mut keys = 0u64;
+            pages.rebuild(g, &mut |f| {
+                state.scan(&mut |k, v| {
+                    keys += 1;
+                    f(k, v)
+                })
+            })?;
+            Ok((pages.write_table()?, Some(keys)))
         }
-        pages.write_table()
     }
 
     /// See the field: a key range written last in generation `g` is the same in the pages
@@ -553,6 +586,18 @@ impl Durable {
     /// from a transaction holding locks, which the checkpoint may be waiting for.
     pub(crate) fn load_range(&self, low: &[u8], high: Option<&[u8]>, load: &mut Loader<'_>) -> Result<u64, Error> {
         self.reads.load_range(low, high, load)
+    }
+
+    /// The number of present keys at open (`None`: the master record predates the count;
+    /// the engine counts them and calls [`set_count`](Self::set_count)).
+    pub(crate) fn count(&self) -> Option<u64> {
+        self.current.lock().count
+    }
+
+    /// Sets the count of the state the current generation started from (at open, before
+    /// any commit), for the master records written from now on.
+    pub(crate) fn set_count(&self, n: u64) {
+        self.current.lock().count = Some(n);
     }
 
     /// The page store's counters.
@@ -618,16 +663,17 @@ impl Durable {
         };
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();
-        let t = self.write_pages(current, g, state, true).map_err(poison)?;
+        let (t, count) = self.write_pages(current, g, state, true).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;
         let opts = &self.wal.opts;
-        let m = master(g, Some(t), false, opts);
+        let m = master(g, Some(t), false, opts, count);
         if self.wal.plants.early_log_removal {
             recovery::remove_stale(&self.storage, g).map_err(poison)?;
         }
         write_master(&*self.storage, &m).map_err(poison)?;
         current.generation = g;
         current.table = Some(t);
+        current.count = count;
         current.pages.commit();
         self.covered.store(g, Ordering::Release);
         self.wal.note_checkpoint(current.pages.written() - written, current.pages.live_bytes());

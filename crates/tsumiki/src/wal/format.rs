@@ -40,6 +40,11 @@ pub struct LogRecord {
 
 const KIND_PUT: u8 = 0;
 const KIND_DELETE: u8 = 1;
+/// Set in an entry's kind when the write changes whether its key is present (a put of an
+/// absent key, a delete of a present one): replay and checkpoints sum these into the
+/// database's record count. Logs written before the count never set it; their databases'
+/// master records hold no count, so it is counted again at open.
+const KIND_FLIPS: u8 = 0x80;
 
 /// Encodes records into a stream buffer: `begin`, then `put`/`delete`, then `finish`.
 pub struct RecordEncoder<'a> {
@@ -58,19 +63,26 @@ impl<'a> RecordEncoder<'a> {
         RecordEncoder { buf, start, count: 0 }
     }
 
-    /// Adds a write (`None`: a delete).
+    /// Adds a write (`None`: a delete) that leaves the key as present or absent as it was.
     pub fn write(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.write_counted(key, value, false);
+    }
+
+    /// Adds a write (`None`: a delete); `flips`: it changes whether the key is present (an
+    /// insert, or the delete of a present key).
+    pub fn write_counted(&mut self, key: &[u8], value: Option<&[u8]>, flips: bool) {
         self.count += 1;
+        let flag = if flips { KIND_FLIPS } else { 0 };
         match value {
             Some(v) => {
-                self.buf.push(KIND_PUT);
+                self.buf.push(KIND_PUT | flag);
                 self.buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
                 self.buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
                 self.buf.extend_from_slice(key);
                 self.buf.extend_from_slice(v);
             }
             None => {
-                self.buf.push(KIND_DELETE);
+                self.buf.push(KIND_DELETE | flag);
                 self.buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
                 self.buf.extend_from_slice(key);
             }
@@ -119,7 +131,7 @@ impl<'a> RecordView<'a> {
         let e = self.entries;
         let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("validated")) as usize;
         for _ in 0..self.count {
-            let kind = e[at];
+            let kind = e[at] & !KIND_FLIPS;
             let klen = u32_at(at + 1);
             if kind == KIND_PUT {
                 let vlen = u32_at(at + 5);
@@ -131,6 +143,26 @@ impl<'a> RecordView<'a> {
                 at += 5 + klen;
             }
         }
+    }
+}
+
+impl RecordView<'_> {
+    /// What the record changes in the count of present keys: its inserts less its removals.
+    pub fn count_delta(&self) -> i64 {
+        let mut at = 0;
+        let e = self.entries;
+        let u32_at = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().expect("validated")) as usize;
+        let mut delta = 0;
+        for _ in 0..self.count {
+            let kind = e[at];
+            let klen = u32_at(at + 1);
+            let put = kind & !KIND_FLIPS == KIND_PUT;
+            if kind & KIND_FLIPS != 0 {
+                delta += if put { 1 } else { -1 };
+            }
+            at += if put { 9 + klen + u32_at(at + 5) } else { 5 + klen };
+        }
+        delta
     }
 }
 
@@ -163,7 +195,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<(RecordView<'_>, usize), DecodeError
     };
     let mut at = 0usize;
     for _ in 0..count {
-        let kind = *entries.get(at).ok_or_else(|| bad("entry past the record's end"))?;
+        let kind = *entries.get(at).ok_or_else(|| bad("entry past the record's end"))? & !KIND_FLIPS;
         let klen = len_at(at + 1)?;
         if klen > MAX_KEY_LEN {
             return Err(bad("key longer than the limit"));
@@ -327,12 +359,18 @@ mod tests {
         let mut e = RecordEncoder::begin(&mut buf, 42);
         e.write(b"k1", Some(b"v1"));
         e.write(b"k2", None);
+        e.write_counted(b"k3", Some(b"v3"), true);
+        e.write_counted(b"k4", None, true);
+        e.write_counted(b"k5", Some(b"v5"), true);
         let n = e.finish().unwrap();
         assert_eq!(n, buf.len());
         let (r, len) = decode_record(&buf).unwrap();
         assert_eq!(len, n);
         assert_eq!(r.order, 42);
         assert_eq!(r.writes[1], LoggedWrite { key: b"k2".to_vec(), value: None });
+        assert_eq!(r.writes[3], LoggedWrite { key: b"k4".to_vec(), value: None });
+        assert_eq!(r.writes[4], LoggedWrite { key: b"k5".to_vec(), value: Some(b"v5".to_vec()) });
+        assert_eq!(parse_record(&buf).unwrap().0.count_delta(), 1);
         for cut in 0..n {
             assert_eq!(decode_record(&buf[..cut]).unwrap_err(), DecodeError::Truncated);
         }

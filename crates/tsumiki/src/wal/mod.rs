@@ -460,7 +460,7 @@ impl Wal {
         let mut enc = RecordEncoder::begin(&mut p.buf, order);
         for w in writes {
             if let WriteKind::Value(v) = &w.kind {
-                enc.write(&w.key, v.as_deref());
+                enc.write_counted(&w.key, v.as_deref(), w.flips() && !self.plants.log_without_count);
             }
         }
         if enc.finish().is_none() {

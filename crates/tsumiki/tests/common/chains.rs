@@ -5,7 +5,10 @@
 //! - each key's chain of writers, followed back from its current value, goes through
 //!   recovered markers only, and contains every recovered writer of that key (no partial
 //!   transaction: all of a recovered transaction's writes are there, or were overwritten
-//!   by a recovered successor).
+//!   by a recovered successor);
+//! - the record count (`Db::len`, kept by the commits and recovered from the master record
+//!   and the logs) equals a scan's: each transaction also inserts or deletes one of a few
+//!   scratch keys, so the count goes up and down.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -42,6 +45,14 @@ pub fn chain_txn(db: &Db, id: u64, rng: &mut SimRng, slots: u64) -> Result<(), E
         entries.push(format!("{k}={prev}"));
     }
     txn.put(marker_key(id), entries.join(",").as_bytes())?;
+    // A scratch key put or deleted, whether or not it is there: inserts, updates, removals
+    // and deletes of absent keys for the count.
+    let scratch = format!("x/{}", rng.below(4));
+    if rng.below(2) == 0 {
+        txn.put(&scratch, b"")?;
+    } else {
+        txn.delete(&scratch)?;
+    }
     txn.commit()
 }
 
@@ -99,10 +110,16 @@ pub fn check_chains(db: &Db, acked: &[u64], slots: u64) -> Result<(), String> {
         }
     }
     for k in state.keys() {
-        let ok = k.starts_with(b"m/") || (0..slots).any(|s| slot_key(s) == *k);
+        let ok = k.starts_with(b"m/") || k.starts_with(b"x/") || (0..slots).any(|s| slot_key(s) == *k);
         if !ok {
             return Err(format!("unexpected key {:?}", String::from_utf8_lossy(k)));
         }
+    }
+    // Last: a lost commit also breaks the count (later records marked their inserts and
+    // removals against the state it left), and is reported as lost above.
+    let counted = db.len().map_err(|e| format!("len() failed: {e}"))?;
+    if counted != state.len() as u64 {
+        return Err(format!("the record count says {counted}, a scan finds {}", state.len()));
     }
     Ok(())
 }

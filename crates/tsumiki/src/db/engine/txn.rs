@@ -350,7 +350,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         if !b.key_pos.is_empty() {
             b.key_pos.insert(key.clone(), b.writes.len());
         }
-        b.writes.push(WriteEntry { rec: p, key, kind });
+        b.writes.push(WriteEntry { rec: p, key, kind, present: false });
         let n = b.writes.len();
         if n == WRITE_SCAN_MAX + 1 {
             for (i, w) in b.writes.iter().enumerate() {
@@ -515,6 +515,16 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// Appends the value of `key` to `out`; returns whether the key is present.
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+        self.get_into_inner(key, out)
+    }
+
+    /// A snapshot's number of present keys, from the protocol's count (no scan); `None`
+    /// for a transaction that is not a snapshot, or a protocol that keeps no count.
+    pub fn snapshot_count(&self) -> Option<u64> {
+        self.snap.and_then(|t| self.eng.proto.snapshot_count(t))
+    }
+
+    fn get_into_inner(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
         self.check_active()?;
         check_key(key)?;
         let guard = &self.pin();

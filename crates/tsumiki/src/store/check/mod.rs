@@ -119,6 +119,9 @@ pub struct CheckReport {
     pub key_bytes: u64,
     /// See `records`.
     pub value_bytes: u64,
+    /// The record count the master record holds (`None`: a record from before the count).
+    /// After a clean exit it must equal `records`.
+    pub count: Option<u64>,
 }
 
 impl CheckReport {
@@ -254,7 +257,22 @@ impl Checker {
         if let Some(m) = master {
             self.check_logs(&m, &logs)?;
         }
+        let damage_before = self.report.damage();
         self.check_pages(master.as_ref(), &segments)?;
+        self.report.count = master.and_then(|m| m.count);
+        // After a clean exit the pages are the whole state, which the count must match
+        // (otherwise a crash's logs add to them, and a checkpoint's pages may hold values
+        // newer than its count). Pages found damaged were counted short already.
+        if let (Some(m), Some(count)) = (master, self.report.count) {
+            if m.last_exit && self.report.damage() == damage_before && count != self.report.records {
+                let records = self.report.records;
+                self.damage(
+                    MASTER,
+                    None,
+                    format!("the master record counts {count} records, the pages hold {records}"),
+                );
+            }
+        }
         Ok(())
     }
 }

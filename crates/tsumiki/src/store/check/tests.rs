@@ -52,6 +52,21 @@ fn a_closed_and_a_crashed_database_are_healthy() {
     assert!(!r.last_exit && r.log_records == 2 && r.log_lanes >= 1, "{r:?}");
 }
 
+/// A clean exit's record count must match the pages: a master record rewritten with
+/// another count is damage.
+#[test]
+fn a_master_record_counting_wrong_is_damage() {
+    let dir = filled(3000, true);
+    let r = check(dir.path()).unwrap();
+    assert_eq!(r.count, Some(3000));
+    let storage = crate::storage::DirStorage::new(dir.path()).unwrap();
+    let m = crate::store::master::read_master(&storage).unwrap().unwrap();
+    crate::store::master::write_master(&storage, &crate::store::master::Master { count: Some(2999), ..m }).unwrap();
+    drop(storage);
+    let r = check(dir.path()).unwrap();
+    assert!(damage(&r).iter().any(|f| f.what.contains("counts 2999 records, the pages hold 3000")), "{:?}", r.findings);
+}
+
 #[test]
 fn the_check_writes_nothing_and_refuses_an_open_database() {
     let dir = tempfile::tempdir().unwrap();

@@ -130,6 +130,8 @@ pub struct RecoveryStats {
     pub keys: u64,
     /// Time spent reading and redoing the logs.
     pub replay_time: Duration,
+    /// What the redone records changed in the number of present keys.
+    pub count_delta: i64,
 }
 
 fn corrupt(msg: String) -> Error {

@@ -183,6 +183,9 @@ pub struct LoggedWrites {
     /// pushed since).
     pub(super) values_kept: usize,
     pub(super) first_for_tests: bool,
+    /// What the records changed in the number of present keys (their inserts less their
+    /// removals).
+    pub count_delta: i64,
 }
 
 impl LoggedWrites {
@@ -265,5 +268,9 @@ impl LoggedWrites {
 
 /// Moves the writes of the complete records at the start of `stream` into `writes`.
 fn take_writes(stream: &mut Vec<u8>, writes: &mut LoggedWrites) -> Result<(), DecodeError> {
-    take_records(stream, |view, _, _| view.for_each(|k, v| writes.push(k, v, view.order))).map(|_| ())
+    take_records(stream, |view, _, _| {
+        writes.count_delta += view.count_delta();
+        view.for_each(|k, v| writes.push(k, v, view.order))
+    })
+    .map(|_| ())
 }

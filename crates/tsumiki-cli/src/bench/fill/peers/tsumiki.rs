@@ -131,8 +131,7 @@ impl KvEngine for Tsumiki {
     }
 
     fn len(&mut self) -> Result<u64, String> {
-        // No stored count: a scan.
-        read(self.db()?, |r| r.iter().try_fold(0u64, |n, row| row.map(|_| n + 1)))
+        read(self.db()?, |r| r.len())
     }
 
     fn remove<const K: usize>(&mut self, keys: &[[u8; K]]) -> Result<(), String> {
