@@ -312,7 +312,7 @@ impl Snapshots {
     /// install (it keeps versions), so `(stamp, delta)` is noted for the snapshots that
     /// must not see it; a commit without one installed below every `T` to come.
     pub(crate) fn count(&self, w: &SnapWorker, delta: i64, keep: bool, stamp: u64) {
-        if delta == 0 && !keep {
+        if delta == 0 {
             return;
         }
         let mut c = w.counted.lock();
@@ -328,9 +328,7 @@ impl Snapshots {
                 merge_recent(&mut c.recent, &list);
             }
         }
-        if delta != 0 {
-            c.recent.push((stamp, delta));
-        }
+        c.recent.push((stamp, delta));
     }
 
     /// Sets the record count the database opened with.
