@@ -156,6 +156,8 @@ pub(crate) fn cmp_prefixed(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> CmpOrdering 
 
 /// Every `FENCE_STRIDE`-th prefix is copied into `KeyVec::fence`.
 const FENCE_STRIDE: usize = 8;
+/// Runs of prefixes up to this long are counted rather than bisected (four cache lines).
+const SHORT_RUN: usize = 32;
 
 /// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
 ///
@@ -286,6 +288,15 @@ impl KeyVec {
     /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        self.search_beside(key, &[] as &[u8])
+    }
+
+    /// [`search`](Self::search), prefetching the entries of `beside` (an array parallel to
+    /// the keys: a base's values or children) and the key bounds of the stretch of eight
+    /// the answer lies in, as soon as the fence names it: their cache misses overlap the
+    /// search's own instead of following it.
+    #[inline]
+    pub(crate) fn search_beside<T>(&self, key: &[u8], beside: &[T]) -> Result<usize, usize> {
         let rest = if self.skip == 0 {
             key
         } else {
@@ -301,10 +312,36 @@ impl KeyVec {
         // fence[j] = prefixes[8j] and prefixes are sorted, so: every index up to 8(j-1)
         // with fence[j-1] < kp holds a smaller key, and every index from 8j with
         // fence[j] > kp a greater one. The answer lies between.
-        let below = self.fence.partition_point(|&f| f < kp);
+        // A short run is counted, not bisected: its loads do not wait on each other, so
+        // its cache lines (two for a node of 128 keys) arrive together.
+        let count_below = |run: &[u64]| run.iter().map(|&p| (p < kp) as usize).sum::<usize>();
+        let below = if self.fence.len() <= SHORT_RUN {
+            count_below(&self.fence)
+        } else {
+            self.fence.partition_point(|&f| f < kp)
+        };
         let upto = below + self.fence[below..].partition_point(|&f| f == kp);
         let mut lo = if below == 0 { 0 } else { (below - 1) * FENCE_STRIDE + 1 };
         let mut hi = (upto * FENCE_STRIDE).min(self.len());
+        if hi > lo {
+            for i in [lo, hi - 1] {
+                prefetch(beside.get(i));
+                prefetch(self.ends.get(i));
+            }
+        }
+        if hi - lo <= SHORT_RUN {
+            // The first key at or above `key` follows the prefixes below `kp`; equal
+            // prefixes need their bytes.
+            let mut i = lo + count_below(&self.prefixes[lo..hi]);
+            while i < hi && self.prefixes[i] == kp {
+                match cmp_prefixed(kp, &self.get(i)[self.skip..], kp, rest) {
+                    CmpOrdering::Less => i += 1,
+                    CmpOrdering::Equal => return Ok(i),
+                    CmpOrdering::Greater => break,
+                }
+            }
+            return Err(i);
+        }
         while lo < hi {
             let mid = (lo + hi) / 2;
             let ord = match self.prefixes[mid].cmp(&kp) {
@@ -319,6 +356,27 @@ impl KeyVec {
         }
         Err(lo)
     }
+}
+
+/// Asks for the cache line holding `*x` (nothing when `None`), without waiting for it.
+#[inline(always)]
+fn prefetch<T>(x: Option<&T>) {
+    if let Some(x) = x {
+        prefetch_at((x as *const T).cast());
+    }
+}
+
+/// Asks for the cache line holding `p`.
+#[inline(always)]
+fn prefetch_at(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
+    // whatever the address; SSE is in every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
 }
 
 /// A base page: sorted records (leaf) or separators with children (inner).

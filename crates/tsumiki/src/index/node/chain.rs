@@ -28,12 +28,12 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
             }
             Kind::Base(b) => {
                 if !cut {
-                    if let Ok(i) = b.keys.search(key) {
+                    if let Ok(i) = b.keys.search_beside(key, &b.vals) {
                         return Some(&b.vals[i]);
                     }
                 }
                 let rb = right_base?;
-                return rb.keys.search(key).ok().map(|i| &rb.vals[i]);
+                return rb.keys.search_beside(key, &rb.vals).ok().map(|i| &rb.vals[i]);
             }
             _ => {}
         }
@@ -102,10 +102,15 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                     None => b,
                 };
                 // The base's greatest separator <= key that no delta decided.
-                let mut i = match base.keys.search(key) {
+                let mut i = match base.keys.search_beside(key, &base.children) {
                     Ok(i) => i + 1,
                     Err(i) => i,
                 };
+                if n_decided == 0 && best.is_none() {
+                    // No delta above the base: its own answer, without reading the
+                    // separator's bytes (two cache misses on every level of a descent).
+                    return base.children[i.saturating_sub(1)];
+                }
                 while i > 0 {
                     i -= 1;
                     let (p, k) = (base.keys.prefix(i), base.keys.get(i));
