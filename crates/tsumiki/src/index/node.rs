@@ -162,9 +162,10 @@ const SHORT_RUN: usize = 32;
 /// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
 ///
 /// A search first narrows down with `fence`, every 8th prefix (for a 128-key node, 16
-/// prefixes in two cache lines), then binary-searches one run of 8 prefixes: about three
-/// cache misses instead of the five of a plain binary search over the whole array, and the
-/// descent is bound by cache misses.
+/// prefixes in two cache lines), then searches one run of 8 prefixes: about three cache
+/// misses instead of the five of a plain binary search over the whole array, and the
+/// descent is bound by cache misses. Short runs are counted rather than bisected, so that
+/// their lines load at once.
 ///
 /// Prefix truncation: once built (`finish`), if some key is longer than a prefix (8 bytes)
 /// and all keys share their first `skip` bytes, the
