@@ -187,6 +187,7 @@ fn fuzz_decoders() {
         elr: true,
         segment_size: 1 << 16,
         count: Some(9),
+        count_replayable: true,
     };
     while Instant::now() < end {
         for _ in 0..1000 {
@@ -400,6 +401,7 @@ fn master_superblocks_alternate_and_survive_a_torn_write() {
         elr: false,
         segment_size: 1 << 20,
         count: Some(generation),
+        count_replayable: generation % 2 == 0,
     };
     write_master(&storage, &m(1)).unwrap();
     assert_eq!(std::fs::read(&path).unwrap().len(), MASTER_FILE_LEN);
@@ -442,6 +444,7 @@ fn a_single_record_master_of_the_earlier_format_is_named() {
         elr: false,
         segment_size: 1 << 20,
         count: None,
+        count_replayable: false,
     };
     std::fs::write(dir.path().join("MASTER"), m.encode()).unwrap();
     match master::read_master(&storage) {

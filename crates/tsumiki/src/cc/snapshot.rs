@@ -333,15 +333,20 @@ impl Snapshots {
 
     /// Sets the record count the database opened with.
     pub(crate) fn set_base(&self, n: u64) {
-        self.base.store(n as i64, Ordering::Relaxed);
+        // A master record holds at most `i64::MAX` (checked when it is read).
+        self.base.store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
     /// The number of present keys a snapshot at `t` sees: the count the database opened
     /// with, plus every worker's commits stamped at or below `t`. Waits for the counting
-    /// windows open at the call (commits whose stamp may be at or below `t`).
-    pub(crate) fn count_at(&self, t: u64) -> u64 {
+    /// windows open at the call (commits whose stamp may be at or below `t`). `None` if that
+    /// is below zero: the count the database opened with was wrong (a damaged master
+    /// record), and the caller counts by a scan.
+    pub(crate) fn count_at(&self, t: u64) -> Option<u64> {
         let mut n = self.base.load(Ordering::Relaxed);
-        for w in self.workers.lock().iter() {
+        // Not waiting with the list locked: snapshots that open and new workers need it.
+        let workers = self.workers.lock().clone();
+        for w in &workers {
             let open = w.window.load(Ordering::SeqCst);
             if open & 1 == 1 {
                 let mut backoff = Backoff::new();
@@ -355,7 +360,7 @@ impl Snapshots {
                 n -= c.recent.iter().filter(|&&(s, _)| s > t).map(|&(_, d)| d).sum::<i64>();
             }
         }
-        u64::try_from(n).expect("a record count is never negative")
+        u64::try_from(n).ok()
     }
 
     /// Opens a snapshot: returns its `T`.

@@ -168,7 +168,7 @@ impl Protocol for TicToc {
     }
 
     fn snapshot_count(&self, t: u64) -> Option<u64> {
-        Some(self.snaps.count_at(t))
+        self.snaps.count_at(t)
     }
 
     fn set_count(&self, n: u64) {

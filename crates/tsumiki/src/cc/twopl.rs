@@ -340,7 +340,7 @@ impl Protocol for TwoPl {
     }
 
     fn snapshot_count(&self, t: u64) -> Option<u64> {
-        Some(self.snaps.count_at(t))
+        self.snaps.count_at(t)
     }
 
     fn set_count(&self, n: u64) {

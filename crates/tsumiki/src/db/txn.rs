@@ -288,7 +288,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(txn.len().unwrap(), 1);
     /// ```
     pub fn len(&self) -> Result<u64, Error> {
-        if let Some(n) = dispatch!(AnyTxn, &*self.inner.borrow(), t => t.snapshot_count()) {
+        if let Some(n) = dispatch!(AnyTxn, &*self.inner.borrow(), t => t.snapshot_count())? {
             return Ok(n);
         }
         let mut n = 0;

@@ -42,6 +42,11 @@ pub struct Master {
     /// `generation`'s logs not yet replayed); `None` when unknown (a record of the
     /// format before the count: the database counts its keys once at open).
     pub count: Option<u64>,
+    /// Whether recovery may add the replayed records' inserts and removals to `count`: their
+    /// logs hold a prefix of the commits (ELR's cut, or NLR with every commit synced before
+    /// it is seen). Otherwise (NLR, unsynced) a crash may keep a commit and lose one it
+    /// depended on, and the count is taken again by a scan after recovery.
+    pub count_replayable: bool,
 }
 
 /// The highest generation a master record may name. A database advances one generation
@@ -94,7 +99,11 @@ impl Master {
         b[31..39].copy_from_slice(&off.to_le_bytes());
         b[39..43].copy_from_slice(&len.to_le_bytes());
         b[43..47].copy_from_slice(&crc.to_le_bytes());
-        b[47] = self.count.is_some() as u8;
+        b[47] = match (self.count, self.count_replayable) {
+            (None, _) => 0,
+            (Some(_), true) => 1,
+            (Some(_), false) => 2,
+        };
         b[48..56].copy_from_slice(&self.count.unwrap_or(0).to_le_bytes());
         let c = crc32c::crc32c(&b[..56]);
         b[56..60].copy_from_slice(&c.to_le_bytes());
@@ -126,12 +135,13 @@ impl Master {
             last_exit: b[17] == 1,
             elr: b[18] == 1,
             segment_size: u64_at(19),
-            count: (counted && b[47] == 1).then(|| u64_at(48)),
+            count: (counted && (b[47] == 1 || b[47] == 2)).then(|| u64_at(48)),
+            count_replayable: counted && b[47] == 1,
         };
         if b[16] > 1
             || b[17] > 1
             || b[18] > 1
-            || counted && (b[47] > 1 || b[47] == 0 && u64_at(48) != 0)
+            || counted && (b[47] > 2 || b[47] == 0 && u64_at(48) != 0 || u64_at(48) > i64::MAX as u64)
             || m.segment_size < 2 * BLOCK as u64
             || !m.segment_size.is_multiple_of(BLOCK as u64)
         {
@@ -306,7 +316,7 @@ pub fn master_file(m: &Master) -> Vec<u8> {
 fn newest_slot(b: &[u8]) -> Result<(Master, u64, usize), Error> {
     if b.len() != MASTER_FILE_LEN {
         // Earlier formats were one record long: say so rather than "bad size".
-        if b.len() == MASTER_LEN && Master::decode(b).is_ok() {
+        if (b.len() == MASTER_LEN || b.len() == MASTER_LEN_UNCOUNTED) && Master::decode(b).is_ok() {
             return Err(corrupt(
                 "MASTER was written by an earlier tsumiki format (one record, before the two superblocks), which this version does not read".into(),
             ));
@@ -378,9 +388,12 @@ mod tests {
             elr: true,
             segment_size: 1 << 20,
             count: Some(12345),
+            count_replayable: true,
         };
         assert_eq!(Master::decode(&m.encode()), Ok(m));
-        let unknown = Master { count: None, ..m };
+        let unreplayable = Master { count_replayable: false, ..m };
+        assert_eq!(Master::decode(&unreplayable.encode()), Ok(unreplayable));
+        let unknown = Master { count: None, count_replayable: false, ..m };
         assert_eq!(Master::decode(&unknown.encode()), Ok(unknown));
         // The format before the count reads with none.
         let mut old = m.encode()[..MASTER_LEN_UNCOUNTED].to_vec();
@@ -414,6 +427,7 @@ mod tests {
             elr: false,
             segment_size: 1 << 20,
             count: Some(7),
+            count_replayable: true,
         };
         let file = master_file(&m);
         assert_eq!(file.len(), MASTER_FILE_LEN);

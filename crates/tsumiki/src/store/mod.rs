@@ -33,7 +33,7 @@ use crate::plants::Plants;
 use crate::storage::{NvmStorage, Storage};
 use crate::wal::format::parse_segment_name;
 use crate::wal::recovery::{self, Logged, RecoveryStats};
-use crate::wal::{CommitMode, Device, LogOptions, Pacing, Release, Wal};
+use crate::wal::{CommitMode, Device, Durability, LogOptions, Pacing, Release, Wal};
 use budget::CacheBudget;
 use master::{read_master, write_master, Master, MAX_GENERATION};
 use pages::{Change, Changes, ImageRef, PageReads, PageStore, StoreStats};
@@ -110,18 +110,20 @@ fn master(generation: u64, table: Option<ImageRef>, last_exit: bool, log: &LogOp
         elr: log.release == Release::Elr,
         segment_size: log.segment_size,
         count,
+        count_replayable: log.release == Release::Elr || log.durability == Durability::Sync,
     }
 }
 
-/// `count` changed by `delta` (a generation's or a replay's inserts less removals).
-fn counted(count: Option<u64>, delta: i64) -> Result<Option<u64>, Error> {
-    count
-        .map(|c| {
-            c.checked_add_signed(delta).ok_or_else(|| {
-                Error::Corrupt(format!("the logs remove more keys ({delta}) than the {c} there were").into())
-            })
-        })
-        .transpose()
+/// `count` changed by `delta` (a generation's or a replay's inserts less removals); unknown
+/// when that goes below zero (a count that was wrong: the engine counts again at open).
+fn counted(count: Option<u64>, delta: i64) -> Option<u64> {
+    count.and_then(|c| c.checked_add_signed(delta))
+}
+
+/// The count that recovery from `m` starts from: none when `m`'s logs may hold commits
+/// without one they depended on.
+fn replay_base(m: &Master) -> Option<u64> {
+    m.count.filter(|_| m.count_replayable)
 }
 
 fn table_fields(t: Option<ImageRef>) -> Option<(u32, u64, u32, u32)> {
@@ -273,7 +275,7 @@ pub(crate) fn open(
                     // The crashed tail replayed into memory only: the files stay as the
                     // crash left them, for a read-write open to recover the same state.
                     (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
-                    (m.generation, table, pages, counted(m.count, stats.count_delta)?)
+                    (m.generation, table, pages, counted(replay_base(&m), stats.count_delta))
                 } else {
                     let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                     let g = gens[gens.len() - 1]
@@ -302,7 +304,7 @@ pub(crate) fn open(
                         let t = pages.write_table()?;
                         write_master(
                             &*storage,
-                            &master(g, Some(t), false, &log, counted(m.count, stats.count_delta)?),
+                            &master(g, Some(t), false, &log, counted(replay_base(&m), stats.count_delta)),
                         )?;
                         Ok(Some(t))
                     })();
@@ -318,7 +320,7 @@ pub(crate) fn open(
                         Ok(Some(t)) => {
                             pages.commit();
                             recovery::remove_stale(&storage, g)?;
-                            (g, Some(t), pages, counted(m.count, stats.count_delta)?)
+                            (g, Some(t), pages, counted(replay_base(&m), stats.count_delta))
                         }
                         // The recovered state stays readable in memory; the files stay as
                         // they were (the old master record still names them all).
@@ -332,7 +334,7 @@ pub(crate) fn open(
                                 pages = open_pages(table)?;
                                 (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
                             }
-                            (m.generation, table, pages, counted(m.count, stats.count_delta)?)
+                            (m.generation, table, pages, counted(replay_base(&m), stats.count_delta))
                         }
                         Err(e) => return Err(e),
                     }
@@ -552,7 +554,7 @@ impl Durable {
             self.wal.recycle_echoes(echoes);
             let delta = writes.count_delta;
             pages.apply(g, &LatestValues { writes, state }, Some(&mut milestone))?;
-            let count = counted(*count, delta)?;
+            let count = counted(*count, delta);
             Ok((pages.write_table()?, count))
         } else {
             // Every page rewritten from memory: the count is what was written.

@@ -520,8 +520,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// A snapshot's number of present keys, from the protocol's count (no scan); `None`
     /// for a transaction that is not a snapshot, or a protocol that keeps no count.
-    pub fn snapshot_count(&self) -> Option<u64> {
-        self.snap.and_then(|t| self.eng.proto.snapshot_count(t))
+    pub fn snapshot_count(&self) -> Result<Option<u64>, Error> {
+        self.check_active()?;
+        Ok(self.snap.and_then(|t| self.eng.proto.snapshot_count(t)))
     }
 
     fn get_into_inner(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {

@@ -65,6 +65,21 @@ fn a_master_record_counting_wrong_is_damage() {
     drop(storage);
     let r = check(dir.path()).unwrap();
     assert!(damage(&r).iter().any(|f| f.what.contains("counts 2999 records, the pages hold 3000")), "{:?}", r.findings);
+    // A count too low never panics: once commits take it below zero, it is counted by a
+    // scan (and a checkpoint records none, for the next open to count again).
+    let storage = crate::storage::DirStorage::new(dir.path()).unwrap();
+    crate::store::master::write_master(&storage, &crate::store::master::Master { count: Some(1), ..m }).unwrap();
+    drop(storage);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.len().unwrap(), 1, "the count is taken as recorded");
+    db.run(|t| (0..5u32).try_for_each(|i| t.delete(i.to_be_bytes()).map(drop))).unwrap();
+    assert_eq!(db.len().unwrap(), 2995, "below zero: a scan");
+    db.checkpoint().unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.len().unwrap(), 2995, "counted again at open");
+    db.close().unwrap();
+    assert_eq!(check(dir.path()).unwrap().count, Some(2995));
 }
 
 #[test]
