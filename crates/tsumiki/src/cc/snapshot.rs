@@ -43,7 +43,6 @@
 //! (when the last snapshot closes), which also forgets the record: records with a chain are
 //! never unlinked or evicted (a snapshot may still see their older values), so the sweep's
 //! list of them never names a freed record.
-
 //!
 //! # The count
 //! `len` of a snapshot at `T` needs no scan: each worker keeps the inserts less removals of

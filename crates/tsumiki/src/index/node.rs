@@ -362,22 +362,14 @@ impl KeyVec {
 /// Asks for the cache line holding `*x` (nothing when `None`), without waiting for it.
 #[inline(always)]
 fn prefetch<T>(x: Option<&T>) {
-    if let Some(x) = x {
-        prefetch_at((x as *const T).cast());
-    }
-}
-
-/// Asks for the cache line holding `p`.
-#[inline(always)]
-fn prefetch_at(p: *const u8) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
-    // whatever the address; SSE is in every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
+    if let Some(x) = x {
+        // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults
+        // (and `x` is a live reference); SSE is in every x86-64 CPU.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast()) };
+    }
     #[cfg(any(not(target_arch = "x86_64"), miri))]
-    let _ = p;
+    let _ = x;
 }
 
 /// A base page: sorted records (leaf) or separators with children (inner).

@@ -513,11 +513,6 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         Ok(self.get_into(key, &mut value)?.then_some(value))
     }
 
-    /// Appends the value of `key` to `out`; returns whether the key is present.
-    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
-        self.get_into_inner(key, out)
-    }
-
     /// A snapshot's number of present keys, from the protocol's count (no scan); `None`
     /// for a transaction that is not a snapshot, or a protocol that keeps no count.
     pub fn snapshot_count(&self) -> Result<Option<u64>, Error> {
@@ -525,7 +520,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         Ok(self.snap.and_then(|t| self.eng.proto.snapshot_count(t)))
     }
 
-    fn get_into_inner(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+    /// Appends the value of `key` to `out`; returns whether the key is present.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
         self.check_active()?;
         check_key(key)?;
         let guard = &self.pin();
