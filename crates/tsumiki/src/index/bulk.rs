@@ -6,7 +6,7 @@
 //! leaves filled to `fill(leaf_max)`, then each inner level from the low keys of the level
 //! below, up to a single root. The result is the tree the rest of the code expects: the same
 //! `Range`s (low key, high key = the right sibling's low key, right-sibling pid), inner
-//! `keys[0]` = the node's low key, bases built through `KeyVec::push` and `finish`.
+//! `keys[0]` = the node's low key, bases built through `KeyVecBuilder::push` and `finish`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crossbeam_epoch::Owned;
 
 use super::mapping::{MappingTable, Pid, NO_PID};
-use super::node::{cmp_prefixed, prefix, Base, KeyVec, Node, Range};
+use super::node::{cmp_prefixed, prefix, Base, KeyVecBuilder, Node, Range};
 use super::tree::{Counters, Tree};
 use super::{BwTreeConfig, IndexError, MAX_KEY_LEN};
 
@@ -26,13 +26,13 @@ pub(crate) fn fill(max: usize, merge_threshold: usize) -> usize {
 
 /// Leaf records being gathered, not yet in the mapping table.
 struct Pending<V> {
-    keys: KeyVec,
+    keys: KeyVecBuilder,
     vals: Vec<V>,
 }
 
 impl<V> Pending<V> {
     fn new(cap: usize) -> Self {
-        Pending { keys: KeyVec::with_capacity(cap, cap * 16), vals: Vec::with_capacity(cap) }
+        Pending { keys: KeyVecBuilder::with_capacity(cap, cap * 16), vals: Vec::with_capacity(cap) }
     }
     fn len(&self) -> usize {
         self.vals.len()
@@ -153,14 +153,13 @@ impl<V: Clone + Send + Sync + 'static> Builder<V> {
     }
 
     /// Puts a leaf in the table at `next_pid`, allocating its right sibling's pid first.
-    fn emit_leaf(&mut self, mut p: Pending<V>, high: Option<Box<[u8]>>) -> Result<(), IndexError> {
+    fn emit_leaf(&mut self, p: Pending<V>, high: Option<Box<[u8]>>) -> Result<(), IndexError> {
         let pid = self.next_pid;
         let right = if high.is_some() { self.map.alloc().ok_or(IndexError::TooManyPages)? } else { NO_PID };
         let low: Box<[u8]> = if self.leaves.len() == 0 { Box::default() } else { p.keys.get(0).into() };
         self.leaves.push(&low, pid);
-        p.keys.finish();
         let range = Arc::new(Range::new(low, high, right));
-        let base = Base { range, keys: p.keys, vals: p.vals, children: Vec::new() };
+        let base = Base { range, keys: p.keys.finish(), vals: p.vals, children: Vec::new() };
         self.map.slot(pid).store(Owned::new(Node::base(0, base)), Ordering::Release);
         self.next_pid = right;
         Ok(())
@@ -228,11 +227,11 @@ impl<V: Clone + Send + Sync + 'static> Builder<V> {
             for (j, &s) in sizes.iter().enumerate() {
                 let end = start + s;
                 let bytes = level.ends[end - 1] - if start == 0 { 0 } else { level.ends[start - 1] };
-                let mut keys = KeyVec::with_capacity(s, bytes);
+                let mut keys = KeyVecBuilder::with_capacity(s, bytes);
                 for i in start..end {
                     keys.push(level.key(i));
                 }
-                keys.finish();
+                let keys = keys.finish();
                 let children = level.pids[start..end].to_vec();
                 let low: Box<[u8]> = level.key(start).into();
                 let (high, right) = match pids.get(j + 1) {

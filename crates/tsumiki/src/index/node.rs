@@ -14,7 +14,9 @@ use crossbeam_epoch::{Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
 mod chain;
+mod keys;
 pub(crate) use chain::*;
+pub(crate) use keys::*;
 
 /// A page id: an index into the mapping table (`mapping.rs`, which stores nodes: it
 /// depends on this file, never the reverse).
@@ -131,247 +133,6 @@ impl MergeState {
     }
 }
 
-/// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
-/// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
-/// key bytes only on a tie.
-#[inline]
-pub(crate) fn prefix(key: &[u8]) -> u64 {
-    match key.first_chunk::<8>() {
-        Some(b) => u64::from_be_bytes(*b),
-        // A loop, not a variable-length copy, which would be a call to memcpy.
-        None => key.iter().enumerate().fold(0, |p, (i, &c)| p | (c as u64) << (56 - 8 * i)),
-    }
-}
-
-/// Compares two keys given with their prefixes, touching the bytes only on a prefix tie.
-#[inline]
-pub(crate) fn cmp_prefixed(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> CmpOrdering {
-    match ap.cmp(&bp) {
-        // Equal prefixes of keys no longer than the prefix: the shorter key is smaller.
-        CmpOrdering::Equal if a.len() <= 8 && b.len() <= 8 => a.len().cmp(&b.len()),
-        CmpOrdering::Equal => a.cmp(b),
-        o => o,
-    }
-}
-
-/// Every `FENCE_STRIDE`-th prefix is copied into `KeyVec::fence`.
-const FENCE_STRIDE: usize = 8;
-/// Runs of prefixes up to this long are counted rather than bisected (four cache lines).
-const SHORT_RUN: usize = 32;
-
-/// Sorted keys stored contiguously, with their prefixes in a dense array for the search.
-///
-/// A search first narrows down with `fence`, every 8th prefix (for a 128-key node, 16
-/// prefixes in two cache lines), then searches one run of 8 prefixes: about three cache
-/// misses instead of the five of a plain binary search over the whole array, and the
-/// descent is bound by cache misses. Short runs are counted rather than bisected, so that
-/// their lines load at once.
-///
-/// Prefix truncation: once built (`finish`), if some key is longer than a prefix (8 bytes)
-/// and all keys share their first `skip` bytes, the
-/// stored prefixes are those of the bytes after them, so keys with a long common start
-/// (64-byte keys that differ in their last 8 bytes) still compare as integers; a search
-/// compares the shared bytes once.
-#[derive(Default, Clone)]
-pub(crate) struct KeyVec {
-    prefixes: Vec<u64>,
-    fence: Vec<u64>,
-    data: Vec<u8>,
-    ends: Vec<u32>,
-    skip: usize,
-}
-
-impl KeyVec {
-    pub(crate) fn with_capacity(n: usize, bytes: usize) -> Self {
-        let mut kv = KeyVec::default();
-        kv.reserve(n, bytes);
-        kv
-    }
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.ends.len()
-    }
-    #[inline]
-    pub(crate) fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.data[start..self.ends[i] as usize]
-    }
-    /// `prefix` of key `i` (of the whole key, whatever the truncation).
-    #[inline]
-    pub(crate) fn prefix(&self, i: usize) -> u64 {
-        if self.skip == 0 {
-            self.prefixes[i]
-        } else {
-            prefix(self.get(i))
-        }
-    }
-    /// Bytes of room beyond the keys held.
-    #[cfg(test)]
-    pub(crate) fn spare_bytes(&self) -> usize {
-        (self.data.capacity() - self.data.len())
-            + 8 * (self.prefixes.capacity() - self.prefixes.len())
-            + 4 * (self.ends.capacity() - self.ends.len())
-    }
-
-    /// Gives back the room beyond the keys held.
-    pub(crate) fn shrink_to_fit(&mut self) {
-        self.prefixes.shrink_to_fit();
-        self.fence.shrink_to_fit();
-        self.data.shrink_to_fit();
-        self.ends.shrink_to_fit();
-    }
-    pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
-        self.prefixes.reserve(n);
-        self.fence.reserve(n.div_ceil(FENCE_STRIDE));
-        self.data.reserve(bytes);
-        self.ends.reserve(n);
-    }
-    /// A copy with room for `n` more keys of `bytes` bytes in all: one allocation per
-    /// array, where a clone followed by `reserve` reallocates each.
-    pub(crate) fn clone_with_room(&self, n: usize, bytes: usize) -> Self {
-        fn grown<T: Copy>(v: &[T], extra: usize) -> Vec<T> {
-            let mut out = Vec::with_capacity(v.len() + extra);
-            out.extend_from_slice(v);
-            out
-        }
-        KeyVec {
-            prefixes: grown(&self.prefixes, n),
-            fence: grown(&self.fence, n.div_ceil(FENCE_STRIDE) + 1),
-            data: grown(&self.data, bytes),
-            ends: grown(&self.ends, n),
-            skip: self.skip,
-        }
-    }
-    /// Appends a key greater than every key so far. Call `finish` after the last one.
-    pub(crate) fn push(&mut self, key: &[u8]) {
-        debug_assert_eq!(self.skip, 0, "push after finish");
-        let p = prefix(key);
-        if self.prefixes.len().is_multiple_of(FENCE_STRIDE) {
-            self.fence.push(p);
-        }
-        self.prefixes.push(p);
-        self.data.extend_from_slice(key);
-        self.ends.push(self.data.len() as u32);
-    }
-    /// Truncates the common start of all keys out of the prefixes (see the type's doc).
-    pub(crate) fn finish(&mut self) {
-        let n = self.len();
-        // Keys that fit in a prefix never tie on it: truncation would only add a compare of
-        // the common start (a memcmp call) to every search.
-        if n < 2 || self.longest_key() <= 8 {
-            return;
-        }
-        let (first, last) = (self.get(0), self.get(n - 1));
-        // Sorted keys: what the first and last share, every key shares.
-        let skip = first.iter().zip(last).take_while(|(a, b)| a == b).count();
-        if skip == 0 {
-            return;
-        }
-        for i in 0..n {
-            let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-            let p = prefix(&self.data[start + skip..self.ends[i] as usize]);
-            self.prefixes[i] = p;
-            if i.is_multiple_of(FENCE_STRIDE) {
-                self.fence[i / FENCE_STRIDE] = p;
-            }
-        }
-        self.skip = skip;
-    }
-    fn longest_key(&self) -> usize {
-        let mut start = 0;
-        let mut longest = 0;
-        for &end in &self.ends {
-            longest = longest.max(end as usize - start);
-            start = end as usize;
-        }
-        longest
-    }
-    /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
-    #[inline]
-    pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        self.search_beside(key, &[] as &[u8])
-    }
-
-    /// [`search`](Self::search), prefetching the entries of `beside` (an array parallel to
-    /// the keys: a base's values or children) and the key bounds of the stretch of eight
-    /// the answer lies in, as soon as the fence names it: their cache misses overlap the
-    /// search's own instead of following it.
-    #[inline]
-    pub(crate) fn search_beside<T>(&self, key: &[u8], beside: &[T]) -> Result<usize, usize> {
-        let rest = if self.skip == 0 {
-            key
-        } else {
-            // Every key starts with `common`: a key that does not is below or above them all.
-            let common = &self.data[..self.skip];
-            match key[..key.len().min(self.skip)].cmp(common) {
-                CmpOrdering::Less => return Err(0),
-                CmpOrdering::Greater => return Err(self.len()),
-                CmpOrdering::Equal => key.get(self.skip..).ok_or(0usize)?,
-            }
-        };
-        let kp = prefix(rest);
-        // fence[j] = prefixes[8j] and prefixes are sorted, so: every index up to 8(j-1)
-        // with fence[j-1] < kp holds a smaller key, and every index from 8j with
-        // fence[j] > kp a greater one. The answer lies between.
-        // A short run is counted, not bisected: its loads do not wait on each other, so
-        // its cache lines (two for a node of 128 keys) arrive together.
-        let count_below = |run: &[u64]| run.iter().map(|&p| (p < kp) as usize).sum::<usize>();
-        let below = if self.fence.len() <= SHORT_RUN {
-            count_below(&self.fence)
-        } else {
-            self.fence.partition_point(|&f| f < kp)
-        };
-        let upto = below + self.fence[below..].partition_point(|&f| f == kp);
-        let mut lo = if below == 0 { 0 } else { (below - 1) * FENCE_STRIDE + 1 };
-        let mut hi = (upto * FENCE_STRIDE).min(self.len());
-        if hi > lo {
-            for i in [lo, hi - 1] {
-                prefetch(beside.get(i));
-                prefetch(self.ends.get(i));
-            }
-        }
-        if hi - lo <= SHORT_RUN {
-            // The first key at or above `key` follows the prefixes below `kp`; equal
-            // prefixes need their bytes.
-            let mut i = lo + count_below(&self.prefixes[lo..hi]);
-            while i < hi && self.prefixes[i] == kp {
-                match cmp_prefixed(kp, &self.get(i)[self.skip..], kp, rest) {
-                    CmpOrdering::Less => i += 1,
-                    CmpOrdering::Equal => return Ok(i),
-                    CmpOrdering::Greater => break,
-                }
-            }
-            return Err(i);
-        }
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let ord = match self.prefixes[mid].cmp(&kp) {
-                CmpOrdering::Equal => cmp_prefixed(kp, &self.get(mid)[self.skip..], kp, rest),
-                o => o,
-            };
-            match ord {
-                CmpOrdering::Less => lo = mid + 1,
-                CmpOrdering::Greater => hi = mid,
-                CmpOrdering::Equal => return Ok(mid),
-            }
-        }
-        Err(lo)
-    }
-}
-
-/// Asks for the cache line holding `*x` (nothing when `None`), without waiting for it.
-#[inline(always)]
-fn prefetch<T>(x: Option<&T>) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if let Some(x) = x {
-        // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults
-        // (and `x` is a live reference); SSE is in every x86-64 CPU.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast()) };
-    }
-    #[cfg(any(not(target_arch = "x86_64"), miri))]
-    let _ = x;
-}
-
 /// A base page: sorted records (leaf) or separators with children (inner).
 pub(crate) struct Base<V> {
     pub range: Arc<Range>,
@@ -397,6 +158,10 @@ impl<V> Base<V> {
     }
 }
 
+// A base inline, not boxed: its fence shares the node's cache lines, fetched together
+// (`prefetch_node`); a box would add a serial miss to every level of every descent. Deltas
+// pay the size (336 bytes a node), but live only until the next consolidation.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Kind<V> {
     Base(Base<V>),
     Upsert {
@@ -556,6 +321,16 @@ impl<V> Node<V> {
     }
 }
 
+/// Asks for every cache line of `node` at once (a base's fence is in them), so that they
+/// arrive together rather than one by one as its fields are read.
+#[inline(always)]
+pub(crate) fn prefetch_node<V>(node: &Node<V>) {
+    let start = (node as *const Node<V>).cast::<u8>();
+    for offset in (0..std::mem::size_of::<Node<V>>()).step_by(64) {
+        prefetch_at(start.wrapping_add(offset));
+    }
+}
+
 /// Dereferences a non-null shared node.
 ///
 /// # Safety
@@ -631,14 +406,6 @@ pub(crate) fn inspect_head<'g, V>(head: &'g Node<V>, guard: &'g Guard) -> Inspec
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// Short keys, keys tying on the zero-padded prefix, and long keys sharing one prefix.
-    fn any_key() -> impl Strategy<Value = Vec<u8>> {
-        prop_oneof![
-            proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(255u8), any::<u8>()], 0..10),
-            proptest::collection::vec(any::<u8>(), 0..3).prop_map(|t| [&b"samepref"[..], &t].concat()),
-        ]
-    }
 
     /// A hand-built chain: boxed nodes linked through raw pointers, freed together on drop
     /// (`Atomic` owns nothing, so each node is dropped exactly once, by its box).
@@ -871,42 +638,6 @@ mod tests {
             let d = domain();
             let c = build(&d, &left_keys, &right_keys, cuts, shape, &ops);
             check_chain(&c, &d)?;
-        }
-
-        /// The fence-narrowed search agrees with a plain binary search, and prefix
-        /// comparison agrees with byte-string order.
-        #[test]
-        fn keyvec_search_matches_sorted_vec(
-            common in proptest::collection::vec(prop_oneof![Just(0u8), Just(7u8), any::<u8>()], 0..20),
-            keys in proptest::collection::vec(any_key(), 0..300),
-            probes in proptest::collection::vec(any_key(), 1..50),
-        ) {
-            // Keys with a shared start (truncated prefixes), probes with and without it.
-            let mut keys: Vec<Vec<u8>> = keys.into_iter().map(|k| [&common[..], &k].concat()).collect();
-            keys.sort();
-            keys.dedup();
-            let probes: Vec<Vec<u8>> = probes
-                .iter()
-                .flat_map(|p| [p.clone(), [&common[..], p].concat(), common[..common.len() / 2].to_vec()])
-                .collect();
-            let mut kv = KeyVec::default();
-            for k in &keys {
-                kv.push(k);
-            }
-            for finished in [false, true] {
-                if finished {
-                    kv.finish();
-                }
-                for probe in probes.iter().chain(keys.iter()) {
-                    prop_assert_eq!(kv.search(probe), keys.binary_search(probe), "probe {:?}", probe);
-                }
-                for (i, k) in keys.iter().enumerate() {
-                    prop_assert_eq!(kv.prefix(i), prefix(k));
-                }
-            }
-            for w in keys.windows(2) {
-                prop_assert_eq!(cmp_prefixed(prefix(&w[0]), &w[0], prefix(&w[1]), &w[1]), CmpOrdering::Less);
-            }
         }
     }
 }

@@ -28,12 +28,12 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
             }
             Kind::Base(b) => {
                 if !cut {
-                    if let Ok(i) = b.keys.search_beside(key, &b.vals) {
+                    if let Ok(i) = b.keys.search_record(key, &b.vals) {
                         return Some(&b.vals[i]);
                     }
                 }
                 let rb = right_base?;
-                return rb.keys.search_beside(key, &rb.vals).ok().map(|i| &rb.vals[i]);
+                return rb.keys.search_record(key, &rb.vals).ok().map(|i| &rb.vals[i]);
             }
             _ => {}
         }
@@ -328,8 +328,9 @@ pub(crate) fn leaf_walk_from<'g, V>(
         CmpOrdering::Equal => !exclusive,
         CmpOrdering::Less => false,
     };
-    // Where the suffix of a sorted base from the bound starts.
-    let start = |b: &Base<V>| match b.keys.search(key) {
+    // Where the suffix of a sorted base from the bound starts (the keys and values read
+    // next prefetched with the search's own lines).
+    let start = |b: &Base<V>| match b.keys.search_record(key, &b.vals) {
         Ok(i) if exclusive => i + 1,
         Ok(i) | Err(i) => i,
     };
@@ -415,21 +416,20 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
     if let Some(b) = consolidate_appends(head, range, guard, &new_range) {
         return b;
     }
-    let mut keys = KeyVec::default();
+    let mut keys = KeyVecBuilder::default();
     let mut vals = Vec::new();
     // Sized by the chain's entry count (exact for a whole node, an upper bound for a half),
     // with the base's mean key length.
     let base = chain_base(head, guard).as_base().expect("base");
     let n = head.size as usize;
-    let mean_key = base.keys.data.len().div_ceil(base.len().max(1)).max(8);
+    let mean_key = base.keys.data_len().div_ceil(base.len().max(1)).max(8);
     keys.reserve(n, n * mean_key);
     vals.reserve(n);
     merge_leaf(head, range, guard, |k, v| {
         keys.push(k);
         vals.push(v.clone());
     });
-    keys.finish();
-    Base { range: new_range, keys, vals, children: Vec::new() }
+    Base { range: new_range, keys: keys.finish(), vals, children: Vec::new() }
 }
 
 /// A leaf's consolidated base with a sorted batch applied: an entry `(key, Some(v))` is
@@ -443,13 +443,13 @@ pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
     batch: &[(&[u8], Option<V>)],
     added: &mut [bool],
 ) -> Base<V> {
-    let mut keys = KeyVec::default();
+    let mut keys = KeyVecBuilder::default();
     let mut vals = Vec::new();
     let base = chain_base(head, guard).as_base().expect("base");
     // Room for the inserts only: an eviction's batch deletes, and reserving for its
     // entries too left evicted leaves several times larger than their keys.
     let n = head.size as usize + batch.iter().filter(|(_, v)| v.is_some()).count();
-    let mean_key = base.keys.data.len().div_ceil(base.len().max(1)).max(8);
+    let mean_key = base.keys.data_len().div_ceil(base.len().max(1)).max(8);
     keys.reserve(n, n * mean_key);
     vals.reserve(n);
     let mut at = 0;
@@ -480,14 +480,13 @@ pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
             added[i] = true;
         }
     }
-    keys.finish();
     // Deletes that emptied most of the leaf (an eviction): it stays in memory until it
-    // merges or fills again, at its size rather than its old one.
+    // merges or fills again, at its size rather than its old one (the keys are packed at
+    // their size anyway).
     if vals.len() < n / 2 {
-        keys.shrink_to_fit();
         vals.shrink_to_fit();
     }
-    Base { range: new_range, keys, vals, children: Vec::new() }
+    Base { range: new_range, keys: keys.finish(), vals, children: Vec::new() }
 }
 
 /// The ascending-insert fast path of [`consolidate_leaf`]: when the chain is one base with
@@ -503,7 +502,7 @@ fn consolidate_appends<'g, V: Clone>(
 ) -> Option<Base<V>> {
     let g = gather(head, guard);
     let base = g.left;
-    if !g.rights.is_empty() || g.cut.is_some() || base.keys.skip != 0 || g.deltas.len() > 64 {
+    if !g.rights.is_empty() || g.cut.is_some() || g.deltas.len() > 64 {
         return None;
     }
     let mut ds: SmallVec<[(u64, &'g [u8], &'g V); 16]> = SmallVec::new();
@@ -521,15 +520,14 @@ fn consolidate_appends<'g, V: Clone>(
     if !above_base || !base_in_range || !in_range(fp, fk) || !in_range(lp, lk) {
         return None;
     }
-    let mut keys = base.keys.clone_with_room(ds.len(), ds.iter().map(|d| d.1.len()).sum());
+    let mut keys = base.keys.to_builder(ds.len(), ds.iter().map(|d| d.1.len()).sum());
     let mut vals = Vec::with_capacity(n + ds.len());
     vals.extend_from_slice(&base.vals);
     for &(_, k, v) in &ds {
         keys.push(k);
         vals.push(v.clone());
     }
-    keys.finish();
-    Some(Base { range: Arc::clone(new_range), keys, vals, children: Vec::new() })
+    Some(Base { range: Arc::clone(new_range), keys: keys.finish(), vals, children: Vec::new() })
 }
 
 /// Every (separator, child) of an inner chain, sorted, restricted to `range`. Index-delete
@@ -558,27 +556,25 @@ pub(crate) fn inner_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g 
 /// Builds a leaf base from sorted records.
 pub(crate) fn leaf_base<V: Clone>(entries: &[(&[u8], &V)], range: Arc<Range>) -> Base<V> {
     let bytes = entries.iter().map(|(k, _)| k.len()).sum();
-    let mut keys = KeyVec::with_capacity(entries.len(), bytes);
+    let mut keys = KeyVecBuilder::with_capacity(entries.len(), bytes);
     let mut vals = Vec::with_capacity(entries.len());
     for (k, v) in entries {
         keys.push(k);
         vals.push((*v).clone());
     }
-    keys.finish();
-    Base { range, keys, vals, children: Vec::new() }
+    Base { range, keys: keys.finish(), vals, children: Vec::new() }
 }
 
 /// Builds an inner base from sorted separators.
 pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base<V> {
     let bytes = entries.iter().map(|(k, _)| k.len()).sum();
-    let mut keys = KeyVec::with_capacity(entries.len(), bytes);
+    let mut keys = KeyVecBuilder::with_capacity(entries.len(), bytes);
     let mut children = Vec::with_capacity(entries.len());
     for (k, c) in entries {
         keys.push(k);
         children.push(*c);
     }
-    keys.finish();
-    Base { range, keys, vals: Vec::new(), children }
+    Base { range, keys: keys.finish(), vals: Vec::new(), children }
 }
 
 /// Frees a chain immediately (tree drop).

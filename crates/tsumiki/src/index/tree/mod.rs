@@ -265,6 +265,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 self.repair_parent(path, guard, help);
                 return Err(Restart);
             };
+            prefetch_node(h);
             if h.level != level {
                 return Err(Restart);
             }

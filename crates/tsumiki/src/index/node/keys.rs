@@ -1,0 +1,414 @@
+//! The sorted keys of a base node, laid out for the descent ([`KeyVec`]), and the integer
+//! prefixes every key comparison of the tree starts with.
+
+use std::cmp::Ordering as CmpOrdering;
+
+/// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
+/// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
+/// key bytes only on a tie.
+#[inline]
+pub(crate) fn prefix(key: &[u8]) -> u64 {
+    match key.first_chunk::<8>() {
+        Some(b) => u64::from_be_bytes(*b),
+        // A loop, not a variable-length copy, which would be a call to memcpy.
+        None => key.iter().enumerate().fold(0, |p, (i, &c)| p | (c as u64) << (56 - 8 * i)),
+    }
+}
+
+/// Compares two keys given with their prefixes, touching the bytes only on a prefix tie.
+#[inline]
+pub(crate) fn cmp_prefixed(ap: u64, a: &[u8], bp: u64, b: &[u8]) -> CmpOrdering {
+    match ap.cmp(&bp) {
+        // Equal prefixes of keys no longer than the prefix: the shorter key is smaller.
+        CmpOrdering::Equal if a.len() <= 8 && b.len() <= 8 => a.len().cmp(&b.len()),
+        CmpOrdering::Equal => a.cmp(b),
+        o => o,
+    }
+}
+
+/// Fence entries, held in the node itself (two cache lines of prefixes).
+const FENCE_LEN: usize = 16;
+/// The shortest stride between fence entries (log2): runs of 8 prefixes, one cache line.
+const MIN_STRIDE_SHIFT: u32 = 3;
+/// Runs of prefixes up to this long are counted rather than bisected (four cache lines).
+const SHORT_RUN: usize = 32;
+/// The most bytes of a run's keys a record search prefetches (four lines: eight 24-byte
+/// keys; longer keys are compared at their start first anyway).
+const PREFETCH_KEY_BYTES: usize = 256;
+
+/// Sorted keys, packed for a descent that waits on as few cache misses as possible.
+///
+/// A search first counts the fence (every `stride`-th prefix, at most 16, kept inline so
+/// they arrive with the node's own cache lines), which names the run of `stride` keys the
+/// answer lies in. It then prefetches, all at once, what the rest of the search and its
+/// caller touch: the run's key bounds, the caller's parallel entry (a value or child), and,
+/// for a record lookup, the run's key bytes (located by `fence_at`). Only then does it count
+/// the run's prefixes. The misses overlap instead of following one another: the node's
+/// lines, then one round for the run, where separate arrays cost a round each.
+///
+/// Everything but the fence lives in one allocation, `block`: the prefixes (`u64`, native
+/// order), the key ends (`u32`), then the key bytes.
+///
+/// Prefix truncation: if some key is longer than a prefix (8 bytes) and all keys share their
+/// first `skip` bytes, the stored prefixes are those of the bytes after them, so keys with a
+/// long common start (64-byte keys that differ in their last 8 bytes) still compare as
+/// integers; a search compares the shared bytes once.
+///
+/// Immutable once built: [`KeyVecBuilder`] collects the keys.
+#[derive(Clone)]
+pub(crate) struct KeyVec {
+    /// `fence[j]` = the stored prefix of key `j << shift`, for `j < nf`.
+    fence: [u64; FENCE_LEN],
+    /// `fence_at[j]` = where key `j << shift` starts in the key bytes.
+    fence_at: [u32; FENCE_LEN],
+    n: u32,
+    skip: u32,
+    nf: u8,
+    /// log2 of the fence stride: the smallest from `MIN_STRIDE_SHIFT` up that needs at
+    /// most `FENCE_LEN` entries.
+    shift: u8,
+    block: Box<[u8]>,
+}
+
+impl Default for KeyVec {
+    fn default() -> Self {
+        KeyVecBuilder::default().finish()
+    }
+}
+
+impl KeyVec {
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// Where the key bytes start in `block`.
+    #[inline]
+    fn data_start(&self) -> usize {
+        12 * self.len()
+    }
+
+    /// Bytes of all keys together.
+    pub(crate) fn data_len(&self) -> usize {
+        self.block.len() - self.data_start()
+    }
+
+    /// The prefix stored for key `i` (of its bytes after `skip`).
+    #[inline]
+    fn stored_prefix(&self, i: usize) -> u64 {
+        u64::from_ne_bytes(*self.block[8 * i..].first_chunk::<8>().expect("a prefix per key"))
+    }
+
+    /// Where key `i` ends in the key bytes.
+    #[inline]
+    fn end(&self, i: usize) -> usize {
+        let at = 8 * self.len() + 4 * i;
+        u32::from_ne_bytes(*self.block[at..].first_chunk::<4>().expect("an end per key")) as usize
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.end(i - 1) };
+        let d = self.data_start();
+        &self.block[d + start..d + self.end(i)]
+    }
+
+    /// `prefix` of key `i` (of the whole key, whatever the truncation).
+    #[inline]
+    pub(crate) fn prefix(&self, i: usize) -> u64 {
+        if self.skip == 0 {
+            self.stored_prefix(i)
+        } else {
+            prefix(self.get(i))
+        }
+    }
+
+    /// A builder holding these keys, with room for `n` more of `bytes` bytes in all: the
+    /// key bytes and ends copied whole, where pushing them one by one would not be.
+    pub(crate) fn to_builder(&self, n: usize, bytes: usize) -> KeyVecBuilder {
+        let mut b = KeyVecBuilder::with_capacity(self.len() + n, self.data_len() + bytes);
+        b.data.extend_from_slice(&self.block[self.data_start()..]);
+        b.ends.extend((0..self.len()).map(|i| self.end(i) as u32));
+        b
+    }
+
+    /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
+    #[inline]
+    pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        self.search_in(key, &[] as &[u8], false)
+    }
+
+    /// [`search`](Self::search), prefetching the entries of `beside` (an array parallel to
+    /// the keys: an inner base's children) of the run the answer lies in.
+    #[inline]
+    pub(crate) fn search_beside<T>(&self, key: &[u8], beside: &[T]) -> Result<usize, usize> {
+        self.search_in(key, beside, false)
+    }
+
+    /// [`search_beside`](Self::search_beside) for a lookup that expects to find its key (a
+    /// leaf's record): prefetches the run's key bytes too, which an exact match compares.
+    #[inline]
+    pub(crate) fn search_record<T>(&self, key: &[u8], vals: &[T]) -> Result<usize, usize> {
+        self.search_in(key, vals, true)
+    }
+
+    #[inline(always)]
+    fn search_in<T>(&self, key: &[u8], beside: &[T], key_bytes: bool) -> Result<usize, usize> {
+        let n = self.len();
+        let d = self.data_start();
+        let skip = self.skip as usize;
+        let rest = if skip == 0 {
+            key
+        } else {
+            // Every key starts with `common`: a key that does not is below or above them all.
+            let common = &self.block[d..d + skip];
+            match key[..key.len().min(skip)].cmp(common) {
+                CmpOrdering::Less => return Err(0),
+                CmpOrdering::Greater => return Err(n),
+                CmpOrdering::Equal => key.get(skip..).ok_or(0usize)?,
+            }
+        };
+        let kp = prefix(rest);
+        // fence[j] = prefixes[j << shift] and prefixes are sorted, so: every index up to
+        // (j-1) << shift with fence[j-1] < kp holds a smaller key, and every index from
+        // j << shift with fence[j] > kp a greater one. The answer lies between. Runs are
+        // counted, not bisected: their loads do not wait on each other.
+        let nf = self.nf as usize;
+        let fence = &self.fence[..nf];
+        let below = fence.iter().map(|&f| (f < kp) as usize).sum::<usize>();
+        let upto = below + fence[below..].iter().take_while(|&&f| f == kp).count();
+        let shift = self.shift as u32;
+        let mut lo = if below == 0 { 0 } else { ((below - 1) << shift) + 1 };
+        let mut hi = (upto << shift).min(n);
+        if hi > lo {
+            for i in [lo, hi - 1] {
+                prefetch(beside.get(i));
+                prefetch(self.block.get(8 * n + 4 * i));
+            }
+            if key_bytes {
+                let first = self.fence_at[below.saturating_sub(1)] as usize;
+                let last = if upto < nf { self.fence_at[upto] as usize } else { self.data_len() };
+                let last = last.min(first + PREFETCH_KEY_BYTES);
+                for at in (first..last).step_by(64).chain(std::iter::once(last.saturating_sub(1))) {
+                    prefetch(self.block.get(d + at));
+                }
+            }
+        }
+        let count_below = |from: usize, to: usize| {
+            self.block[8 * from..8 * to]
+                .chunks_exact(8)
+                .map(|c| (u64::from_ne_bytes(c.try_into().expect("8 bytes")) < kp) as usize)
+                .sum::<usize>()
+        };
+        if hi - lo <= SHORT_RUN {
+            // The first key at or above `key` follows the prefixes below `kp`; equal
+            // prefixes need their bytes.
+            let mut i = lo + count_below(lo, hi);
+            while i < hi && self.stored_prefix(i) == kp {
+                match cmp_prefixed(kp, &self.get(i)[skip..], kp, rest) {
+                    CmpOrdering::Less => i += 1,
+                    CmpOrdering::Equal => return Ok(i),
+                    CmpOrdering::Greater => break,
+                }
+            }
+            return Err(i);
+        }
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let ord = match self.stored_prefix(mid).cmp(&kp) {
+                CmpOrdering::Equal => cmp_prefixed(kp, &self.get(mid)[skip..], kp, rest),
+                o => o,
+            };
+            match ord {
+                CmpOrdering::Less => lo = mid + 1,
+                CmpOrdering::Greater => hi = mid,
+                CmpOrdering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+}
+
+/// Collects sorted keys for a [`KeyVec`].
+#[derive(Default)]
+pub(crate) struct KeyVecBuilder {
+    data: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl KeyVecBuilder {
+    pub(crate) fn with_capacity(n: usize, bytes: usize) -> Self {
+        KeyVecBuilder { data: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+    }
+    pub(crate) fn reserve(&mut self, n: usize, bytes: usize) {
+        self.data.reserve(bytes);
+        self.ends.reserve(n);
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+    pub(crate) fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.data[start..self.ends[i] as usize]
+    }
+    /// Appends a key greater than every key so far.
+    pub(crate) fn push(&mut self, key: &[u8]) {
+        self.data.extend_from_slice(key);
+        self.ends.push(self.data.len() as u32);
+    }
+
+    /// Packs the keys: prefixes (truncated past a common start, see [`KeyVec`]), fence,
+    /// ends and bytes, in one allocation of exactly their size.
+    pub(crate) fn finish(self) -> KeyVec {
+        let n = self.len();
+        let longest = (0..n).map(|i| self.get(i).len()).max().unwrap_or(0);
+        // Keys that fit in a prefix never tie on it: truncation would only add a compare of
+        // the common start (a memcmp call) to every search.
+        let skip = if n < 2 || longest <= 8 {
+            0
+        } else {
+            // Sorted keys: what the first and last share, every key shares.
+            self.get(0).iter().zip(self.get(n - 1)).take_while(|(a, b)| a == b).count()
+        };
+        let mut shift = MIN_STRIDE_SHIFT;
+        while n.div_ceil(1 << shift) > FENCE_LEN {
+            shift += 1;
+        }
+        let stride_mask = (1usize << shift) - 1;
+        let mut fence = [0u64; FENCE_LEN];
+        let mut fence_at = [0u32; FENCE_LEN];
+        let mut block = Vec::with_capacity(12 * n + self.data.len());
+        let mut start = 0;
+        for (i, &end) in self.ends.iter().enumerate() {
+            let p = prefix(&self.data[start + skip..end as usize]);
+            block.extend_from_slice(&p.to_ne_bytes());
+            if i & stride_mask == 0 {
+                fence[i >> shift] = p;
+                fence_at[i >> shift] = start as u32;
+            }
+            start = end as usize;
+        }
+        for &end in &self.ends {
+            block.extend_from_slice(&end.to_ne_bytes());
+        }
+        block.extend_from_slice(&self.data);
+        KeyVec {
+            fence,
+            fence_at,
+            n: n as u32,
+            skip: skip as u32,
+            nf: n.div_ceil(1 << shift) as u8,
+            shift: shift as u8,
+            block: block.into_boxed_slice(),
+        }
+    }
+}
+
+/// Asks for the cache line holding `*x` (nothing when `None`), without waiting for it.
+#[inline(always)]
+pub(crate) fn prefetch<T>(x: Option<&T>) {
+    if let Some(x) = x {
+        prefetch_at((x as *const T).cast());
+    }
+}
+
+/// Asks for the cache line holding address `p`, without waiting for it.
+#[inline(always)]
+pub(crate) fn prefetch_at(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
+    // whatever the address; SSE is in every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Short keys, keys tying on the zero-padded prefix, and long keys sharing one prefix.
+    fn any_key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(255u8), any::<u8>()], 0..10),
+            proptest::collection::vec(any::<u8>(), 0..3).prop_map(|t| [&b"samepref"[..], &t].concat()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 512 }, ..ProptestConfig::default() })]
+
+        /// The fence-narrowed search (every stride, every truncation) agrees with a plain
+        /// binary search, keys and prefixes read back as pushed, and prefix comparison
+        /// agrees with byte-string order.
+        #[test]
+        fn keyvec_search_matches_sorted_vec(
+            common in proptest::collection::vec(prop_oneof![Just(0u8), Just(7u8), any::<u8>()], 0..20),
+            keys in proptest::collection::vec(any_key(), 0..700),
+            probes in proptest::collection::vec(any_key(), 1..50),
+        ) {
+            // Keys with a shared start (truncated prefixes), probes with and without it.
+            let mut keys: Vec<Vec<u8>> = keys.into_iter().map(|k| [&common[..], &k].concat()).collect();
+            keys.sort();
+            keys.dedup();
+            let probes: Vec<Vec<u8>> = probes
+                .iter()
+                .flat_map(|p| [p.clone(), [&common[..], p].concat(), common[..common.len() / 2].to_vec()])
+                .collect();
+            let mut b = KeyVecBuilder::default();
+            for k in &keys {
+                b.push(k);
+            }
+            let kv = b.finish();
+            prop_assert_eq!(kv.len(), keys.len());
+            let vals: Vec<usize> = (0..keys.len()).collect();
+            for probe in probes.iter().chain(keys.iter()) {
+                let want = keys.binary_search(probe);
+                prop_assert_eq!(kv.search(probe), want, "probe {:?}", probe);
+                prop_assert_eq!(kv.search_record(probe, &vals), want, "probe {:?}", probe);
+            }
+            for (i, k) in keys.iter().enumerate() {
+                prop_assert_eq!(kv.get(i), &k[..]);
+                prop_assert_eq!(kv.prefix(i), prefix(k));
+            }
+            // A copy with more keys pushed after: as if built at once.
+            let more: Vec<u8> = [&common[..], &[255u8; 12][..]].concat();
+            if keys.last().is_none_or(|l| *l < more) {
+                let mut b = kv.to_builder(1, more.len());
+                b.push(&more);
+                let grown = b.finish();
+                prop_assert_eq!(grown.len(), keys.len() + 1);
+                prop_assert_eq!(grown.search(&more), Ok(keys.len()));
+                for (i, k) in keys.iter().enumerate() {
+                    prop_assert_eq!(grown.search(k), Ok(i));
+                }
+            }
+            for w in keys.windows(2) {
+                prop_assert_eq!(cmp_prefixed(prefix(&w[0]), &w[0], prefix(&w[1]), &w[1]), CmpOrdering::Less);
+            }
+        }
+    }
+
+    /// Node sizes past every stride: 0 to 2,100 keys of 8 to 24 bytes, each found, and each
+    /// gap between them placed.
+    #[test]
+    fn keyvec_search_every_size() {
+        for n in (0..300).chain([511, 512, 513, 1023, 1024, 1025, 2100]) {
+            let keys: Vec<Vec<u8>> =
+                (0..n as u64).map(|i| (i * 2 + 1).to_be_bytes().repeat(1 + i as usize % 3)).collect();
+            let mut sorted = keys.clone();
+            sorted.sort();
+            let mut b = KeyVecBuilder::default();
+            sorted.iter().for_each(|k| b.push(k));
+            let kv = b.finish();
+            for (i, k) in sorted.iter().enumerate() {
+                assert_eq!(kv.search(k), Ok(i), "n {n} key {i}");
+                let below: Vec<u8> = [&k[..k.len() - 1], &[k[k.len() - 1] - 1]].concat();
+                assert_eq!(kv.search(&below), sorted.binary_search(&below), "n {n} below key {i}");
+            }
+        }
+    }
+}
