@@ -35,12 +35,14 @@ import tempfile
 # The top-level modules each module may import (besides itself). Keep in step with
 # docs/design.md's "Layers" paragraph.
 # The floor: the limits, the error type and the option names, the test plants, the owner of
-# background threads, the storage, the block format and the bounded byte reader (`decode`).
+# background threads, the storage, the block format, the bounded byte reader (`decode`) and
+# the cache-line prefetches.
 # Every layer above may use all of it.
-FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block", "decode"}
+FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block", "decode", "prefetch"}
 ALLOWED = {
     "limits": set(),
     "plants": set(),
+    "prefetch": set(),
     "background": set(),
     "error": {"limits"},
     "names": {"error"},

@@ -59,6 +59,7 @@ mod names;
 pub mod plants;
 #[cfg(not(feature = "test-plants"))]
 pub(crate) mod plants;
+pub(crate) mod prefetch;
 #[doc(hidden)]
 pub mod storage;
 #[doc(hidden)]

@@ -351,8 +351,9 @@ pub(crate) struct ValueCell {
     kept: Atomic<snapshot::Kept>,
 }
 
-/// How much of a value [`ValueCell::prefetch`] touches.
-const PREFETCH_BYTES: usize = 512;
+/// How much of a value's buffer [`ValueCell::prefetch`] asks for (a 150-byte value and its
+/// length; a longer one is copied at memory speed).
+const PREFETCH_BYTES: usize = 256;
 
 /// The longest value kept inline in its record.
 pub(crate) const INLINE_MAX: usize = 8;
@@ -429,20 +430,19 @@ impl ValueCell {
         f(Some(&bytes[..s >> 3]))
     }
 
-    /// Touches the cell and its heap buffer (see [`Protocol::prefetch`]): loads whose
-    /// results are thrown away, independent of each other across records.
+    /// Loads the cell's state and asks for its heap buffer's first lines (see
+    /// [`Protocol::prefetch`]): the state load waits for the cell's miss (its caller has
+    /// asked for the cell's line already), the buffer's lines do not wait. They are asked
+    /// for blind, [`PREFETCH_BYTES`] from the buffer's start whatever its length: reading
+    /// the length first would wait for the buffer's own miss.
     #[inline]
     pub(crate) fn prefetch(&self, guard: &Guard) {
         let s = self.state.load(Ordering::Relaxed);
         if is_heap(s) {
-            // SAFETY: as in `load_into`: a heap state names a buffer freed only through
-            // the epoch after it is replaced, and `guard` is pinned.
-            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
-            // SAFETY: as above; all its bytes were written before it was published.
-            let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
-            // A line at a time, the first few (a long value is copied at memory speed).
-            for i in (0..bytes.len().min(PREFETCH_BYTES)).step_by(64) {
-                std::hint::black_box(bytes[i]);
+            // A heap state is the buffer's address (its length, then its bytes).
+            let start = s as *const u8;
+            for offset in (0..PREFETCH_BYTES).step_by(64) {
+                crate::prefetch::prefetch_at(start.wrapping_add(offset));
             }
         }
         let _ = guard;

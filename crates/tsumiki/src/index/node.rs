@@ -13,6 +13,8 @@ use std::sync::Arc;
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
+use crate::prefetch::prefetch_at;
+
 mod chain;
 mod keys;
 pub(crate) use chain::*;

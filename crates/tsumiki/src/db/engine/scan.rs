@@ -2,6 +2,7 @@
 //! the cursor the public `Scan` drives.
 
 use super::*;
+use crate::prefetch::prefetch_at;
 
 /// Records per chunk of a scan: each chunk is read, then its membership re-checked.
 pub(super) const SCAN_CHUNK: usize = 64;
@@ -88,6 +89,13 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 &keys[at as usize..(at + len) as usize]
             };
             let last = recs.len() < max;
+            // The records' lines first, as hints that do not wait: their misses overlap
+            // whole. Then their values', which need each record's state.
+            for &(_, _, rec) in recs.iter() {
+                let at = rec.cast::<u8>();
+                prefetch_at(at);
+                prefetch_at(at.wrapping_add(std::mem::size_of::<P::Record>() - 1));
+            }
             for &(_, _, rec) in recs.iter() {
                 // SAFETY: as below.
                 eng.proto.prefetch(unsafe { &*rec }, guard);

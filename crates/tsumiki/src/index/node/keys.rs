@@ -3,6 +3,8 @@
 
 use std::cmp::Ordering as CmpOrdering;
 
+use crate::prefetch::prefetch;
+
 /// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
 /// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
 /// key bytes only on a tie.
@@ -302,27 +304,6 @@ impl KeyVecBuilder {
             block: block.into_boxed_slice(),
         }
     }
-}
-
-/// Asks for the cache line holding `*x` (nothing when `None`), without waiting for it.
-#[inline(always)]
-pub(crate) fn prefetch<T>(x: Option<&T>) {
-    if let Some(x) = x {
-        prefetch_at((x as *const T).cast());
-    }
-}
-
-/// Asks for the cache line holding address `p`, without waiting for it.
-#[inline(always)]
-pub(crate) fn prefetch_at(p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
-    // whatever the address; SSE is in every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(any(not(target_arch = "x86_64"), miri))]
-    let _ = p;
 }
 
 #[cfg(test)]
