@@ -22,3 +22,15 @@ pub(crate) fn prefetch_at(p: *const u8) {
     #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = p;
 }
+
+/// Asks for every cache line of the `len` bytes from `start` (none when `len` is 0).
+#[inline(always)]
+pub(crate) fn prefetch_span(start: *const u8, len: usize) {
+    for offset in (0..len).step_by(64) {
+        prefetch_at(start.wrapping_add(offset));
+    }
+    if len > 0 {
+        // The last line, when the span starts past a line's beginning.
+        prefetch_at(start.wrapping_add(len - 1));
+    }
+}

@@ -440,10 +440,7 @@ impl ValueCell {
         let s = self.state.load(Ordering::Relaxed);
         if is_heap(s) {
             // A heap state is the buffer's address (its length, then its bytes).
-            let start = s as *const u8;
-            for offset in (0..PREFETCH_BYTES).step_by(64) {
-                crate::prefetch::prefetch_at(start.wrapping_add(offset));
-            }
+            crate::prefetch::prefetch_span(s as *const u8, PREFETCH_BYTES);
         }
         let _ = guard;
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
-use crate::prefetch::prefetch_at;
+use crate::prefetch::prefetch_span;
 
 mod chain;
 mod keys;
@@ -327,10 +327,7 @@ impl<V> Node<V> {
 /// arrive together rather than one by one as its fields are read.
 #[inline(always)]
 pub(crate) fn prefetch_node<V>(node: &Node<V>) {
-    let start = (node as *const Node<V>).cast::<u8>();
-    for offset in (0..std::mem::size_of::<Node<V>>()).step_by(64) {
-        prefetch_at(start.wrapping_add(offset));
-    }
+    prefetch_span((node as *const Node<V>).cast(), std::mem::size_of::<Node<V>>());
 }
 
 /// Dereferences a non-null shared node.

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering as CmpOrdering;
 
-use crate::prefetch::prefetch;
+use crate::prefetch::{prefetch, prefetch_span};
 
 /// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
 /// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
@@ -191,9 +191,7 @@ impl KeyVec {
                 let first = self.fence_at[below.saturating_sub(1)] as usize;
                 let last = if upto < nf { self.fence_at[upto] as usize } else { self.data_len() };
                 let last = last.min(first + PREFETCH_KEY_BYTES);
-                for at in (first..last).step_by(64).chain(std::iter::once(last.saturating_sub(1))) {
-                    prefetch(self.block.get(d + at));
-                }
+                prefetch_span(self.block.as_ptr().wrapping_add(d + first), last - first);
             }
         }
         let count_below = |from: usize, to: usize| {
