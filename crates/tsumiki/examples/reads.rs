@@ -6,7 +6,8 @@
 //!
 //! Arguments: records (default 1,000,000); what to run: `get`, `get-ref`, `range`, `range-ref`
 //! (the borrowed forms), `get-each` (a snapshot per read), `get-each-txn` (a transaction per
-//! read) or `all` (default); passes over the keys (default 1; more for a profile).
+//! read) or `all` (default); passes over the keys (default 1; more for a profile); the
+//! value's length (default 150).
 //! Reads run in `Db::view` batches of 1,000 keys (100 scans).
 
 use std::time::Instant;
@@ -21,13 +22,14 @@ fn main() {
     let passes: usize = args.next().map_or(1, |a| a.parse().expect("passes: a number"));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let keys: Vec<[u8; 24]> = (0..n).map(|_| rng.random()).collect();
-    let value = [7u8; 150];
+    let vlen: usize = args.next().map_or(150, |a| a.parse().expect("value length: a number"));
+    let value = vec![7u8; vlen];
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let log = LogOptions { durability: Durability::None, ..LogOptions::default() };
     let db = Db::create(tmp.path(), Options { log, cache_bytes: 4 << 30, ..Options::default() }).expect("open");
     let t = Instant::now();
     for chunk in keys.chunks(10_000) {
-        db.run(|t| chunk.iter().try_for_each(|k| t.put(k, value))).expect("fill");
+        db.run(|t| chunk.iter().try_for_each(|k| t.put(k, &value))).expect("fill");
     }
     eprintln!("load: {:.2} s", t.elapsed().as_secs_f64());
     let mut order: Vec<usize> = (0..n).collect();
@@ -54,7 +56,7 @@ fn main() {
                 })
                 .expect("read");
         }
-        assert_eq!(found, passes * n * 150);
+        assert_eq!(found, passes * n * vlen);
         println!("{mode} random reads: {:.0} keys/s", (passes * n) as f64 / t.elapsed().as_secs_f64());
     }
     // One snapshot per read (what a binding that reads key by key does): the cost of
@@ -75,7 +77,7 @@ fn main() {
                 db.begin_read().get_with(keys[i], |v| v.map_or(0, <[u8]>::len)).expect("read")
             };
         }
-        assert_eq!(found, passes * n * 150);
+        assert_eq!(found, passes * n * vlen);
         println!("{mode} random reads: {:.0} keys/s", (passes * n) as f64 / t.elapsed().as_secs_f64());
     }
     for (mode, borrowed) in [("range", false), ("range-ref", true)] {
@@ -106,7 +108,7 @@ fn main() {
                 })
                 .expect("scan");
         }
-        assert!(seen > passes * scans * 150 * 9);
+        assert!(seen > passes * scans * vlen * 9);
         println!("{mode} reads (10): {:.0} scans/s", (passes * scans) as f64 / t.elapsed().as_secs_f64());
     }
     db.close().expect("close");

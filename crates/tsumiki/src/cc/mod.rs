@@ -33,14 +33,13 @@ pub mod silo;
 pub mod snapshot;
 pub mod tictoc;
 pub mod twopl;
+mod value;
 
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-
-use std::mem::MaybeUninit;
-
-use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
+use crossbeam_epoch::Guard;
 
 pub use snapshot::SnapshotStats;
+pub use value::ValueCell;
+pub(crate) use value::{alloc_loaded, alloc_new, free_record_of, prefetch_record};
 
 pub use crate::error::Conflict;
 
@@ -216,6 +215,19 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// records evicted so far: a reloaded record starts there, so that no later writer of
     /// the key can order itself before a reader of the record that left.
     fn new_loaded(&self, value: &[u8], stamp: u64) -> Self::Record;
+    /// [`new_loaded`](Self::new_loaded) with its cell left unwritten: the caller stores the
+    /// value (into the record's own allocation, see [`alloc_loaded`]). `None` where
+    /// [`value_cell`](Self::value_cell) is.
+    fn new_loaded_bare(&self, stamp: u64) -> Option<Self::Record> {
+        let _ = stamp;
+        None
+    }
+    /// The record's [`ValueCell`], where its value lives in one (`None`: records whose
+    /// values live in versions of their own).
+    fn value_cell(rec: &Self::Record) -> Option<&ValueCell> {
+        let _ = rec;
+        None
+    }
     /// The latest committed value of `rec` (`None`: absent or removed), read whole while
     /// transactions run: for a checkpoint's snapshot, and at close. It may wait for a
     /// writer that is installing.
@@ -330,192 +342,6 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn evict(&self, worker: &Self::Worker, rec: &Self::Record, guard: &Guard);
     /// Releases a latch of [`try_latch_evict`](Self::try_latch_evict) (eviction abandoned).
     fn unlatch_evict(&self, rec: &Self::Record);
-}
-
-/// The value of a single-version record. A value of up to [`INLINE_MAX`] bytes sits in the
-/// cell itself, so the record is its only allocation (a 4 + 8-byte record costs one 32-byte
-/// block instead of two); a longer one is a pointer to an immutable buffer, swapped whole by
-/// a writer and freed through the epoch. The buffer is one allocation holding its length and
-/// the bytes (crossbeam's slice `Pointable`).
-///
-/// Writers hold the record's exclusive lock. Optimistic readers may see inline bytes torn
-/// by a writer: they re-check the record's word after [`ValueCell::load_into`], which ends
-/// with an acquire fence, and `store` issues a release fence before it writes inline bytes,
-/// so a reader that saw any of them also sees the writer's lock (the seqlock argument).
-pub(crate) struct ValueCell {
-    /// `UNWRITTEN`, `DELETED`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`),
-    /// or a heap buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0).
-    state: AtomicUsize,
-    inline: AtomicU64,
-    /// Versions kept for open snapshots, newest first (null when none: see [`snapshot`]).
-    kept: Atomic<snapshot::Kept>,
-}
-
-/// How much of a value's buffer [`ValueCell::prefetch`] asks for (a 150-byte value and its
-/// length; a longer one is copied at memory speed).
-const PREFETCH_BYTES: usize = 256;
-
-/// The longest value kept inline in its record.
-pub(crate) const INLINE_MAX: usize = 8;
-/// Absent, and no commit ever stored a value here: a placeholder whose creator has not
-/// committed, or the sentinel. Kept apart from `DELETED` because a record's timestamps
-/// can move without a commit (an unlink hands it a gap, a reader extends it), so they
-/// cannot tell whether one did ([`Protocol::is_fresh`]).
-const UNWRITTEN: usize = 0;
-const REMOVED: usize = 1;
-const INLINE: usize = 2;
-/// Absent, stored so by a commit (a delete).
-const DELETED: usize = 3;
-const TAG_MASK: usize = 7;
-
-/// A state word that names a heap buffer.
-#[inline]
-fn is_heap(state: usize) -> bool {
-    state != UNWRITTEN && state & TAG_MASK == 0
-}
-
-impl ValueCell {
-    pub(crate) fn absent() -> Self {
-        ValueCell { state: AtomicUsize::new(UNWRITTEN), inline: AtomicU64::new(0), kept: Atomic::null() }
-    }
-
-    /// Appends the value to `out`; returns whether it is present.
-    #[inline]
-    pub(crate) fn load_into(&self, out: Option<&mut Vec<u8>>, guard: &Guard) -> bool {
-        let s = self.state.load(Ordering::Acquire);
-        if is_heap(s) {
-            // SAFETY: a heap state came from `Owned::into_usize` in `store`; the buffer is
-            // freed only through `guard.defer_destroy` after being replaced, and all its
-            // bytes were written before it was published.
-            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
-            if let Some(out) = out {
-                // SAFETY: as above; `guard` keeps the buffer allocated while we copy.
-                let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
-                out.extend_from_slice(bytes);
-            }
-            let _ = guard;
-            return true;
-        }
-        if s & TAG_MASK != INLINE {
-            return false;
-        }
-        if let Some(out) = out {
-            let bytes = self.inline.load(Ordering::Relaxed).to_le_bytes();
-            out.extend_from_slice(&bytes[..s >> 3]);
-            // Orders the inline load before the caller's re-check of the record's word.
-            fence(Ordering::Acquire);
-        }
-        true
-    }
-
-    /// Lends the value to `f` (`None`: absent). Only the holder of the record's exclusive
-    /// lock calls this, so the value cannot change meanwhile.
-    pub(crate) fn with_bytes<T>(&self, guard: &Guard, f: impl FnOnce(Option<&[u8]>) -> T) -> T {
-        let s = self.state.load(Ordering::Acquire);
-        if is_heap(s) {
-            // SAFETY: as in `load_into`: a heap state names a whole buffer, freed only
-            // through the epoch after it is replaced (by this lock's holder), and `guard`
-            // is pinned.
-            let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
-            // SAFETY: as above; all its bytes were written before it was published.
-            let bytes = unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) };
-            let r = f(Some(bytes));
-            let _ = guard;
-            return r;
-        }
-        if s & TAG_MASK != INLINE {
-            return f(None);
-        }
-        let bytes = self.inline.load(Ordering::Relaxed).to_le_bytes();
-        f(Some(&bytes[..s >> 3]))
-    }
-
-    /// Loads the cell's state and asks for its heap buffer's first lines (see
-    /// [`Protocol::prefetch`]): the state load waits for the cell's miss (its caller has
-    /// asked for the cell's line already), the buffer's lines do not wait. They are asked
-    /// for blind, [`PREFETCH_BYTES`] from the buffer's start whatever its length: reading
-    /// the length first would wait for the buffer's own miss.
-    #[inline]
-    pub(crate) fn prefetch(&self, guard: &Guard) {
-        let s = self.state.load(Ordering::Relaxed);
-        if is_heap(s) {
-            // A heap state is the buffer's address (its length, then its bytes).
-            crate::prefetch::prefetch_span(s as *const u8, PREFETCH_BYTES);
-        }
-        let _ = guard;
-    }
-
-    #[inline]
-    pub(crate) fn is_present(&self, _guard: &Guard) -> bool {
-        let s = self.state.load(Ordering::Acquire);
-        is_heap(s) || s & TAG_MASK == INLINE
-    }
-
-    /// Whether no commit has stored a value (or a deletion) here yet.
-    #[inline]
-    pub(crate) fn is_unwritten(&self) -> bool {
-        self.state.load(Ordering::Acquire) == UNWRITTEN
-    }
-
-    #[inline]
-    pub(crate) fn is_removed(&self, _guard: &Guard) -> bool {
-        self.state.load(Ordering::Acquire) == REMOVED
-    }
-
-    /// Replaces the value; only the holder of the record's exclusive lock calls this.
-    pub(crate) fn store(&self, value: Option<&[u8]>, guard: &Guard) {
-        let new = match value {
-            Some(v) if v.len() <= INLINE_MAX => {
-                let mut bytes = [0u8; 8];
-                bytes[..v.len()].copy_from_slice(v);
-                // Pairs with the fence at the end of `load_into` (see the type's comment).
-                fence(Ordering::Release);
-                self.inline.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
-                INLINE | v.len() << 3
-            }
-            Some(v) => {
-                let mut buf = Owned::<[MaybeUninit<u8>]>::init(v.len());
-                // SAFETY: `buf` holds exactly `v.len()` bytes and does not overlap `v`.
-                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.as_mut_ptr().cast::<u8>(), v.len()) };
-                buf.into_usize()
-            }
-            None => DELETED,
-        };
-        let old = self.state.swap(new, Ordering::AcqRel);
-        if is_heap(old) {
-            // SAFETY: `old` came from `into_usize` in an earlier `store` and is unreachable
-            // from now on; readers that loaded it are pinned.
-            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
-        }
-    }
-
-    /// Marks the record removed, letting its value go (the holder of its exclusive lock
-    /// calls this: an eviction).
-    pub(crate) fn remove(&self, guard: &Guard) {
-        let old = self.state.swap(REMOVED, Ordering::AcqRel);
-        if is_heap(old) {
-            // SAFETY: as in `store`.
-            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
-        }
-    }
-
-    /// Marks the (absent) record removed.
-    pub(crate) fn mark_removed(&self, _guard: &Guard) {
-        debug_assert!(!is_heap(self.state.load(Ordering::Relaxed)));
-        self.state.store(REMOVED, Ordering::Release);
-    }
-}
-
-impl Drop for ValueCell {
-    fn drop(&mut self) {
-        snapshot::drop_chain(&mut self.kept);
-        let s = *self.state.get_mut();
-        if is_heap(s) {
-            // SAFETY: `drop` has exclusive access and no reader can reach the record any
-            // more; the state came from `into_usize` and is converted back once.
-            drop(unsafe { Owned::<[MaybeUninit<u8>]>::from_usize(s) });
-        }
-    }
 }
 
 /// Frees locks that only a log flush releases (NLR group commit, paper 001's Algorithm 3:

@@ -24,9 +24,14 @@ impl OccRecord {
         OccRecord { word: AtomicU64::new(0), value: ValueCell::absent() }
     }
 
+    /// A committed record with word `word` whose value the caller stores next.
+    pub(crate) fn bare(word: u64) -> Self {
+        OccRecord { word: AtomicU64::new(word), value: ValueCell::absent() }
+    }
+
     /// A committed record with word `word` holding `value`.
     pub(crate) fn loaded(word: u64, value: &[u8]) -> Self {
-        let r = OccRecord { word: AtomicU64::new(word), value: ValueCell::absent() };
+        let r = Self::bare(word);
         // SAFETY: the record is not published yet, and its cell is empty: nothing is deferred.
         r.value.store(Some(value), unsafe { crossbeam_epoch::unprotected() });
         r

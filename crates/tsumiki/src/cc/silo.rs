@@ -18,8 +18,8 @@ use crossbeam_epoch::Guard;
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
-    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry,
-    WriteKind,
+    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
+    WriteEntry, WriteKind,
 };
 
 const EPOCH_SHIFT: u32 = 32;
@@ -137,6 +137,14 @@ impl Protocol for Silo {
         // At least TID 1: committed (placeholders have 0); `stamp`: every TID an evicted
         // record had, so that TIDs of a key only grow.
         OccRecord::loaded(stamp.max(1), value)
+    }
+
+    fn new_loaded_bare(&self, stamp: u64) -> Option<SiloRecord> {
+        Some(OccRecord::bare(stamp.max(1)))
+    }
+
+    fn value_cell(rec: &SiloRecord) -> Option<&ValueCell> {
+        Some(&rec.value)
     }
 
     fn committed_value(&self, rec: &SiloRecord, guard: &Guard) -> Option<Vec<u8>> {

@@ -17,8 +17,8 @@ use crossbeam_epoch::Guard;
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
-    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, WriteEntry,
-    WriteKind,
+    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
+    WriteEntry, WriteKind,
 };
 
 const DELTA_SHIFT: u32 = 48;
@@ -119,6 +119,15 @@ impl Protocol for TicToc {
         // evicted record.
         let ts = stamp.max(1);
         OccRecord::loaded(pack(ts, ts), value)
+    }
+
+    fn new_loaded_bare(&self, stamp: u64) -> Option<TicTocRecord> {
+        let ts = stamp.max(1);
+        Some(OccRecord::bare(pack(ts, ts)))
+    }
+
+    fn value_cell(rec: &TicTocRecord) -> Option<&ValueCell> {
+        Some(&rec.value)
     }
 
     fn committed_value(&self, rec: &TicTocRecord, guard: &Guard) -> Option<Vec<u8>> {

@@ -265,6 +265,14 @@ impl Protocol for TwoPl {
         r
     }
 
+    fn new_loaded_bare(&self, _stamp: u64) -> Option<TwoPlRecord> {
+        Some(TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() })
+    }
+
+    fn value_cell(rec: &TwoPlRecord) -> Option<&ValueCell> {
+        Some(&rec.value)
+    }
+
     fn committed_value(&self, rec: &TwoPlRecord, guard: &Guard) -> Option<Vec<u8>> {
         // A shared lock for the read alone, as a maintenance reader (it does not lower the
         // word's oldest-reader timestamp): a writer installs under its exclusive lock.

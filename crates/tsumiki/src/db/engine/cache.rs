@@ -72,7 +72,7 @@ impl<P: Protocol> Engine<P> {
         let mut bytes = 0;
         let mut pending: Vec<(Vec<u8>, RecPtr<P::Record>)> = Vec::new();
         let mut loaded = d.load_range(&low, high.as_deref(), &mut |k, v| {
-            pending.push((k.to_vec(), RecPtr(Box::into_raw(Box::new(self.proto.new_loaded(v, stamp))))));
+            pending.push((k.to_vec(), RecPtr(crate::cc::alloc_loaded(&self.proto, v, stamp))));
             bytes += (k.len() + v.len() + RECORD_OVERHEAD) as i64;
             if pending.len() >= LOAD_BATCH {
                 bytes -= self.insert_loaded(&mut pending)?;
@@ -87,7 +87,7 @@ impl<P: Protocol> Engine<P> {
         }
         for (_, rec) in pending.drain(..) {
             // SAFETY: never published (a load that failed before inserting them).
-            drop(unsafe { Box::from_raw(rec.0 as *mut P::Record) });
+            unsafe { crate::cc::free_record_of::<P>(rec.0 as *mut P::Record) };
         }
         r.credit_range(range, bytes);
         collect_garbage(bytes as usize / RECORD_OVERHEAD);
@@ -112,7 +112,7 @@ impl<P: Protocol> Engine<P> {
             if !added {
                 freed += self.record_bytes(&k, p, guard);
                 // SAFETY: never published.
-                drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+                unsafe { crate::cc::free_record_of::<P>(p.0 as *mut P::Record) };
             }
         }
         r.map_err(Error::Index)?;

@@ -76,10 +76,10 @@ impl<P: Protocol> Engine<P> {
             policy,
             plants,
             &mut |k, v| {
-                let rec = Box::into_raw(Box::new(proto.new_loaded(v, 0)));
+                let rec = crate::cc::alloc_loaded(proto, v, 0);
                 builder.push(k, RecPtr(rec)).map_err(|e| {
                     // SAFETY: never published.
-                    drop(unsafe { Box::from_raw(rec) });
+                    unsafe { crate::cc::free_record_of::<P>(rec) };
                     Error::Corrupt(format!("the recovered state: {e}").into())
                 })
             },
@@ -92,7 +92,7 @@ impl<P: Protocol> Engine<P> {
             Err(e) => {
                 // Records already loaded are freed with the partial tree.
                 if let Ok(t) = index {
-                    free_records(&t);
+                    free_records::<P>(&t);
                 }
                 return Err(e);
             }

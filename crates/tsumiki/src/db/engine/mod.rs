@@ -317,7 +317,13 @@ impl<P: Protocol> Engine<P> {
     fn lookup(&self, key: &[u8], _guard: &Guard) -> Option<&P::Record> {
         // SAFETY: records are freed only after every transaction that began before they left
         // the index has ended; the caller's transaction is running.
-        self.index.get(key).ok().flatten().map(|p| unsafe { &*p.0 })
+        self.index.get(key).ok().flatten().map(|p| {
+            // The record's lines and its tail's together: the value, when it is in the
+            // tail, arrives with the record instead of after it.
+            crate::cc::prefetch_record(p.0);
+            // SAFETY: as above.
+            unsafe { &*p.0 }
+        })
     }
 
     /// The first record at or after `key` (after, when `exclusive`), or the sentinel, and
@@ -392,10 +398,10 @@ impl<P: Protocol> Engine<P> {
 }
 
 /// Frees the records of an index no transaction can reach.
-fn free_records<R: Send + Sync + 'static>(index: &BwTree<RecPtr<R>>) {
+fn free_records<P: Protocol>(index: &BwTree<RecPtr<P::Record>>) {
     for (_, p) in index.scan(b"", None) {
         // SAFETY: the caller owns the index exclusively; each record is owned by its entry.
-        drop(unsafe { Box::from_raw(p.0 as *mut R) });
+        unsafe { crate::cc::free_record_of::<P>(p.0 as *mut P::Record) };
     }
 }
 
@@ -405,10 +411,10 @@ impl<P: Protocol> Drop for Engine<P> {
             // Held lock words live in the records freed below.
             d.wal.release_all_held();
         }
-        free_records(&self.index);
+        free_records::<P>(&self.index);
         for (_, p) in self.retired.get_mut().drain(..) {
             // SAFETY: as above; retired records are out of the index and owned by the list.
-            drop(unsafe { Box::from_raw(p.0 as *mut P::Record) });
+            unsafe { crate::cc::free_record_of::<P>(p.0 as *mut P::Record) };
         }
     }
 }

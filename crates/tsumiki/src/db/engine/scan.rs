@@ -2,7 +2,6 @@
 //! the cursor the public `Scan` drives.
 
 use super::*;
-use crate::prefetch::prefetch_at;
 
 /// Records per chunk of a scan: each chunk is read, then its membership re-checked.
 pub(super) const SCAN_CHUNK: usize = 64;
@@ -89,12 +88,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 &keys[at as usize..(at + len) as usize]
             };
             let last = recs.len() < max;
-            // The records' lines first, as hints that do not wait: their misses overlap
-            // whole. Then their values', which need each record's state.
+            // The records' lines (and their tails') first, as hints that do not wait: their
+            // misses overlap whole. Then the values' on the heap, which need each record's
+            // state.
             for &(_, _, rec) in recs.iter() {
-                let at = rec.cast::<u8>();
-                prefetch_at(at);
-                prefetch_at(at.wrapping_add(std::mem::size_of::<P::Record>() - 1));
+                crate::cc::prefetch_record(rec);
             }
             for &(_, _, rec) in recs.iter() {
                 // SAFETY: as below.

@@ -67,7 +67,7 @@ impl<P: Protocol> Engine<P> {
             retired.pop_front();
             // SAFETY: out of the index since `stamp`; every transaction that could have
             // loaded it began before and has ended (`enter`); nothing else holds records.
-            drop(unsafe { Box::from_raw(rec.0 as *mut P::Record) });
+            unsafe { crate::cc::free_record_of::<P>(rec.0 as *mut P::Record) };
         }
         if retired.is_empty() {
             self.has_retired.store(false, Ordering::Release);

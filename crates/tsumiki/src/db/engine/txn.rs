@@ -364,11 +364,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
 
     /// Finds the record of `key`, or puts a placeholder for it into the index: one descent
     /// for a key that exists, and the follower found by the same descent for one that does
-    /// not.
-    pub(super) fn place(&mut self, key: &[u8], guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
+    /// not. A placeholder has room for a value of `reserve` bytes in its own allocation
+    /// (the length of the value being written; see [`crate::cc::alloc_new`]).
+    pub(super) fn place(&mut self, key: &[u8], reserve: usize, guard: &Guard) -> Result<Place<'a, P::Record>, Access> {
         let since = self.eng.load_count();
         let mut at = self.eng.index.cursor(key, guard);
-        self.place_at(&mut at, key, since, guard)
+        self.place_at(&mut at, key, since, reserve, guard)
     }
 
     /// [`place`](Self::place) from a cursor at `key`'s leaf: the follower lookup, its
@@ -379,10 +380,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
         key: &[u8],
         since: u64,
+        reserve: usize,
         guard: &Guard,
     ) -> Result<Place<'a, P::Record>, Access> {
         let mut nk = std::mem::take(&mut self.b().key_buf);
-        let r = self.place_with(at, key, since, &mut nk, guard);
+        let r = self.place_with(at, key, since, reserve, &mut nk, guard);
         self.b().key_buf = nk;
         r
     }
@@ -392,6 +394,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         at: &mut Cursor<'_, '_, RecPtr<P::Record>>,
         key: &[u8],
         mut since: u64,
+        reserve: usize,
         nk: &mut Vec<u8>,
         guard: &Guard,
     ) -> Result<Place<'a, P::Record>, Access> {
@@ -428,12 +431,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
                 continue;
             }
-            let rec = Box::into_raw(Box::new(eng.proto.new_record(&mut self.b().st)));
+            let rec = crate::cc::alloc_new(&eng.proto, &mut self.b().st, reserve);
             let inserted = at.insert(RecPtr(rec)).unwrap_or(false);
             eng.proto.unlatch_gap(&mut self.b().st, next);
             if !inserted {
                 // SAFETY: never published.
-                drop(unsafe { Box::from_raw(rec) });
+                unsafe { crate::cc::free_record_of::<P>(rec) };
                 return Ok(Place::Retry);
             }
             // SAFETY: published in the index; freed only after this transaction ended.
@@ -582,7 +585,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(Access::Failed) => return self.failed(),
                 }
             }
-            let placed = self.place_at(&mut at, key, since, guard);
+            let placed = self.place_at(&mut at, key, since, value.len(), guard);
             self.b().last_put_new = matches!(placed, Ok(Place::New(_)));
             let step = match placed {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
@@ -623,7 +626,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Ok(Some(_)) => Err(Access::Removed), // appeared: look again
                     Err(e) => Err(e),
                 },
-                None => match self.place(key, guard) {
+                None => match self.place(key, value.map_or(0, <[u8]>::len), guard) {
                     Ok(Place::New(rec)) => self.add_write(key, rec, Write::Value(value)).map(|()| true),
                     Ok(Place::Existing(_) | Place::Retry) => Err(Access::Removed), // look again
                     Err(e) => Err(e),
