@@ -256,7 +256,7 @@ impl ValueCell {
     }
 
     /// Whether the record was allocated with a tail.
-    fn has_tail(&self) -> bool {
+    pub(crate) fn has_tail(&self) -> bool {
         self.state.load(Ordering::Relaxed) & TAILED != 0
     }
 

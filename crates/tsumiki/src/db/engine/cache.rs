@@ -72,7 +72,7 @@ impl<P: Protocol> Engine<P> {
         let mut bytes = 0;
         let mut pending: Vec<(Vec<u8>, RecPtr<P::Record>)> = Vec::new();
         let mut loaded = d.load_range(&low, high.as_deref(), &mut |k, v| {
-            pending.push((k.to_vec(), RecPtr(crate::cc::alloc_loaded(&self.proto, v, stamp))));
+            pending.push((k.to_vec(), RecPtr(self.allocated(crate::cc::alloc_loaded(&self.proto, v, stamp)))));
             bytes += (k.len() + v.len() + RECORD_OVERHEAD) as i64;
             if pending.len() >= LOAD_BATCH {
                 bytes -= self.insert_loaded(&mut pending)?;

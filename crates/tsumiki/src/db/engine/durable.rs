@@ -76,7 +76,7 @@ impl<P: Protocol> Engine<P> {
             policy,
             plants,
             &mut |k, v| {
-                let rec = crate::cc::alloc_loaded(proto, v, 0);
+                let rec = self.allocated(crate::cc::alloc_loaded(proto, v, 0));
                 builder.push(k, RecPtr(rec)).map_err(|e| {
                     // SAFETY: never published.
                     unsafe { crate::cc::free_record_of::<P>(rec) };

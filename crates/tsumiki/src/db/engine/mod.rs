@@ -233,6 +233,10 @@ pub struct Engine<P: Protocol> {
     /// Whether `pending_unlinks` may hold keys: checked by every commit without touching
     /// the mutex's cache line.
     has_pending: AtomicBool,
+    /// Whether any record was allocated with a tail ([`crate::cc::alloc_new`]): reads then
+    /// ask for a record's tail lines with its own. Without tails (values of up to 8 bytes,
+    /// as YCSB's) a record is one line, and asking for more only costs bandwidth.
+    tails: AtomicBool,
     pub(crate) counters: Counters,
     pub(crate) durable: Option<Durable>,
     /// Every slot ever made (slots are pooled, never dropped before the engine): scanned
@@ -295,6 +299,7 @@ impl<P: Protocol> Engine<P> {
             free_slots: Mutex::new(Vec::new()),
             pending_unlinks: Mutex::new(VecDeque::new()),
             has_pending: AtomicBool::new(false),
+            tails: AtomicBool::new(false),
             counters: Counters::default(),
             durable: None,
             slots: Mutex::new(Vec::new()),
@@ -318,12 +323,33 @@ impl<P: Protocol> Engine<P> {
         // SAFETY: records are freed only after every transaction that began before they left
         // the index has ended; the caller's transaction is running.
         self.index.get(key).ok().flatten().map(|p| {
-            // The record's lines and its tail's together: the value, when it is in the
-            // tail, arrives with the record instead of after it.
-            crate::cc::prefetch_record(p.0);
+            self.prefetch_record(p.0);
             // SAFETY: as above.
             unsafe { &*p.0 }
         })
+    }
+
+    /// Asks for a record's lines and, where records have tails, its tail's: the value,
+    /// when it is in the tail, arrives with the record instead of after it.
+    #[inline]
+    fn prefetch_record(&self, rec: *const P::Record) {
+        if self.tails.load(Ordering::Relaxed) {
+            crate::cc::prefetch_record(rec);
+        } else {
+            let at = rec.cast::<u8>();
+            crate::prefetch::prefetch_at(at);
+            crate::prefetch::prefetch_at(at.wrapping_add(std::mem::size_of::<P::Record>() - 1));
+        }
+    }
+
+    /// Notes a new record's allocation (see [`Engine::tails`]); returns it.
+    #[inline]
+    fn allocated(&self, rec: *mut P::Record) -> *mut P::Record {
+        // SAFETY: a live record just allocated by the caller.
+        if !self.tails.load(Ordering::Relaxed) && P::value_cell(unsafe { &*rec }).is_some_and(|c| c.has_tail()) {
+            self.tails.store(true, Ordering::Relaxed);
+        }
+        rec
     }
 
     /// The first record at or after `key` (after, when `exclusive`), or the sentinel, and

@@ -92,7 +92,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // misses overlap whole. Then the values' on the heap, which need each record's
             // state.
             for &(_, _, rec) in recs.iter() {
-                crate::cc::prefetch_record(rec);
+                eng.prefetch_record(rec);
             }
             for &(_, _, rec) in recs.iter() {
                 // SAFETY: as below.

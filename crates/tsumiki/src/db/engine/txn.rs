@@ -431,7 +431,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
                 continue;
             }
-            let rec = crate::cc::alloc_new(&eng.proto, &mut self.b().st, reserve);
+            let rec = eng.allocated(crate::cc::alloc_new(&eng.proto, &mut self.b().st, reserve));
             let inserted = at.insert(RecPtr(rec)).unwrap_or(false);
             eng.proto.unlatch_gap(&mut self.b().st, next);
             if !inserted {
