@@ -7,7 +7,8 @@
 //! Arguments: records (default 1,000,000); what to run: `get`, `get-ref`, `range`, `range-ref`
 //! (the borrowed forms), `get-each` (a snapshot per read), `get-each-txn` (a transaction per
 //! read) or `all` (default); passes over the keys (default 1; more for a profile); the
-//! value's length (default 150).
+//! value's length (default 150); `reopen` to close and open the database before reading
+//! (the tree is then the one recovery builds bottom-up, as after any open).
 //! Reads run in `Db::view` batches of 1,000 keys (100 scans).
 
 use std::time::Instant;
@@ -26,12 +27,20 @@ fn main() {
     let value = vec![7u8; vlen];
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let log = LogOptions { durability: Durability::None, ..LogOptions::default() };
-    let db = Db::create(tmp.path(), Options { log, cache_bytes: 4 << 30, ..Options::default() }).expect("open");
+    let reopen = args.next().is_some_and(|a| a == "reopen");
+    let opts = Options { log, cache_bytes: 4 << 30, ..Options::default() };
+    let mut db = Db::create(tmp.path(), opts.clone()).expect("open");
     let t = Instant::now();
     for chunk in keys.chunks(10_000) {
         db.run(|t| chunk.iter().try_for_each(|k| t.put(k, &value))).expect("fill");
     }
     eprintln!("load: {:.2} s", t.elapsed().as_secs_f64());
+    if reopen {
+        let t = Instant::now();
+        db.close().expect("close");
+        db = Db::open(tmp.path(), opts).expect("reopen");
+        eprintln!("close and open: {:.2} s", t.elapsed().as_secs_f64());
+    }
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         order.swap(i, rng.random_range(0..=i));

@@ -216,7 +216,7 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     /// the key can order itself before a reader of the record that left.
     fn new_loaded(&self, value: &[u8], stamp: u64) -> Self::Record;
     /// [`new_loaded`](Self::new_loaded) with its cell left unwritten: the caller stores the
-    /// value (into the record's own allocation, see [`alloc_loaded`]). `None` where
+    /// value (into the record's own allocation, see `cc::alloc_loaded`). `None` where
     /// [`value_cell`](Self::value_cell) is.
     fn new_loaded_bare(&self, stamp: u64) -> Option<Self::Record> {
         let _ = stamp;

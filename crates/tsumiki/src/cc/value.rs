@@ -18,14 +18,14 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
 
 use super::{snapshot, Protocol};
 
-/// The value of a single-version record. A value of up to [`INLINE_MAX`] bytes sits in the
+/// The value of a single-version record. A value of up to `INLINE_MAX` (8) bytes sits in the
 /// cell itself, so the record is its only allocation (a 4 + 8-byte record costs one 32-byte
 /// block instead of two); a longer one is in the record's tail (see the module) or a pointer
 /// to an immutable buffer, swapped whole by a writer and freed through the epoch. The buffer
 /// is one allocation holding its length and the bytes (crossbeam's slice `Pointable`).
 ///
 /// Writers hold the record's exclusive lock. Optimistic readers may see inline bytes torn
-/// by a writer: they re-check the record's word after [`ValueCell::load_into`], which ends
+/// by a writer: they re-check the record's word after `ValueCell::load_into`, which ends
 /// with an acquire fence, and `store` issues a release fence before it writes inline bytes,
 /// so a reader that saw any of them also sees the writer's lock (the seqlock argument).
 pub struct ValueCell {
