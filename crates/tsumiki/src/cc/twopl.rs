@@ -258,8 +258,8 @@ impl Protocol for TwoPl {
         TwoPlRecord { lock: AtomicU64::new(WRITER | st.ts), value: ValueCell::absent() }
     }
 
-    fn new_loaded(&self, value: &[u8], _stamp: u64) -> TwoPlRecord {
-        let r = TwoPlRecord { lock: AtomicU64::new(0), value: ValueCell::absent() };
+    fn new_loaded(&self, value: &[u8], stamp: u64) -> TwoPlRecord {
+        let r = self.new_loaded_bare(stamp).expect("2PL records have a cell");
         // SAFETY: the record is not published yet, and its cell is empty: nothing is deferred.
         r.value.store(Some(value), unsafe { crossbeam_epoch::unprotected() });
         r

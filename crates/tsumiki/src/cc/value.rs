@@ -250,9 +250,8 @@ impl ValueCell {
 
     /// Marks the (absent) record removed.
     pub(crate) fn mark_removed(&self, _guard: &Guard) {
-        debug_assert!(!is_heap(self.load(Ordering::Relaxed)));
-        let tailed = self.state.load(Ordering::Relaxed) & TAILED;
-        self.state.store(REMOVED | tailed, Ordering::Release);
+        let old = self.swap(REMOVED);
+        debug_assert!(!is_heap(old));
     }
 
     /// Whether the record was allocated with a tail.
@@ -337,10 +336,11 @@ pub(crate) unsafe fn free_record<R>(p: *mut R, cell: impl Fn(&R) -> Option<&Valu
         drop(unsafe { Box::from_raw(p) });
         return;
     }
+    // The header's offset does not depend on the capacity.
     let (_, offset) = tailed_layout::<R>(0);
     // SAFETY: a tailed record has its header at `offset`, written at allocation.
     let cap = unsafe { (*p.cast::<u8>().add(offset).cast::<TailHeader>()).cap as usize };
-    let (layout, _) = tailed_layout::<R>(cap);
+    let layout = tailed_layout::<R>(cap).0;
     // SAFETY: `p` holds a live `R` and was allocated with `layout` (the same `cap`).
     unsafe {
         std::ptr::drop_in_place(p);
