@@ -451,9 +451,16 @@ mod tests {
     #[test]
     fn a_record_without_a_cell_or_freed_unwritten() {
         let p = alloc_record(Rec { word: AtomicU64::new(0), cell: ValueCell::absent() }, 64, |_| None);
+        // SAFETY: live until freed below.
+        assert!(!unsafe { &*p }.cell.has_tail(), "no cell named: a plain box");
         // SAFETY: a plain box, freed once.
         unsafe { free_record(p, |_: &Rec| None) };
         let p = alloc_record(Rec { word: AtomicU64::new(0), cell: ValueCell::absent() }, 64, cell);
+        // SAFETY: live until freed below.
+        let r = unsafe { &*p };
+        assert!(r.cell.has_tail() && r.cell.is_unwritten() && !r.cell.is_embedded());
+        r.cell.mark_removed(&crossbeam_epoch::pin());
+        assert!(r.cell.has_tail() && r.cell.is_removed(&crossbeam_epoch::pin()), "TAILED outlives the state");
         // SAFETY: a tailed record never written: freed with its tail's layout.
         unsafe { free_record(p, cell) };
     }
