@@ -481,6 +481,17 @@ impl Scan<'_, '_> {
     }
 }
 
+impl Drop for Scan<'_, '_> {
+    fn drop(&mut self) {
+        // Not while the transaction is borrowed (a scan dropped inside a callback of the
+        // same transaction): the hint is then lost, nothing else.
+        if let Ok(mut inner) = self.txn.inner.try_borrow_mut() {
+            let cursor = &mut self.cursor;
+            dispatch!(AnyTxn, &mut *inner, t => cursor.finish(t));
+        }
+    }
+}
+
 impl Iterator for Scan<'_, '_> {
     type Item = Result<(Vec<u8>, Vec<u8>), Error>;
 

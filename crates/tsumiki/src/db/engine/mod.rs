@@ -89,6 +89,12 @@ pub(crate) struct TxnBufs<P: Protocol> {
     scan_keys: Vec<u8>,
     /// The index leaves a scan chunk's walk entered.
     scan_leaves: Leaves,
+    /// The row buffer of the last scan that ended, lent to the next (see
+    /// [`scan::ScanCursor`]): a scan of a few records then allocates nothing.
+    scan_rows: scan::Rows,
+    /// How many records the next scan reads first: as many as the last one returned
+    /// (bounded), so that a scan that takes ten reads about ten, not a whole chunk.
+    scan_first: usize,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
     leaf_hint: Option<LeafHint>,
@@ -149,6 +155,8 @@ impl<P: Protocol> TxnBufs<P> {
             scan_recs: Vec::new(),
             scan_keys: Vec::new(),
             scan_leaves: Leaves::default(),
+            scan_rows: scan::Rows::default(),
+            scan_first: scan::FIRST_CHUNK,
             leaf_hint: None,
             hint_misses: 0,
             last_put_new: false,

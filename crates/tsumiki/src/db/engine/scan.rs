@@ -113,7 +113,6 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             // Where the chunk ends: past its last record when cut at `max`.
             let cut = (!last).then(|| successor_key(key(recs.len() - 1)));
-            let next_start = || cut.clone().or_else(|| limit.clone());
             // The ranges the chunk covers were all in the index while it was read (a range
             // that left meanwhile was marked before its records went, and one that came
             // back moved the load count).
@@ -125,7 +124,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             if !eng.proto.gap_protection() || self.snap.is_some() {
                 // A snapshot checks no membership: a record that entered the index after
                 // its `T` reads absent, and none it saw present has left.
-                return Ok(next_start());
+                return Ok(cut.or(limit));
             }
             // The gap after the chunk belongs to the first record at or past its stop, also
             // when the chunk stops short of `end` at a range not in memory: the keys from
@@ -190,7 +189,29 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     continue 'retry;
                 }
             }
-            return Ok(next_start());
+            return Ok(cut.or(limit));
+        }
+    }
+
+    /// How many records a scan's first chunk reads (see [`TxnBufs::scan_first`]).
+    fn first_chunk(&self) -> usize {
+        self.bufs.as_ref().map_or(FIRST_CHUNK, |b| b.scan_first)
+    }
+
+    /// The row buffer the last scan left, for a scan starting now.
+    fn lend_rows(&mut self) -> Rows {
+        self.bufs.as_mut().map(|b| std::mem::take(&mut b.scan_rows)).unwrap_or_default()
+    }
+
+    /// A scan ended after returning `taken` records: the next one reads that many first,
+    /// in `rows` (kept if it is not too big).
+    fn end_scan(&mut self, taken: usize, mut rows: Rows) {
+        if let Some(b) = self.bufs.as_mut() {
+            b.scan_first = taken.clamp(MIN_FIRST_CHUNK, SCAN_CHUNK);
+            if rows.bytes.capacity() <= KEEP_ROW_BYTES && rows.bytes.capacity() > b.scan_rows.bytes.capacity() {
+                rows.clear();
+                b.scan_rows = rows;
+            }
         }
     }
 
@@ -304,6 +325,12 @@ pub struct TypedScan<'t, 'a, P: Protocol> {
     cursor: ScanCursor,
 }
 
+impl<P: Protocol> Drop for TypedScan<'_, '_, P> {
+    fn drop(&mut self) {
+        self.cursor.finish(self.txn);
+    }
+}
+
 impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
     type Item = Result<(Vec<u8>, Vec<u8>), Error>;
 
@@ -315,9 +342,18 @@ impl<P: Protocol> Iterator for TypedScan<'_, '_, P> {
 /// The most records a reverse window asks for (a window holds at most an index leaf).
 const REVERSE_WINDOW: usize = 1 << 16;
 
-/// The first chunk of a forward scan: a scan that takes a few records (a range read of 10
-/// from a key) reads about that many; each later chunk doubles, up to [`SCAN_CHUNK`].
-const FIRST_CHUNK: usize = 16;
+/// The first chunk of a transaction's first forward scan; a later scan's first chunk
+/// is what the scan before it returned, at least [`MIN_FIRST_CHUNK`] (a scan that takes
+/// a few records, a range read of 10 from a key, reads about that many). Each later
+/// chunk doubles, up to [`SCAN_CHUNK`].
+pub(super) const FIRST_CHUNK: usize = 16;
+
+/// The smallest first chunk: a chunk after the first descends again, so a scan that
+/// goes on past a tiny first chunk pays a descent for few records.
+const MIN_FIRST_CHUNK: usize = 8;
+
+/// The largest row buffer a transaction keeps for its next scan.
+const KEEP_ROW_BYTES: usize = 64 << 10;
 
 /// Where a scan stands, apart from its transaction: each step borrows the transaction
 /// only while it reads a chunk, so the transaction can serve other reads between steps.
@@ -334,6 +370,8 @@ pub(crate) struct ScanCursor {
     reverse: bool,
     /// A step has run.
     started: bool,
+    /// Records returned so far.
+    taken: usize,
     /// The scan returned its last record, or an error: `None` from now on.
     done: bool,
 }
@@ -351,7 +389,15 @@ impl ScanCursor {
             chunk: FIRST_CHUNK,
             reverse,
             started: false,
+            taken: 0,
             done,
+        }
+    }
+
+    /// The scan is dropped: tells `txn` how far it went and gives back its row buffer.
+    pub(crate) fn finish<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) {
+        if self.started || self.taken > 0 {
+            txn.end_scan(self.taken, std::mem::take(&mut self.buf));
         }
     }
 
@@ -364,7 +410,10 @@ impl ScanCursor {
             match rest {
                 Some(start) => {
                     let end = self.end.take();
+                    let (mut buf, taken) = (std::mem::take(&mut self.buf), self.taken);
+                    buf.clear();
                     *self = ScanCursor::new(start, end, true);
+                    (self.buf, self.taken) = (buf, taken);
                 }
                 None => self.done = true,
             }
@@ -382,12 +431,19 @@ impl ScanCursor {
         loop {
             if self.pos < self.buf.len() {
                 self.pos += 1;
+                self.taken += 1;
                 return Some(Ok(self.buf.get(self.pos - 1)));
             }
             if self.done {
                 return None;
             }
-            self.started = true;
+            if !self.started {
+                self.started = true;
+                self.chunk = txn.first_chunk();
+                if self.buf.bytes.capacity() == 0 {
+                    self.buf = txn.lend_rows();
+                }
+            }
             self.pos = 0;
             let step = match txn.check_active() {
                 Ok(()) if self.reverse => self.step_back(txn),
@@ -442,5 +498,47 @@ impl ScanCursor {
         self.buf.at.reverse();
         self.end = Some(low);
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::tictoc::TicToc;
+    use crate::db::TypedDb;
+    use crate::index::BwTreeConfig;
+
+    fn keys<'t>(scan: impl Iterator<Item = Result<Row, Error>> + 't) -> Vec<u32> {
+        scan.map(|r| u32::from_be_bytes(r.unwrap().0.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_scans_first_chunk_is_what_the_scan_before_it_returned() {
+        let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
+        let mut t = db.begin();
+        for i in 0..200u32 {
+            t.put(&i.to_be_bytes(), &[1; 20]).unwrap();
+        }
+        t.commit().unwrap();
+        for snapshot in [true, false] {
+            let mut t = if snapshot { db.begin_snapshot() } else { db.begin() };
+            let from = |i: u32| i.to_be_bytes();
+            assert_eq!(keys(t.scan(&from(5), None).take(10)), (5..15).collect::<Vec<_>>());
+            assert_eq!(t.first_chunk(), 10);
+            // The row buffer came back for the next scan.
+            assert!(t.b().scan_rows.bytes.capacity() > 0);
+            // A scan past its first chunk goes on from where the chunk ended.
+            assert_eq!(keys(t.scan(&from(0), None)), (0..200).collect::<Vec<_>>());
+            assert_eq!(t.first_chunk(), SCAN_CHUNK);
+            assert_eq!(keys(t.scan(&from(190), None).take(1)), [190]);
+            assert_eq!(t.first_chunk(), MIN_FIRST_CHUNK);
+            // Reversed after a forward step, with a lent buffer.
+            let mut s = t.scan(&from(100), Some(&from(150)));
+            assert_eq!(s.next().unwrap().unwrap().0, from(100));
+            s.cursor.reverse();
+            assert_eq!(keys(s), (101..150).rev().collect::<Vec<_>>());
+            assert_eq!(t.first_chunk(), 50);
+            t.commit().unwrap();
+        }
     }
 }
