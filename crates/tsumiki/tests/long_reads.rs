@@ -224,3 +224,34 @@ fn planted_snapshot_reading_newest_sees_wrong_totals() {
         );
     }
 }
+
+/// A snapshot held open while many others open and close around writes of one key: each
+/// reads the value of its own moment, and the key's chain keeps one version per open
+/// snapshot plus one, not one per snapshot that ever saw it (a write prunes only the
+/// version it pushes past, so the versions closed snapshots left behind must go too).
+#[test]
+fn versions_of_closed_snapshots_go_while_an_older_one_stays_open() {
+    for cc in [Cc::TicToc, Cc::Silo, Cc::TwoPl(tsumiki::LockWait::NoWait)] {
+        let db = Db::open_in_memory(Options::with_cc(cc)).unwrap();
+        let put = |v: u64| db.run(|t| t.put(b"k", v.to_be_bytes())).unwrap();
+        let read = |s: &ReadTxn<'_>| amount(&s.get(b"k").unwrap().unwrap());
+        put(0);
+        let oldest = db.begin_read();
+        let mut most = 0;
+        for i in 1..=50u64 {
+            put(10 * i);
+            let s = db.begin_read();
+            put(10 * i + 1);
+            put(10 * i + 2);
+            assert_eq!(read(&s), 10 * i, "{}: a snapshot read a value not of its moment", cc.name());
+            drop(s);
+            most = most.max(db.snapshot_stats().versions);
+        }
+        assert_eq!(read(&oldest), 0, "{}: the oldest snapshot lost its version", cc.name());
+        // Two open at most (`oldest` and `s`): one version each, plus the head.
+        assert!(most <= 3, "{}: {most} versions of one key kept for at most two open snapshots", cc.name());
+        drop(oldest);
+        put(1);
+        assert_eq!(db.snapshot_stats().versions, 0, "{}", cc.name());
+    }
+}

@@ -247,7 +247,9 @@ impl Protocol for Silo {
         let _window = installs.then(|| self.snaps.enter(&worker.snap));
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs; we hold its lock.
-            w.present = unsafe { w.record() }.value.is_present(guard);
+            let rec = unsafe { w.record() };
+            w.present = rec.value.is_present(guard);
+            Snapshots::prefetch_head(&rec.value, guard);
         }
         // The serialization point: everything before is ordered before the epoch read.
         fence(Ordering::SeqCst);

@@ -38,8 +38,13 @@
 //! Each keeping write prunes its record's chain with paper 000's EPO rule (as
 //! `crate::mvcc::keep_plan` applies it to MVCC-SI): only the version each open snapshot
 //! reads survives, beside the new head (which a snapshot that opens after the writer read
-//! the list of open snapshots may read). So a record holds at most one version per open
-//! snapshot plus one, however long a reader stays open. A chain is emptied only by a sweep
+//! the list of open snapshots may read). A version knows when its value was current
+//! (from the stamp that installed it to the one that replaced it), so the write judges
+//! the version it pushes past alone, one read instead of a walk of cold versions; the
+//! whole chain is walked only when it is longer than the open snapshots need (versions
+//! of snapshots closed since). So a record holds at most one version per open snapshot
+//! plus one, however long a reader stays open. Unlinked versions are handed to the epoch
+//! after the new head that bypasses them is published. A chain is emptied only by a sweep
 //! (when the last snapshot closes), which also forgets the record: records with a chain are
 //! never unlinked or evicted (a snapshot may still see their older values), so the sweep's
 //! list of them never names a freed record.
@@ -57,11 +62,12 @@
 //! open `T` dropped (a snapshot that opens later has `T` at or above every stamp
 //! published), so a worker keeps at most one per open snapshot beyond the last few.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use smallvec::SmallVec;
 
 use super::{Access, Backoff, ValueCell};
 
@@ -70,9 +76,18 @@ pub(crate) struct Kept {
     /// The stamp of the write that replaced `value`: snapshots at or above it see later
     /// values.
     stamp: u64,
+    /// The stamp of the write that installed `value`, or one below it (0 when unknown): a
+    /// snapshot at `T` reads this version only if `installed <= T < stamp`.
+    installed: u64,
+    /// Versions on the chain from this one down, as of when this one was pushed (after
+    /// that push's prune): read by the next push only, under the record's lock.
+    depth: AtomicU32,
     value: KeptValue,
     next: Atomic<Kept>,
 }
+
+/// Versions a prune unlinked, destroyed once the new head is published.
+type Dropped<'g> = SmallVec<[Shared<'g, Kept>; 4]>;
 
 /// The longest value a [`Kept`] holds in itself (one allocation per version).
 const KEPT_INLINE: usize = 22;
@@ -446,28 +461,76 @@ impl Snapshots {
         }
         let head = cell.kept.load(Ordering::Acquire, guard);
         let old = cell.with_bytes(guard, KeptValue::of);
-        let node = Owned::new(Kept { stamp, value: old, next: Atomic::from(head) });
+        // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned.
+        let prev = unsafe { head.as_ref() };
+        let node = Owned::new(Kept {
+            stamp,
+            // The write that pushed `prev` installed the value replaced now (or a bare
+            // write since, with a higher stamp: `installed` errs low, which keeps more).
+            installed: prev.map_or(0, |p| p.stamp),
+            depth: AtomicU32::new(prev.map_or(1, |p| p.depth.load(Ordering::Relaxed) + 1)),
+            value: old,
+            next: Atomic::from(head),
+        });
         self.account(&node, 1);
         let node = node.into_shared(guard);
+        let mut dropped = Dropped::new();
         if head.is_null() {
             self.chained.lock().push(rec as *const R as usize);
         } else if let Some(list) = self.active() {
             // Nothing is pruned while a snapshot registers.
-            self.prune(node, &list, guard);
+            self.prune(node, &list, guard, &mut dropped);
         }
         // Published before the value: a reader that saw any of the new value sees the new
         // head, and reads again.
         cell.kept.store(node, Ordering::Release);
         fence(Ordering::Release);
         cell.store(value, guard);
+        // Destroyed only now that no chain reaches them: a reader that pins from here on
+        // cannot reach them (one pinned before is waited for).
+        for d in dropped {
+            // SAFETY: as above.
+            self.account(unsafe { d.deref() }, -1);
+            // SAFETY: unlinked (the new head is published past them); readers that reached
+            // them are pinned.
+            unsafe { guard.defer_destroy(d) };
+        }
+    }
+
+    /// Prunes the chain below `head` (just pushed, not yet published) against the open
+    /// snapshots `list` (descending), adding what it unlinks to `dropped`. The version
+    /// below `head`, the head until now, goes unless an open snapshot reads it; the
+    /// versions further down were judged when they lost the head. Only when the chain is
+    /// longer than the open snapshots need (one version each, plus the head: snapshots
+    /// closed since left versions behind) is all of it walked ([`prune_all`](Self::prune_all)),
+    /// so a write usually reads one version, not the whole chain.
+    fn prune<'g>(&self, head: Shared<'g, Kept>, list: &[u64], guard: &'g Guard, dropped: &mut Dropped<'g>) {
+        // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned. `head`
+        // was pushed onto a non-empty chain, so its next is not null.
+        let new = unsafe { head.deref() };
+        let prev_at = new.next.load(Ordering::Acquire, guard);
+        // SAFETY: as above.
+        let prev = unsafe { prev_at.deref() };
+        let mut depth = new.depth.load(Ordering::Relaxed);
+        if !list.iter().any(|&t| prev.installed <= t && t < prev.stamp) {
+            // Only the holder of the record's lock changes `next`.
+            new.next.store(prev.next.load(Ordering::Acquire, guard), Ordering::Release);
+            dropped.push(prev_at);
+            depth -= 1;
+        }
+        if depth as usize > list.len() + 1 {
+            depth = self.prune_all(head, list, guard, dropped);
+        }
+        new.depth.store(depth, Ordering::Relaxed);
     }
 
     /// Unlinks the versions below `head` that no open snapshot (`list`, descending) reads:
     /// paper 000's EPO rule (as `crate::mvcc::keep_plan` applies it to MVCC-SI's chains).
     /// A snapshot at `T` reads the last of the leading versions with stamps above `T`.
     /// `head` (just pushed) stays: a snapshot that opens after `list` was read has `T` at
-    /// or above every stamp below it, so it reads `head` or the value cell.
-    fn prune(&self, head: Shared<'_, Kept>, list: &[u64], guard: &Guard) {
+    /// or above every stamp below it, so it reads `head` or the value cell. Adds what it
+    /// unlinks to `dropped`; returns the versions left.
+    fn prune_all<'g>(&self, head: Shared<'g, Kept>, list: &[u64], guard: &'g Guard, dropped: &mut Dropped<'g>) -> u32 {
         const SHORT: usize = 16;
         let mut short = [Shared::null(); SHORT];
         let mut long = Vec::new();
@@ -500,22 +563,20 @@ impl Snapshots {
             }
         }
         let mut last = head;
+        let mut left = 1;
         for (i, &node) in nodes.iter().enumerate().skip(1) {
             if keep[i] {
                 // SAFETY: as above; only the holder of the record's lock changes `next`.
                 unsafe { last.deref() }.next.store(node, Ordering::Release);
                 last = node;
+                left += 1;
             } else {
-                // SAFETY: as above.
-                self.account(unsafe { node.deref() }, -1);
-                // SAFETY: unreachable once `last.next` moves past it (stored at the next
-                // kept version or after the loop, before this thread unpins); readers that
-                // reached it are pinned.
-                unsafe { guard.defer_destroy(node) };
+                dropped.push(node);
             }
         }
         // SAFETY: as above.
         unsafe { last.deref() }.next.store(Shared::null(), Ordering::Release);
+        left
     }
 
     /// Sweeps the chains once the last snapshot closed: each record's chain is emptied
@@ -647,6 +708,17 @@ impl Snapshots {
             return None;
         }
         Some(present)
+    }
+
+    /// Asks for the head of `cell`'s chain, if it has one: a committer calls it once it
+    /// holds its records, so that the push ([`store`](Self::store)), which reads the head,
+    /// finds it in the cache and the heads of a write set arrive together.
+    #[inline]
+    pub(crate) fn prefetch_head(cell: &ValueCell, guard: &Guard) {
+        let head = cell.kept.load(Ordering::Relaxed, guard);
+        if !head.is_null() {
+            crate::prefetch::prefetch_at(head.as_raw().cast());
+        }
     }
 
     /// Whether `cell` has a chain (its record may not leave the index or memory).

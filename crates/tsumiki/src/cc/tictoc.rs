@@ -238,7 +238,9 @@ impl Protocol for TicToc {
         let _window = installs.then(|| self.snaps.enter(worker));
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs; we hold its lock.
-            w.present = unsafe { w.record() }.value.is_present(guard);
+            let rec = unsafe { w.record() };
+            w.present = rec.value.is_present(guard);
+            Snapshots::prefetch_head(&rec.value, guard);
         }
         let mut commit_ts = 0;
         for &w in &st.locked {

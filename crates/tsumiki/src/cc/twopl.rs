@@ -393,7 +393,9 @@ impl Protocol for TwoPl {
         let _window = installs.then(|| self.snaps.enter(worker));
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs; we hold its exclusive lock.
-            w.present = unsafe { w.record() }.value.is_present(guard);
+            let rec = unsafe { w.record() };
+            w.present = rec.value.is_present(guard);
+            Snapshots::prefetch_head(&rec.value, guard);
         }
         // Every lock is held: a clock value taken now orders this commit after every one
         // it depends on (they released their locks, and took their value, before).
