@@ -5,7 +5,7 @@
 //!     cargo run --release -p tsumiki-db --example reads -- 1000000 all
 //!
 //! Arguments: records (default 1,000,000); what to run: `get`, `get-ref`, `range`, `range-ref`
-//! (the borrowed forms), `get-each` (a snapshot per read), `get-each-txn` (a transaction per
+//! (the borrowed forms), `get-many` (`get_many_with` per batch), `get-each` (a snapshot per read), `get-each-txn` (a transaction per
 //! read) or `all` (default); passes over the keys (default 1; more for a profile); the
 //! value's length (default 150); `reopen` to close and open the database before reading
 //! (the tree is then the one recovery builds bottom-up, as after any open).
@@ -45,16 +45,22 @@ fn main() {
     for i in (1..n).rev() {
         order.swap(i, rng.random_range(0..=i));
     }
-    for (mode, borrowed) in [("get", false), ("get-ref", true)] {
+    for (mode, borrowed) in [("get", false), ("get-ref", true), ("get-many", true)] {
         if what != mode && what != "all" {
             continue;
         }
+        let many = mode == "get-many";
         let t = Instant::now();
         let mut found = 0usize;
         for chunk in std::iter::repeat_n(&order, passes).flat_map(|o| o.chunks(1000)) {
             found += db
                 .view(|r| {
                     let mut c = 0;
+                    if many {
+                        let batch: Vec<&[u8; 24]> = chunk.iter().map(|&i| &keys[i]).collect();
+                        r.get_many_with(&batch, |_, v| c += v.map_or(0, <[u8]>::len))?;
+                        return Ok(c);
+                    }
                     for &i in chunk {
                         c += match borrowed {
                             true => r.get_with(keys[i], |v| v.map_or(0, <[u8]>::len))?,

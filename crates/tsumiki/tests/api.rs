@@ -530,3 +530,42 @@ fn the_count_after_a_crash_of_every_log_setting() {
         }
     }
 }
+
+/// `get_many` returns what a `get` per key returns, under every protocol, in memory and
+/// from the pages through a one-byte cache: present, absent and repeated keys, batches
+/// shorter and longer than its groups, a snapshot's state rather than the newest, and an
+/// over-long key as an error.
+#[test]
+fn get_many_agrees_with_a_get_per_key() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(36);
+    for cc in tsumiki::Cc::ALL {
+        for tiny in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts =
+                Options { cache_bytes: if tiny { 1 } else { Options::default().cache_bytes }, ..Options::with_cc(cc) };
+            let db = Db::create(dir.path().join("db"), opts).unwrap();
+            let model = fill(&db, &mut rng, 2000);
+            let snap = db.begin_read();
+            let mut keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+            keys.extend((0..300).map(|_| random_key(&mut rng))); // mostly absent
+            for _ in 0..20 {
+                let n = rng.random_range(0..40usize);
+                let batch: Vec<&Vec<u8>> = (0..n).map(|_| &keys[rng.random_range(0..keys.len())]).collect();
+                let want: Vec<Option<Vec<u8>>> = batch.iter().map(|k| model.get(*k).cloned()).collect();
+                let txn = db.begin();
+                assert_eq!(txn.get_many(&batch).unwrap(), want, "{} tiny={tiny}", cc.name());
+                txn.commit().unwrap();
+                let mut seen = Vec::new();
+                snap.get_many_with(&batch, |i, v| seen.push((i, v.map(<[u8]>::to_vec)))).unwrap();
+                assert_eq!(seen, want.into_iter().enumerate().collect::<Vec<_>>(), "{} tiny={tiny}", cc.name());
+            }
+            // Later writes: the snapshot keeps its state, a new transaction sees them.
+            let first = model.keys().next().unwrap().clone();
+            db.run(|t| t.put(&first, b"new")).unwrap();
+            assert_eq!(snap.get_many(&[&first]).unwrap(), [model.get(&first).cloned()]);
+            assert_eq!(db.begin().get_many(&[&first]).unwrap(), [Some(b"new".to_vec())]);
+            let long = vec![1u8; 1 << 20];
+            assert!(db.begin().get_many(&[&first, &long]).is_err(), "{}", cc.name());
+        }
+    }
+}

@@ -287,7 +287,11 @@ impl Db {
     /// txn.commit().unwrap();
     /// ```
     pub fn begin(&self) -> Txn<'_> {
-        Txn { inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())), value_buf: Cell::default() }
+        Txn {
+            inner: RefCell::new(dispatch!(AnyDb, &self.inner, db => db.begin().into())),
+            value_buf: Cell::default(),
+            lens_buf: Cell::default(),
+        }
     }
 
     /// Starts a snapshot read transaction: its reads see one committed state (every commit
@@ -310,7 +314,7 @@ impl Db {
     /// ```
     pub fn begin_read(&self) -> ReadTxn<'_> {
         let txn = dispatch!(AnyDb, &self.inner, db => db.begin_snapshot().into());
-        ReadTxn { txn: Txn { inner: RefCell::new(txn), value_buf: Cell::default() } }
+        ReadTxn { txn: Txn { inner: RefCell::new(txn), value_buf: Cell::default(), lens_buf: Cell::default() } }
     }
 
     /// Runs `f` in a transaction and commits it, running it again (after a short backoff)

@@ -20,6 +20,16 @@ impl<'a> ReadTxn<'a> {
         self.txn.get_with(key, f)
     }
 
+    /// The values of `keys`, in order; see [`Txn::get_many`].
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        self.txn.get_many(keys)
+    }
+
+    /// The values of `keys`, borrowed by `f`; see [`Txn::get_many_with`].
+    pub fn get_many_with<K: AsRef<[u8]>>(&self, keys: &[K], f: impl FnMut(usize, Option<&[u8]>)) -> Result<(), Error> {
+        self.txn.get_many_with(keys, f)
+    }
+
     /// The records whose keys are in `range`; see [`Txn::range`].
     pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
         self.txn.range(range)
@@ -108,6 +118,8 @@ pub struct Txn<'a> {
     pub(super) inner: RefCell<AnyTxn<'a>>,
     /// The buffer [`get_with`](Self::get_with) reads into, kept between calls.
     pub(super) value_buf: Cell<Vec<u8>>,
+    /// [`get_many_with`](Self::get_many_with)'s value lengths, reused.
+    pub(super) lens_buf: Cell<Vec<Option<usize>>>,
 }
 
 impl<'a> Txn<'a> {
@@ -145,6 +157,63 @@ impl<'a> Txn<'a> {
         let present = dispatch!(AnyTxn, &mut *self.inner.borrow_mut(), t => t.get_into(key.as_ref(), &mut buf));
         let r = present.map(|p| f(p.then_some(buf.as_slice())));
         self.value_buf.set(buf);
+        r
+    }
+
+    /// The values of `keys`, in order (`None`: absent): what a [`get`](Self::get) per key
+    /// returns, read under one epoch pin, the descents of a few keys ahead of their reads
+    /// so that their cache misses overlap (as RocksDB's `MultiGet`). The values of the
+    /// whole batch are held at once: pass batches of a size that fits in memory.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| { t.put("a", "1")?; t.put("c", "3") }).unwrap();
+    /// let txn = db.begin();
+    /// let got = txn.get_many(&["a", "b", "c"]).unwrap();
+    /// assert_eq!(got, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
+    /// ```
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let mut out = Vec::with_capacity(keys.len());
+        self.get_many_with(keys, |_, v| out.push(v.map(<[u8]>::to_vec)))?;
+        Ok(out)
+    }
+
+    /// [`get_many`](Self::get_many) with the values borrowed: once all are read, `f` gets
+    /// each key's position in `keys` and its value, in order (and may use the
+    /// transaction). Nothing is allocated per key.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// db.run(|t| { t.put("a", "1")?; t.put("c", "333") }).unwrap();
+    /// let mut total = 0;
+    /// db.begin_read().get_many_with(&["a", "b", "c"], |_, v| total += v.map_or(0, <[u8]>::len)).unwrap();
+    /// assert_eq!(total, 4);
+    /// ```
+    pub fn get_many_with<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        mut f: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), Error> {
+        // Out of their cells while `f` runs: `f` may use the transaction again.
+        let mut buf = self.value_buf.take();
+        let mut lens = self.lens_buf.take();
+        buf.clear();
+        lens.clear();
+        let r = dispatch!(AnyTxn, &mut *self.inner.borrow_mut(), t => t.get_many_into(keys, &mut buf, &mut lens));
+        if r.is_ok() {
+            let mut at = 0;
+            for (i, len) in lens.iter().enumerate() {
+                let v = len.map(|n| {
+                    at += n;
+                    &buf[at - n..at]
+                });
+                f(i, v);
+            }
+        }
+        self.value_buf.set(buf);
+        self.lens_buf.set(lens);
         r
     }
 

@@ -528,23 +528,74 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         self.check_active()?;
         check_key(key)?;
         let guard = &self.pin();
+        let since = self.eng.load_count();
+        let found = self.eng.lookup(key, guard);
+        self.read_found(key, found, since, out, guard)
+    }
+
+    /// Appends the values of `keys` to `out`, one after another, under one epoch pin;
+    /// `lens` gets each one's length (`None`: absent). The descents of a few keys go
+    /// first, each asking for its record's lines, then their reads: the records' misses
+    /// overlap instead of following one another.
+    pub fn get_many_into<K: AsRef<[u8]>>(
+        &mut self,
+        keys: &[K],
+        out: &mut Vec<u8>,
+        lens: &mut Vec<Option<usize>>,
+    ) -> Result<(), Error> {
+        /// Keys whose descents run before their reads.
+        const GROUP: usize = 8;
+        self.check_active()?;
+        keys.iter().try_for_each(|k| check_key(k.as_ref()))?;
+        let guard = &self.pin();
+        let mut found: [(u64, Option<&'a P::Record>); GROUP] = [(0, None); GROUP];
+        for group in keys.chunks(GROUP) {
+            for (f, k) in found.iter_mut().zip(group) {
+                let since = self.eng.load_count();
+                *f = (since, self.eng.lookup(k.as_ref(), guard));
+            }
+            for (&(since, rec), k) in found.iter().zip(group) {
+                let base = out.len();
+                let present = self.read_found(k.as_ref(), rec, since, out, guard)?;
+                lens.push(present.then(|| out.len() - base));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `key`, whose lookup (after the load count was `since`) gave `found`: its value
+    /// appended to `out`; whether it is present. Looks up again when the record left.
+    fn read_found(
+        &mut self,
+        key: &[u8],
+        mut found: Option<&'a P::Record>,
+        mut since: u64,
+        out: &mut Vec<u8>,
+        guard: &Guard,
+    ) -> Result<bool, Error> {
         let base = out.len();
         loop {
             out.truncate(base);
-            let since = self.eng.load_count();
-            let rec = match self.eng.lookup(key, guard) {
+            let rec = match found {
                 Some(r) => r,
                 None => match self.read_missing(key, since, guard) {
                     Ok(None) => return Ok(false),
                     Ok(Some(r)) => r,
-                    Err(Access::Removed) => continue,
+                    Err(Access::Removed) => {
+                        since = self.eng.load_count();
+                        found = self.eng.lookup(key, guard);
+                        continue;
+                    }
                     Err(Access::Conflict(c)) => return self.fail(c),
                     Err(Access::Failed) => return self.failed(),
                 },
             };
             match self.read_rec_into(key, rec, Some(out), guard) {
                 Ok(present) => return Ok(present),
-                Err(Access::Removed) => continue,
+                Err(Access::Removed) => {
+                    since = self.eng.load_count();
+                    found = self.eng.lookup(key, guard);
+                }
                 Err(Access::Conflict(c)) => return self.fail(c),
                 Err(Access::Failed) => return self.failed(),
             }
