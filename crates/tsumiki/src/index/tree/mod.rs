@@ -445,9 +445,22 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         check_key(key)?;
         let guard = epoch::pin();
         let mut path = Path::new();
-        let (_, head) = self.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
+        let (pid, head) = self.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
         // SAFETY: non-null head from `settle`, protected by `guard`.
-        Ok(leaf_lookup(unsafe { node_ref(head) }, key, &guard).cloned())
+        let h = unsafe { node_ref(head) };
+        self.consolidate_for_reads(pid, h, &path, &guard);
+        // The chain as loaded: it answers as of its load even if just replaced.
+        Ok(leaf_lookup(h, key, &guard).cloned())
+    }
+
+    /// Consolidates the leaf chain `head` (of `pid`) that a read met with
+    /// [`READ_CONSOLIDATE`] deltas or more; returns whether it did. Writers consolidate at
+    /// `delta_threshold`, so a leaf that stops being written keeps up to that many deltas,
+    /// each a cache miss for every read of it: read-mostly leaves then pay for one
+    /// consolidation instead.
+    #[inline]
+    fn consolidate_for_reads(&self, pid: Pid, head: &Node<V>, path: &Path, guard: &Guard) -> bool {
+        head.level == 0 && head.depth as usize >= READ_CONSOLIDATE && self.consolidate(pid, path, guard, 0)
     }
 
     /// Applies a write; returns whether it took effect (for upsert: whether the key was new).
@@ -767,7 +780,13 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 return;
             }
             let mut path = Path::new();
-            let (pid, head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
+            let (mut pid, mut head) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
+            // SAFETY: non-null head from `descend`.
+            if self.consolidate_for_reads(pid, unsafe { node_ref(head) }, &path, guard) {
+                // Walk the new base (its pointer is what the membership check notes).
+                let (p2, h2) = self.descend(at, 0, &mut path, guard, 0).expect("leaf level exists");
+                (pid, head) = (p2, h2);
+            }
             if let Some(l) = leaves.as_deref_mut() {
                 l.push((pid, head.as_raw() as usize, self.data_head(head, guard)));
             }
@@ -959,6 +978,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         }
     }
 }
+
+/// Deltas on a leaf chain past which a read consolidates it (see
+/// `Tree::consolidate_for_reads`).
+const READ_CONSOLIDATE: usize = 2;
 
 fn check_key(key: &[u8]) -> Result<(), IndexError> {
     if key.len() > MAX_KEY_LEN {

@@ -315,3 +315,50 @@ fn walk_and_note(cfg: BwTreeConfig) {
         assert!(!tree.leaves_unchanged(&leaves, guard), "a write at {k}");
     }
 }
+
+/// A leaf chain that reads meet with `READ_CONSOLIDATE` deltas or more is consolidated by
+/// the read, a point read or a walk, and reads the same records after; one with fewer is
+/// left alone.
+#[test]
+fn reads_consolidate_a_leaf_left_with_deltas() {
+    for walk in [false, true] {
+        let tree = Tree::new(BwTreeConfig::default());
+        for i in 0..50u64 {
+            tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        }
+        // Deltas on top of one base: consolidate it first, then add one at a time.
+        {
+            let guard = &epoch::pin();
+            let mut path = Path::new();
+            let (pid, _) = tree.descend(&[0], 0, &mut path, guard, 0).unwrap();
+            tree.consolidate(pid, &path, guard, 0);
+        }
+        assert_eq!(head_depth(&tree, &[0]), 0);
+        let read = |tree: &Tree<u64>| {
+            if walk {
+                let mut n = 0;
+                tree.walk(&[0], None, &epoch::pin(), None, |_, _| {
+                    n += 1;
+                    true
+                });
+                n
+            } else {
+                tree.get(&20u64.to_be_bytes()).unwrap().map_or(0, |v| v as usize)
+            }
+        };
+        let want = if walk { 50 } else { 10 };
+        let mut added = 0;
+        while head_depth(&tree, &[0]) + 1 < READ_CONSOLIDATE as u16 {
+            tree.write(&(1001 + added * 2u64).to_be_bytes(), WriteOp::Upsert(0)).unwrap();
+            added += 1;
+        }
+        assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
+        assert!(head_depth(&tree, &[0]) > 0, "walk={walk}: a chain under the threshold stays");
+        tree.write(&(1001 + added * 2u64).to_be_bytes(), WriteOp::Upsert(0)).unwrap();
+        added += 1;
+        assert_eq!(head_depth(&tree, &[0]) as usize, READ_CONSOLIDATE);
+        assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
+        assert_eq!(head_depth(&tree, &[0]), 0, "walk={walk}: the read consolidated the chain");
+        assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
+    }
+}
