@@ -568,34 +568,30 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     fn read_found(
         &mut self,
         key: &[u8],
-        mut found: Option<&'a P::Record>,
-        mut since: u64,
+        found: Option<&'a P::Record>,
+        since: u64,
         out: &mut Vec<u8>,
         guard: &Guard,
     ) -> Result<bool, Error> {
         let base = out.len();
+        let mut first = Some((since, found));
         loop {
             out.truncate(base);
+            // The caller's lookup first; after a record left, a new one.
+            let (since, found) = first.take().unwrap_or_else(|| (self.eng.load_count(), self.eng.lookup(key, guard)));
             let rec = match found {
                 Some(r) => r,
                 None => match self.read_missing(key, since, guard) {
                     Ok(None) => return Ok(false),
                     Ok(Some(r)) => r,
-                    Err(Access::Removed) => {
-                        since = self.eng.load_count();
-                        found = self.eng.lookup(key, guard);
-                        continue;
-                    }
+                    Err(Access::Removed) => continue,
                     Err(Access::Conflict(c)) => return self.fail(c),
                     Err(Access::Failed) => return self.failed(),
                 },
             };
             match self.read_rec_into(key, rec, Some(out), guard) {
                 Ok(present) => return Ok(present),
-                Err(Access::Removed) => {
-                    since = self.eng.load_count();
-                    found = self.eng.lookup(key, guard);
-                }
+                Err(Access::Removed) => continue,
                 Err(Access::Conflict(c)) => return self.fail(c),
                 Err(Access::Failed) => return self.failed(),
             }
