@@ -176,8 +176,8 @@ impl<P: Protocol> TypedDb<P> {
     /// Committed and aborted transactions, and records unlinked after deletes, so far.
     pub fn counters(&self) -> (u64, u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
-        let c = &self.eng.counters;
-        (c.commits.load(Relaxed), c.aborts.load(Relaxed), c.unlinked.load(Relaxed))
+        let (commits, aborts) = self.eng.txn_counts();
+        (commits, aborts, self.eng.counters.unlinked.load(Relaxed))
     }
 
     /// Keys in the index, counting deleted ones not yet unlinked (a full scan; for tests).

@@ -15,7 +15,7 @@ use crossbeam_epoch::Owned;
 
 use super::mapping::{MappingTable, Pid, NO_PID};
 use super::node::{cmp_prefixed, prefix, Base, KeyVecBuilder, Node, Range};
-use super::tree::{Counters, Tree};
+use super::tree::Tree;
 use super::{BwTreeConfig, IndexError, MAX_KEY_LEN};
 
 /// Entries a bulk-loaded node gets: 7/8 of `max`, so later inserts find room before a split,
@@ -247,7 +247,7 @@ impl<V: Clone + Send + Sync + 'static> Builder<V> {
             level = up;
         }
         let map = std::mem::replace(&mut self.map, MappingTable::new());
-        Ok(Tree { map, root: AtomicU64::new(level.pids[0]), cfg: self.cfg.clone(), counters: Counters::default() })
+        Ok(Tree { map, root: AtomicU64::new(level.pids[0]), cfg: self.cfg.clone(), counters: Default::default() })
     }
 }
 

@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
 
 use crate::cc::{WriteEntry, WriteKind};
@@ -233,11 +234,12 @@ pub(crate) struct Wal {
     lanes: RwLock<Vec<Arc<Lane>>>,
     /// The shared lane of the single-WAL mode.
     shared: OnceLock<Arc<Lane>>,
-    next_lsn: AtomicU64,
-    poisoned: AtomicBool,
+    /// Each on a line of its own: every commit reads `poisoned`, and the counters below are
+    /// written by flushes (and `next_lsn` by every commit of the LSN-ordered modes).
+    next_lsn: CachePadded<AtomicU64>,
+    poisoned: CachePadded<AtomicBool>,
     /// The first failure, which every later commit reports.
     poison_msg: Mutex<Option<Poison>>,
-    records: AtomicU64,
     flushes: AtomicU64,
     syncs: AtomicU64,
     bytes: AtomicU64,
@@ -307,10 +309,9 @@ impl Wal {
             stall_micros: AtomicU64::new(0),
             lanes: RwLock::new(Vec::new()),
             shared: OnceLock::new(),
-            next_lsn: AtomicU64::new(1),
-            poisoned: AtomicBool::new(false),
+            next_lsn: CachePadded::new(AtomicU64::new(1)),
+            poisoned: CachePadded::new(AtomicBool::new(false)),
             poison_msg: Mutex::new(None),
-            records: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -328,7 +329,8 @@ impl Wal {
 
     pub(crate) fn stats(&self) -> WalStats {
         WalStats {
-            records: self.records.load(Ordering::Relaxed),
+            // Counted per lane, under the lock each append takes anyway.
+            records: self.lanes.read().iter().map(|l| l.pending.lock().appended).sum(),
             flushes: self.flushes.load(Ordering::Relaxed),
             syncs: self.syncs.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
@@ -473,7 +475,6 @@ impl Wal {
         if p.oldest.is_none() {
             p.oldest = Some(Instant::now());
         }
-        self.records.fetch_add(1, Ordering::Relaxed);
         let at = (p.appended, order);
         // Algorithm 1: the shared WAL flushes, under its lock, once NGROUP records are in.
         if lane.serialize && p.ends.len() >= self.policy.group && self.policy.flushes() {

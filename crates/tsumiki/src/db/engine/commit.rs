@@ -185,7 +185,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
         }
         self.active = false;
-        eng.counters.commits.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        unsafe { &*self.slot }.commits.fetch_add(1, Ordering::Relaxed);
         let b = self.bufs.as_mut().expect("buffers");
         // Deleted keys leave the index now (or soon, if a neighbour is busy).
         for w in &b.writes {
@@ -235,7 +236,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let guard = &self.pin();
         let b = self.bufs.as_mut().expect("buffers");
         eng.proto.abort(&mut b.st, &b.writes);
-        eng.counters.aborts.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the slot outlives the transaction (see `worker`).
+        unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
         for (key, rec) in b.created() {
             eng.try_unlink(worker, key, rec, guard);
         }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::cc::{
@@ -61,13 +62,24 @@ pub(crate) struct Slot<P: Protocol> {
     /// Set from a commit's log append to the end of its install; a checkpoint waits for
     /// every slot to clear it before the lanes move to a new generation.
     committing: AtomicBool,
+    /// Transactions committed and aborted on this slot: counted per slot, which only its
+    /// transaction writes, rather than on one line every committer would write.
+    commits: AtomicU64,
+    aborts: AtomicU64,
 }
 
 /// A pooled slot and the buffers its last transaction left.
 type IdleSlot<P> = (Arc<Slot<P>>, Option<Box<TxnBufs<P>>>);
 
+/// One shard of the idle-slot pool, on a line of its own.
+type SlotShard<P> = CachePadded<Mutex<Vec<IdleSlot<P>>>>;
+
 /// [`Slot::since`] of a slot with no transaction running.
 const IDLE: u64 = u64::MAX;
+
+/// Shards of the idle-slot pool: threads get shards in turn, so up to this many threads
+/// each have one to themselves.
+const SLOT_SHARDS: usize = 32;
 
 /// Reusable buffers of one transaction at a time.
 pub(crate) struct TxnBufs<P: Protocol> {
@@ -219,8 +231,6 @@ impl<P: Protocol> TxnBufs<P> {
 /// Counters of one engine.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) commits: AtomicU64,
-    pub(crate) aborts: AtomicU64,
     pub(crate) unlinked: AtomicU64,
     /// Key ranges read from the pages, and those that left memory (with their records).
     pub(crate) ranges_loaded: AtomicU64,
@@ -234,8 +244,10 @@ pub struct Engine<P: Protocol> {
     sentinel: Box<P::Record>,
     pub(crate) proto: P,
     /// Idle slots, each with the buffers of its last transaction (reused: a pooled
-    /// transaction then allocates no write set).
-    free_slots: Mutex<Vec<IdleSlot<P>>>,
+    /// transaction then allocates no write set), in [`SLOT_SHARDS`] shards on lines of their
+    /// own: a thread takes and returns slots in its own shard (see `take_slot`), so threads
+    /// that each begin and end many transactions do not meet on one lock.
+    free_slots: Box<[SlotShard<P>]>,
     /// Keys of deleted records whose unlink could not latch what it needed; retried later.
     pending_unlinks: Mutex<VecDeque<Box<[u8]>>>,
     /// Whether `pending_unlinks` may hold keys: checked by every commit without touching
@@ -245,7 +257,9 @@ pub struct Engine<P: Protocol> {
     /// ask for a record's tail lines with its own. Without tails (values of up to 8 bytes,
     /// as YCSB's) a record is one line, and asking for more only costs bandwidth.
     tails: AtomicBool,
-    pub(crate) counters: Counters,
+    /// On lines of their own: every commit writes one, and the flags beside them are read
+    /// by every operation.
+    pub(crate) counters: CachePadded<Counters>,
     pub(crate) durable: Option<Durable>,
     /// Every slot ever made (slots are pooled, never dropped before the engine): scanned
     /// for the oldest running transaction before retired records are freed.
@@ -304,11 +318,11 @@ impl<P: Protocol> Engine<P> {
             index: BwTree::with_config(index).map_err(Error::Index)?,
             sentinel,
             proto,
-            free_slots: Mutex::new(Vec::new()),
+            free_slots: (0..SLOT_SHARDS).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
             pending_unlinks: Mutex::new(VecDeque::new()),
             has_pending: AtomicBool::new(false),
             tails: AtomicBool::new(false),
-            counters: Counters::default(),
+            counters: CachePadded::new(Counters::default()),
             durable: None,
             slots: Mutex::new(Vec::new()),
             record_clock: AtomicU64::new(0),

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crossbeam_utils::CachePadded;
 
 use super::mapping::{retire_chain, MappingTable, Pid, NO_PID};
 use super::node::*;
@@ -158,7 +159,9 @@ pub(crate) struct Tree<V> {
     /// See [`root_pid`].
     pub(crate) root: AtomicU64,
     pub(crate) cfg: BwTreeConfig,
-    pub(crate) counters: Counters,
+    /// On lines of their own: structure changes write them, and `root` and `cfg` beside
+    /// them are read by every descent.
+    pub(crate) counters: CachePadded<Counters>,
 }
 
 impl<V: Clone + Send + Sync + 'static> Tree<V> {
@@ -168,7 +171,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let range = Arc::new(Range::new(Box::from(&b""[..]), None, NO_PID));
         let base = Base { range, keys: KeyVec::default(), vals: Vec::new(), children: Vec::new() };
         map.slot(pid).store(Owned::new(Node::base(0, base)), Ordering::Release);
-        Tree { map, root: AtomicU64::new(pid), cfg, counters: Counters::default() }
+        Tree { map, root: AtomicU64::new(pid), cfg, counters: CachePadded::new(Counters::default()) }
     }
 
     /// The root's pid now.
