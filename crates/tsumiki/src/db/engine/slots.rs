@@ -127,9 +127,16 @@ mod tests {
                 let db = &db;
                 s.spawn(move || {
                     for i in 0..TXNS {
-                        let mut txn = db.begin();
-                        txn.put(format!("k{t}-{i}").as_bytes(), b"v").unwrap();
-                        txn.commit().unwrap();
+                        // Neighbouring threads' inserts may conflict: each is retried.
+                        loop {
+                            let mut txn = db.begin();
+                            txn.put(format!("k{t}-{i}").as_bytes(), b"v").unwrap();
+                            match txn.commit() {
+                                Ok(()) => break,
+                                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
                     }
                     // One abort each, counted too.
                     let mut txn = db.begin();
@@ -140,7 +147,8 @@ mod tests {
         });
         let (commits, aborts, _) = db.counters();
         assert_eq!(commits, (THREADS * TXNS) as u64);
-        assert_eq!(aborts, THREADS as u64);
+        // The rollbacks, and any commit that lost a conflict.
+        assert!(aborts >= THREADS as u64, "{aborts} aborts");
         let slots = db.eng.slots.lock().len();
         assert!((1..=THREADS).contains(&slots), "{slots} slots for {THREADS} threads");
         let idle: usize = db.eng.free_slots.iter().map(|s| s.lock().len()).sum();

@@ -457,13 +457,18 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     }
 
     /// Consolidates the leaf chain `head` (of `pid`) that a read met with
-    /// [`READ_CONSOLIDATE`] deltas or more; returns whether it did. Writers consolidate at
+    /// [`READ_CONSOLIDATE`] deltas or more, or with one delta at one such read in
+    /// [`READ_CONSOLIDATE_ONE`]; returns whether it did. Writers consolidate at
     /// `delta_threshold`, so a leaf that stops being written keeps up to that many deltas,
     /// each a cache miss for every read of it: read-mostly leaves then pay for one
-    /// consolidation instead.
+    /// consolidation instead. A single delta is left to most reads: a leaf being inserted
+    /// into gets one after each insert, and consolidating it at every read that follows
+    /// would copy the leaf once per insert; a leaf that is only read now is met again soon.
     #[inline]
     fn consolidate_for_reads(&self, pid: Pid, head: &Node<V>, path: &Path, guard: &Guard) -> bool {
-        head.level == 0 && head.depth as usize >= READ_CONSOLIDATE && self.consolidate(pid, path, guard, 0)
+        head.level == 0
+            && (head.depth as usize >= READ_CONSOLIDATE || (head.depth == 1 && one_delta_turn()))
+            && self.consolidate(pid, path, guard, 0)
     }
 
     /// Applies a write; returns whether it took effect (for upsert: whether the key was new).
@@ -985,6 +990,22 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 /// Deltas on a leaf chain past which a read consolidates it (see
 /// `Tree::consolidate_for_reads`).
 const READ_CONSOLIDATE: usize = 2;
+
+/// One in this many reads that meet a leaf chain of a single delta consolidates it.
+const READ_CONSOLIDATE_ONE: u32 = 8;
+
+/// Whether this read is the thread's turn to consolidate a chain of one delta (every
+/// [`READ_CONSOLIDATE_ONE`]-th such read of the thread).
+fn one_delta_turn() -> bool {
+    thread_local! {
+        static MET: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    MET.with(|m| {
+        let n = m.get().wrapping_add(1);
+        m.set(n);
+        n % READ_CONSOLIDATE_ONE == 0
+    })
+}
 
 fn check_key(key: &[u8]) -> Result<(), IndexError> {
     if key.len() > MAX_KEY_LEN {

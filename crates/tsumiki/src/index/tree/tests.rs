@@ -360,5 +360,15 @@ fn reads_consolidate_a_leaf_left_with_deltas() {
         assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
         assert_eq!(head_depth(&tree, &[0]), 0, "walk={walk}: the read consolidated the chain");
         assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
+        // A chain of one delta is consolidated by one read in `READ_CONSOLIDATE_ONE`.
+        tree.write(&(1001 + added * 2u64).to_be_bytes(), WriteOp::Upsert(0)).unwrap();
+        added += 1;
+        assert_eq!(head_depth(&tree, &[0]), 1);
+        let mut reads = 0;
+        while head_depth(&tree, &[0]) > 0 {
+            assert!(reads < READ_CONSOLIDATE_ONE, "walk={walk}: {reads} reads left one delta");
+            assert_eq!(read(&tree), want + if walk { added as usize } else { 0 });
+            reads += 1;
+        }
     }
 }
