@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crossbeam_epoch::Owned;
 
 use super::mapping::{MappingTable, Pid, NO_PID};
-use super::node::{cmp_prefixed, prefix, Base, KeyVecBuilder, Node, Range};
+use super::node::{cmp_prefixed, prefix, Base, Child, KeyVecBuilder, Node, Range};
 use super::tree::Tree;
 use super::{BwTreeConfig, IndexError, MAX_KEY_LEN};
 
@@ -232,7 +232,7 @@ impl<V: Clone + Send + Sync + 'static> Builder<V> {
                     keys.push(level.key(i));
                 }
                 let keys = keys.finish();
-                let children = level.pids[start..end].to_vec();
+                let children = level.pids[start..end].iter().map(|&p| Child::new(p)).collect();
                 let low: Box<[u8]> = level.key(start).into();
                 let (high, right) = match pids.get(j + 1) {
                     Some(&r) => (Some(level.key(end).into()), r),

@@ -7,13 +7,13 @@
 //! two optional improvements CAS (see `tree.rs`), and the atomic flags noted below.
 
 use std::cmp::Ordering as CmpOrdering;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_epoch::{Atomic, Guard, Shared};
 use smallvec::SmallVec;
 
-use crate::prefetch::prefetch_span;
+use crate::prefetch::{prefetch_at, prefetch_span};
 
 mod chain;
 mod keys;
@@ -142,7 +142,90 @@ pub(crate) struct Base<V> {
     /// Leaf values, parallel to `keys`.
     pub vals: Vec<V>,
     /// Inner children: `children[i]` covers `[keys[i], keys[i+1])`; `keys[0]` is the low key.
-    pub children: Vec<Pid>,
+    pub children: Vec<Child>,
+}
+
+/// An inner base's entry for a child: its pid, and where the child's base was last seen.
+///
+/// The addresses let a descent ask for the child's lines while it loads the child's mapping
+/// slot: the node, and, at the position the key's prefix interpolates to between the
+/// child's bounds, its prefixes, key ends and entries (values or children). The misses of a
+/// level then overlap instead of following one another (slot, node, then the run the fence
+/// names). They are only prefetch addresses, never dereferenced: a stale one (the child
+/// consolidated, its old base freed) or a poor guess (keys far from uniform) costs useless
+/// prefetches, nothing else. Readers refresh them when the slot's head is a base at another
+/// address, so they change only when the child is consolidated. Beside the pid, so the
+/// search's prefetch of the entry brings them.
+pub(crate) struct Child {
+    pub pid: Pid,
+    /// The base node's address (0: not seen yet).
+    node: AtomicUsize,
+    /// The keys' block address, with their count (saturated) in the top 16 bits.
+    keys: AtomicUsize,
+    /// The address of the base's first value or child entry.
+    entries: AtomicUsize,
+}
+
+/// Bits of an address below `Child::keys`' count.
+const HINT_ADDR_BITS: u32 = 48;
+
+impl Child {
+    /// An entry for `pid`, its node's address not known yet.
+    pub(crate) fn new(pid: Pid) -> Self {
+        Child { pid, node: AtomicUsize::new(0), keys: AtomicUsize::new(0), entries: AtomicUsize::new(0) }
+    }
+
+    /// Remembers `head`, the child's node now, if it is a base seen at another address.
+    #[inline]
+    pub(crate) fn remember<V>(&self, head: &Node<V>) {
+        let at = (head as *const Node<V>).addr();
+        let Kind::Base(b) = &head.kind else { return };
+        if self.node.load(Ordering::Relaxed) == at {
+            return;
+        }
+        let block = b.keys.block_addr();
+        if block >> HINT_ADDR_BITS != 0 {
+            return;
+        }
+        let n = b.len().min((1 << (usize::BITS - HINT_ADDR_BITS)) - 1);
+        let entries = if b.children.is_empty() { b.vals.as_ptr().addr() } else { b.children.as_ptr().addr() };
+        self.keys.store(block | n << HINT_ADDR_BITS, Ordering::Relaxed);
+        self.entries.store(entries, Ordering::Relaxed);
+        self.node.store(at, Ordering::Relaxed);
+    }
+
+    /// The base node address remembered (0: none yet).
+    #[cfg(test)]
+    pub(crate) fn hinted_node(&self) -> usize {
+        self.node.load(Ordering::Relaxed)
+    }
+
+    /// Asks for the lines a search of the child for a key of prefix `kp` will read: its
+    /// node, and, at the index `kp` interpolates to between `low` and `high` (the prefixes
+    /// of the child's bounds), its prefixes, key end and entry (`entry_size` bytes each).
+    #[inline]
+    pub(crate) fn prefetch<V>(&self, kp: u64, low: u64, high: u64, entry_size: usize) {
+        let node = self.node.load(Ordering::Relaxed);
+        if node == 0 {
+            return;
+        }
+        // Addresses without provenance: never dereferenced, only prefetched.
+        prefetch_span(std::ptr::without_provenance(node), std::mem::size_of::<Node<V>>());
+        let keys = self.keys.load(Ordering::Relaxed);
+        let n = keys >> HINT_ADDR_BITS;
+        if n == 0 || high <= low || kp < low {
+            return;
+        }
+        let block = std::ptr::without_provenance::<u8>(keys & ((1 << HINT_ADDR_BITS) - 1));
+        // In floating point: a 128-bit division would cost more than the rest of the level.
+        let g = (((kp - low) as f64 / (high - low) as f64 * n as f64) as usize).min(n - 1);
+        // A run of the fence (8 prefixes or more) around the guess: two lines of prefixes.
+        prefetch_at(block.wrapping_add(8 * g.saturating_sub(4)));
+        prefetch_at(block.wrapping_add(8 * (g + 4).min(n - 1)));
+        prefetch_at(block.wrapping_add(8 * n + 4 * g));
+        let entries = std::ptr::without_provenance::<u8>(self.entries.load(Ordering::Relaxed));
+        prefetch_at(entries.wrapping_add(entry_size * g));
+    }
 }
 
 impl<V> Base<V> {
@@ -156,7 +239,7 @@ impl<V> Base<V> {
             Ok(i) => i,
             Err(i) => i.saturating_sub(1),
         };
-        self.children[i]
+        self.children[i].pid
     }
 }
 

@@ -48,6 +48,16 @@ pub(crate) fn leaf_lookup<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
 /// map semantics never route through an entry that was deleted, so never to a page id that
 /// may have been retired and reused.
 pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> Pid {
+    inner_route_hinted(head, key, guard).0
+}
+
+/// [`inner_route`], with the base and index of the entry the answer came from, when it came
+/// from a base's own entry (whose [`Child`] hints then apply).
+pub(crate) fn inner_route_hinted<'g, V>(
+    head: &'g Node<V>,
+    key: &[u8],
+    guard: &'g Guard,
+) -> (Pid, Option<(&'g Base<V>, usize)>) {
     const MAX_DECIDED: usize = 32;
     // Separators (with prefixes) decided by a delta already seen; newer deltas win.
     let mut decided: [(u64, &[u8]); MAX_DECIDED] = [(0, &[]); MAX_DECIDED];
@@ -74,7 +84,7 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                 if let Some(entry) = entry {
                     if !is_decided(&decided[..n_decided], node.kp, sep) {
                         if n_decided == MAX_DECIDED {
-                            return route_slow(head, key, guard);
+                            return (route_slow(head, key, guard), None);
                         }
                         decided[n_decided] = (node.kp, &sep[..]);
                         n_decided += 1;
@@ -98,7 +108,7 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
             Kind::Base(b) => {
                 let base = match right_base {
                     Some(rb) => rb,
-                    None if cut => return best.map(|(_, _, c)| c).unwrap_or_else(|| b.child_for(key)),
+                    None if cut => return (best.map(|(_, _, c)| c).unwrap_or_else(|| b.child_for(key)), None),
                     None => b,
                 };
                 // The base's greatest separator <= key that no delta decided.
@@ -109,7 +119,8 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                 if n_decided == 0 && best.is_none() {
                     // No delta above the base: its own answer, without reading the
                     // separator's bytes (two cache misses on every level of a descent).
-                    return base.children[i.saturating_sub(1)];
+                    let i = i.saturating_sub(1);
+                    return (base.children[i].pid, Some((base, i)));
                 }
                 while i > 0 {
                     i -= 1;
@@ -118,10 +129,13 @@ pub(crate) fn inner_route<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard
                         break;
                     }
                     if !is_decided(&decided[..n_decided], p, k) {
-                        return base.children[i];
+                        return (base.children[i].pid, Some((base, i)));
                     }
                 }
-                return best.map(|(_, _, c)| c).unwrap_or_else(|| base.children[0]);
+                return match best {
+                    Some((_, _, c)) => (c, None),
+                    None => (base.children[0].pid, Some((base, 0))),
+                };
             }
             _ => {}
         }
@@ -536,8 +550,8 @@ pub(crate) fn inner_entries<'g, V>(head: &'g Node<V>, range: &Range, guard: &'g 
     let g = gather(head, guard);
     let left_len = g.left_len();
     let mut map: std::collections::BTreeMap<&[u8], Pid> = (0..left_len)
-        .map(|i| (g.left.keys.get(i), g.left.children[i]))
-        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), b.children[i]))))
+        .map(|i| (g.left.keys.get(i), g.left.children[i].pid))
+        .chain(g.rights.iter().flat_map(|b| (0..b.len()).map(move |i| (b.keys.get(i), b.children[i].pid))))
         .collect();
     for d in g.deltas.iter().rev() {
         match &d.kind {
@@ -572,7 +586,7 @@ pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base
     let mut children = Vec::with_capacity(entries.len());
     for (k, c) in entries {
         keys.push(k);
-        children.push(*c);
+        children.push(Child::new(*c));
     }
     Base { range, keys: keys.finish(), vals: Vec::new(), children }
 }

@@ -90,6 +90,18 @@ impl KeyVec {
         12 * self.len()
     }
 
+    /// The address of the block (prefixes first): a prefetch hint for a parent's entry.
+    #[inline]
+    pub(crate) fn block_addr(&self) -> usize {
+        self.block.as_ptr().addr()
+    }
+
+    /// The stored prefix of key `i` when it is the whole key's prefix (no truncation).
+    #[inline]
+    pub(crate) fn full_prefix(&self, i: usize) -> Option<u64> {
+        (self.skip == 0 && i < self.len()).then(|| self.stored_prefix(i))
+    }
+
     /// Bytes of all keys together.
     pub(crate) fn data_len(&self) -> usize {
         self.block.len() - self.data_start()
@@ -184,8 +196,11 @@ impl KeyVec {
         let mut hi = (upto << shift).min(n);
         if hi > lo {
             for i in [lo, hi - 1] {
-                prefetch(beside.get(i));
                 prefetch(self.block.get(8 * n + 4 * i));
+            }
+            // Every line of the run's entries: wider than the keys' (an inner base's `Child`).
+            if let Some(run) = beside.get(lo..hi) {
+                prefetch_span(run.as_ptr().cast(), std::mem::size_of_val(run));
             }
             if key_bytes {
                 let first = self.fence_at[below.saturating_sub(1)] as usize;

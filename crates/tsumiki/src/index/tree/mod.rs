@@ -226,19 +226,36 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             if lvl < level {
                 return None;
             }
+            // The parent's entry for `pid`, when the route came from one (`Child`).
+            let mut entry: Option<&Child> = None;
             loop {
                 let (p, head) = match self.settle(pid, lvl, key, path, guard, help) {
                     Ok(x) => x,
                     Err(Restart) => continue 'restart,
                 };
+                // SAFETY: `settle` returns a non-null head protected by `guard`.
+                let h = unsafe { node_ref(head) };
+                if let Some(c) = entry.filter(|_| p == pid) {
+                    c.remember(h);
+                }
                 if lvl == level {
                     return Some((p, head));
                 }
-                // SAFETY: `settle` returns a non-null head protected by `guard`.
-                let child = inner_route(unsafe { node_ref(head) }, key, guard);
+                let (child, from) = inner_route_hinted(h, key, guard);
                 if !path.push(p) {
                     continue 'restart;
                 }
+                entry = from.map(|(b, i)| {
+                    // The child's lines on their way while its slot loads.
+                    let (low, high) = match (b.keys.full_prefix(i), b.keys.full_prefix(i + 1)) {
+                        (Some(l), Some(r)) => (l, r),
+                        (Some(l), None) if i + 1 == b.len() && h.bounds != NO_BOUNDS => (l, h.bounds.1),
+                        _ => (0, 0),
+                    };
+                    let entry_size = if lvl == 1 { std::mem::size_of::<V>() } else { std::mem::size_of::<Child>() };
+                    b.children[i].prefetch::<V>(prefix(key), low, high, entry_size);
+                    &b.children[i]
+                });
                 pid = child;
                 lvl -= 1;
             }

@@ -239,7 +239,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), &b.vals[i])).collect();
             leaf_base(&e, q_range)
         } else {
-            let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), b.children[i])).collect();
+            let e: Vec<_> = (mid..b.len()).map(|i| (b.keys.get(i), b.children[i].pid)).collect();
             inner_base(&e, q_range)
         };
         self.map.slot(q).store(Owned::new(Node::base(n.level, q_base)), Ordering::Release);
@@ -441,7 +441,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         // SAFETY: a Remove always sits on a base.
         let b = unsafe { node_ref(base_sh) }.as_base().expect("Remove sits on a base");
         if *collapse {
-            let child = b.children[0];
+            let child = b.children[0].pid;
             let word = self.root.load(Ordering::Acquire);
             if root_pid(word) != pid {
                 return;

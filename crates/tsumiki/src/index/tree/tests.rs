@@ -372,3 +372,52 @@ fn reads_consolidate_a_leaf_left_with_deltas() {
         }
     }
 }
+
+/// The parent's entry of the leaf a read descends to: its remembered address, and the
+/// leaf's base now.
+fn leaf_hint(tree: &Tree<u64>, key: &[u8], guard: &Guard) -> (usize, usize) {
+    let mut path = Path::new();
+    let (pid, head) = tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+    let parent = path.last().expect("a tree of two levels");
+    // SAFETY: slots and chains loaded under `guard`.
+    let p = unsafe { node_ref(tree.load(parent, guard)) };
+    let b = chain_base(p, guard).as_base().expect("a base");
+    let child = b.children.iter().find(|c| c.pid == pid).expect("the parent names the leaf");
+    (child.hinted_node(), head.as_raw() as usize)
+}
+
+/// A descent remembers the base it found in the parent's entry (`Child`), and a read after
+/// the leaf was consolidated remembers the new base: the prefetch of the next descent asks
+/// for the right lines.
+#[test]
+fn descents_remember_the_child_base_and_refresh_it_after_a_consolidation() {
+    let cfg = BwTreeConfig::default();
+    let tree = Tree::new(cfg.clone());
+    for i in 0..cfg.leaf_max as u64 * 4 {
+        tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+    }
+    let key = 5u64.to_be_bytes();
+    // Reads consolidate what a write or the load left on the leaf; then its head is a base.
+    let settle = |tree: &Tree<u64>| {
+        for _ in 0..1000 {
+            if head_depth(tree, &key) == 0 {
+                return;
+            }
+            tree.get(&key).unwrap();
+        }
+        panic!("reads left the leaf's deltas");
+    };
+    settle(&tree);
+    let guard = &epoch::pin();
+    tree.get(&key).unwrap();
+    let (hint, base) = leaf_hint(&tree, &key, guard);
+    assert_eq!(hint, base, "the parent's entry names the leaf's base");
+    // A write, and a consolidation by reads: a new base, which the next read notes.
+    tree.write(&key, WriteOp::Upsert(7)).unwrap();
+    settle(&tree);
+    tree.get(&key).unwrap();
+    let (hint2, base2) = leaf_hint(&tree, &key, guard);
+    assert_ne!(base2, base, "the leaf has a new base");
+    assert_eq!(hint2, base2, "a read after the consolidation names the new base");
+    assert_eq!(tree.get(&key).unwrap(), Some(7));
+}
