@@ -162,7 +162,8 @@ pub(crate) struct Child {
     node: AtomicUsize,
     /// The keys' block address, with their count (saturated) in the top 16 bits.
     keys: AtomicUsize,
-    /// The address of the base's first value or child entry.
+    /// The address of the base's first value or child entry, with the keys' mean length
+    /// (saturated) in the top 16 bits.
     entries: AtomicUsize,
 }
 
@@ -187,10 +188,14 @@ impl Child {
         if block >> HINT_ADDR_BITS != 0 {
             return;
         }
-        let n = b.len().min((1 << (usize::BITS - HINT_ADDR_BITS)) - 1);
         let entries = if b.children.is_empty() { b.vals.as_ptr().addr() } else { b.children.as_ptr().addr() };
-        self.keys.store(block | n << HINT_ADDR_BITS, Ordering::Relaxed);
-        self.entries.store(entries, Ordering::Relaxed);
+        if entries >> HINT_ADDR_BITS != 0 {
+            return;
+        }
+        let saturated = |x: usize| x.min((1 << (usize::BITS - HINT_ADDR_BITS)) - 1);
+        let mean_len = b.keys.data_len().checked_div(b.len()).unwrap_or(0);
+        self.keys.store(block | saturated(b.len()) << HINT_ADDR_BITS, Ordering::Relaxed);
+        self.entries.store(entries | saturated(mean_len) << HINT_ADDR_BITS, Ordering::Relaxed);
         self.node.store(at, Ordering::Relaxed);
     }
 
@@ -202,9 +207,11 @@ impl Child {
 
     /// Asks for the lines a search of the child for a key of prefix `kp` will read: its
     /// node, and, at the index `kp` interpolates to between `low` and `high` (the prefixes
-    /// of the child's bounds), its prefixes, key end and entry (`entry_size` bytes each).
+    /// of the child's bounds), its prefixes, key end and entry (`entry_size` bytes each),
+    /// and with `key_bytes` (a record lookup by a key longer than a prefix, which compares
+    /// the bytes of the key it finds) the keys' bytes there.
     #[inline]
-    pub(crate) fn prefetch<V>(&self, kp: u64, low: u64, high: u64, entry_size: usize) {
+    pub(crate) fn prefetch<V>(&self, kp: u64, low: u64, high: u64, entry_size: usize, key_bytes: bool) {
         let node = self.node.load(Ordering::Relaxed);
         if node == 0 {
             return;
@@ -223,8 +230,18 @@ impl Child {
         prefetch_at(block.wrapping_add(8 * g.saturating_sub(4)));
         prefetch_at(block.wrapping_add(8 * (g + 4).min(n - 1)));
         prefetch_at(block.wrapping_add(8 * n + 4 * g));
-        let entries = std::ptr::without_provenance::<u8>(self.entries.load(Ordering::Relaxed));
-        prefetch_at(entries.wrapping_add(entry_size * g));
+        let entries = self.entries.load(Ordering::Relaxed);
+        let at = std::ptr::without_provenance::<u8>(entries & ((1 << HINT_ADDR_BITS) - 1));
+        // The entries of the keys the run's prefetch covers.
+        let first = g.saturating_sub(4);
+        prefetch_span(at.wrapping_add(entry_size * first), entry_size * ((g + 4).min(n - 1) + 1 - first));
+        if key_bytes {
+            // The guess's key and four either side (a guess is off by a few keys), at the
+            // mean length, in at most 4 lines.
+            let mean_len = entries >> HINT_ADDR_BITS;
+            let from = 12 * n + g.saturating_sub(4) * mean_len;
+            prefetch_span(block.wrapping_add(from), (9 * mean_len).min(256));
+        }
     }
 }
 

@@ -96,10 +96,20 @@ impl KeyVec {
         self.block.as_ptr().addr()
     }
 
-    /// The stored prefix of key `i` when it is the whole key's prefix (no truncation).
+    /// Where `key` lies between keys `i` and `i + 1`, as integers of one scale: `(key,
+    /// key i, key i + 1)` as stored (past the shared start, whose bytes `key` is assumed to
+    /// have: a key routed between two of these keys has them). For the last key, `high`
+    /// (the prefix of the node's high key) stands for key `i + 1` when no start is shared.
+    /// An estimate for prefetches, not an order.
     #[inline]
-    pub(crate) fn full_prefix(&self, i: usize) -> Option<u64> {
-        (self.skip == 0 && i < self.len()).then(|| self.stored_prefix(i))
+    pub(crate) fn interpolation(&self, key: &[u8], i: usize, high: u64) -> Option<(u64, u64, u64)> {
+        let skip = self.skip as usize;
+        let hi = match i + 1 < self.len() {
+            true => self.stored_prefix(i + 1),
+            false if skip == 0 => high,
+            false => return None,
+        };
+        Some((prefix(key.get(skip..)?), self.stored_prefix(i), hi))
     }
 
     /// Bytes of all keys together.

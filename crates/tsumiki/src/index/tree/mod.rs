@@ -241,19 +241,23 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 if lvl == level {
                     return Some((p, head));
                 }
+                if help == 0 && h.depth > 0 && !h.is_smo() && one_delta_turn() && self.consolidate(p, path, guard, 0) {
+                    // An inner node's deltas (a child's split or merge) cost every descent
+                    // through it a miss per delta, and the base's entry hints: one read in
+                    // `READ_CONSOLIDATE_ONE` that meets them consolidates the node.
+                    pid = p;
+                    continue;
+                }
                 let (child, from) = inner_route_hinted(h, key, guard);
                 if !path.push(p) {
                     continue 'restart;
                 }
                 entry = from.map(|(b, i)| {
                     // The child's lines on their way while its slot loads.
-                    let (low, high) = match (b.keys.full_prefix(i), b.keys.full_prefix(i + 1)) {
-                        (Some(l), Some(r)) => (l, r),
-                        (Some(l), None) if i + 1 == b.len() && h.bounds != NO_BOUNDS => (l, h.bounds.1),
-                        _ => (0, 0),
-                    };
+                    let high = if h.bounds == NO_BOUNDS { 0 } else { h.bounds.1 };
+                    let (kp, low, high) = b.keys.interpolation(key, i, high).unwrap_or((0, 0, 0));
                     let entry_size = if lvl == 1 { std::mem::size_of::<V>() } else { std::mem::size_of::<Child>() };
-                    b.children[i].prefetch::<V>(prefix(key), low, high, entry_size);
+                    b.children[i].prefetch::<V>(kp, low, high, entry_size, lvl == 1 && key.len() > 8);
                     &b.children[i]
                 });
                 pid = child;

@@ -421,3 +421,35 @@ fn descents_remember_the_child_base_and_refresh_it_after_a_consolidation() {
     assert_eq!(hint2, base2, "a read after the consolidation names the new base");
     assert_eq!(tree.get(&key).unwrap(), Some(7));
 }
+
+/// The depth of the chain of the parent of `key`'s leaf (0 while the root is a leaf).
+fn parent_depth(tree: &Tree<u64>, key: &[u8]) -> u16 {
+    let guard = &epoch::pin();
+    let mut path = Path::new();
+    tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+    // SAFETY: loaded under `guard`.
+    path.last().map_or(0, |parent| unsafe { node_ref(tree.load(parent, guard)) }.depth)
+}
+
+/// Splits leave index deltas on the parent, which every descent through it walks: reads
+/// consolidate them, one read in `READ_CONSOLIDATE_ONE` that meets them.
+#[test]
+fn reads_consolidate_an_inner_node_with_deltas() {
+    let cfg = BwTreeConfig::default();
+    let tree = Tree::new(cfg.clone());
+    let key = 0u64.to_be_bytes();
+    let mut i = 0u64;
+    // Keys added until a split leaves a delta on the parent (more splits follow the first).
+    while parent_depth(&tree, &key) == 0 || i < cfg.leaf_max as u64 * 2 {
+        tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        i += 1;
+        assert!(i < 100_000, "no index delta on the parent");
+    }
+    let mut reads = 0;
+    while parent_depth(&tree, &key) > 0 {
+        assert!(reads < 4 * READ_CONSOLIDATE_ONE, "{reads} reads left the parent's deltas");
+        assert_eq!(tree.get(&key).unwrap(), Some(0));
+        reads += 1;
+    }
+    assert_eq!(tree.get(&(i - 1).to_be_bytes()).unwrap(), Some(i - 1));
+}
