@@ -160,15 +160,27 @@ pub(crate) struct Child {
     pub pid: Pid,
     /// The base node's address (0: not seen yet).
     node: AtomicUsize,
-    /// The keys' block address, with their count (saturated) in the top 16 bits.
+    /// The keys' block address, with their count (`pack_hint`).
     keys: AtomicUsize,
     /// The address of the base's first value or child entry, with the keys' mean length
-    /// (saturated) in the top 16 bits.
+    /// (`pack_hint`).
     entries: AtomicUsize,
 }
 
-/// Bits of an address below `Child::keys`' count.
+/// Bits of an address in a word of `Child`, whose top bits hold a count.
 const HINT_ADDR_BITS: u32 = 48;
+
+/// `addr` with `count` (saturated) in the top bits, which user-space addresses leave clear;
+/// `None` for an address that does not.
+fn pack_hint(addr: usize, count: usize) -> Option<usize> {
+    let max = (1 << (usize::BITS - HINT_ADDR_BITS)) - 1;
+    (addr >> HINT_ADDR_BITS == 0).then(|| addr | count.min(max) << HINT_ADDR_BITS)
+}
+
+/// The address (without provenance: only ever prefetched) and count of a packed word.
+fn unpack_hint(word: usize) -> (*const u8, usize) {
+    (std::ptr::without_provenance(word & ((1 << HINT_ADDR_BITS) - 1)), word >> HINT_ADDR_BITS)
+}
 
 impl Child {
     /// An entry for `pid`, its node's address not known yet.
@@ -184,18 +196,14 @@ impl Child {
         if self.node.load(Ordering::Relaxed) == at {
             return;
         }
-        let block = b.keys.block_addr();
-        if block >> HINT_ADDR_BITS != 0 {
-            return;
-        }
         let entries = if b.children.is_empty() { b.vals.as_ptr().addr() } else { b.children.as_ptr().addr() };
-        if entries >> HINT_ADDR_BITS != 0 {
-            return;
-        }
-        let saturated = |x: usize| x.min((1 << (usize::BITS - HINT_ADDR_BITS)) - 1);
         let mean_len = b.keys.data_len().checked_div(b.len()).unwrap_or(0);
-        self.keys.store(block | saturated(b.len()) << HINT_ADDR_BITS, Ordering::Relaxed);
-        self.entries.store(entries | saturated(mean_len) << HINT_ADDR_BITS, Ordering::Relaxed);
+        let (Some(keys), Some(entries)) = (pack_hint(b.keys.block_addr(), b.len()), pack_hint(entries, mean_len))
+        else {
+            return;
+        };
+        self.keys.store(keys, Ordering::Relaxed);
+        self.entries.store(entries, Ordering::Relaxed);
         self.node.store(at, Ordering::Relaxed);
     }
 
@@ -206,10 +214,10 @@ impl Child {
     }
 
     /// Asks for the lines a search of the child for a key of prefix `kp` will read: its
-    /// node, and, at the index `kp` interpolates to between `low` and `high` (the prefixes
-    /// of the child's bounds), its prefixes, key end and entry (`entry_size` bytes each),
-    /// and with `key_bytes` (a record lookup by a key longer than a prefix, which compares
-    /// the bytes of the key it finds) the keys' bytes there.
+    /// node, and, around the index `kp` interpolates to between `low` and `high` (the
+    /// prefixes of the child's bounds), its prefixes, key ends and entries (`entry_size`
+    /// bytes each), and with `key_bytes` (a record lookup by a key longer than a prefix,
+    /// which compares the bytes of the key it finds) the keys' bytes there.
     #[inline]
     pub(crate) fn prefetch<V>(&self, kp: u64, low: u64, high: u64, entry_size: usize, key_bytes: bool) {
         let node = self.node.load(Ordering::Relaxed);
@@ -218,28 +226,23 @@ impl Child {
         }
         // Addresses without provenance: never dereferenced, only prefetched.
         prefetch_span(std::ptr::without_provenance(node), std::mem::size_of::<Node<V>>());
-        let keys = self.keys.load(Ordering::Relaxed);
-        let n = keys >> HINT_ADDR_BITS;
+        let (block, n) = unpack_hint(self.keys.load(Ordering::Relaxed));
         if n == 0 || high <= low || kp < low {
             return;
         }
-        let block = std::ptr::without_provenance::<u8>(keys & ((1 << HINT_ADDR_BITS) - 1));
         // In floating point: a 128-bit division would cost more than the rest of the level.
         let g = (((kp - low) as f64 / (high - low) as f64 * n as f64) as usize).min(n - 1);
-        // A run of the fence (8 prefixes or more) around the guess: two lines of prefixes.
-        prefetch_at(block.wrapping_add(8 * g.saturating_sub(4)));
-        prefetch_at(block.wrapping_add(8 * (g + 4).min(n - 1)));
-        prefetch_at(block.wrapping_add(8 * n + 4 * g));
-        let entries = self.entries.load(Ordering::Relaxed);
-        let at = std::ptr::without_provenance::<u8>(entries & ((1 << HINT_ADDR_BITS) - 1));
-        // The entries of the keys the run's prefetch covers.
-        let first = g.saturating_sub(4);
-        prefetch_span(at.wrapping_add(entry_size * first), entry_size * ((g + 4).min(n - 1) + 1 - first));
+        // Four keys either side of the guess (a guess is off by a few keys): a run of the
+        // fence (8 prefixes or more), two lines of prefixes.
+        let (first, last) = (g.saturating_sub(4), (g + 4).min(n - 1));
+        prefetch_at(block.wrapping_add(KeyVec::prefix_offset(first)));
+        prefetch_at(block.wrapping_add(KeyVec::prefix_offset(last)));
+        prefetch_at(block.wrapping_add(KeyVec::end_offset(n, g)));
+        let (entries, mean_len) = unpack_hint(self.entries.load(Ordering::Relaxed));
+        prefetch_span(entries.wrapping_add(entry_size * first), entry_size * (last + 1 - first));
         if key_bytes {
-            // The guess's key and four either side (a guess is off by a few keys), at the
-            // mean length, in at most 4 lines.
-            let mean_len = entries >> HINT_ADDR_BITS;
-            let from = 12 * n + g.saturating_sub(4) * mean_len;
+            // Their bytes at the mean length, in at most 4 lines.
+            let from = KeyVec::data_offset(n) + first * mean_len;
             prefetch_span(block.wrapping_add(from), (9 * mean_len).min(256));
         }
     }

@@ -84,10 +84,28 @@ impl KeyVec {
         self.n as usize
     }
 
+    /// Where key `i`'s prefix is in a block of keys (prefixes first, then ends, then bytes).
+    #[inline]
+    pub(crate) const fn prefix_offset(i: usize) -> usize {
+        8 * i
+    }
+
+    /// Where key `i`'s end is in a block of `n` keys.
+    #[inline]
+    pub(crate) const fn end_offset(n: usize, i: usize) -> usize {
+        8 * n + 4 * i
+    }
+
+    /// Where the key bytes start in a block of `n` keys.
+    #[inline]
+    pub(crate) const fn data_offset(n: usize) -> usize {
+        12 * n
+    }
+
     /// Where the key bytes start in `block`.
     #[inline]
     fn data_start(&self) -> usize {
-        12 * self.len()
+        Self::data_offset(self.len())
     }
 
     /// The address of the block (prefixes first): a prefetch hint for a parent's entry.
@@ -120,13 +138,13 @@ impl KeyVec {
     /// The prefix stored for key `i` (of its bytes after `skip`).
     #[inline]
     fn stored_prefix(&self, i: usize) -> u64 {
-        u64::from_ne_bytes(*self.block[8 * i..].first_chunk::<8>().expect("a prefix per key"))
+        u64::from_ne_bytes(*self.block[Self::prefix_offset(i)..].first_chunk::<8>().expect("a prefix per key"))
     }
 
     /// Where key `i` ends in the key bytes.
     #[inline]
     fn end(&self, i: usize) -> usize {
-        let at = 8 * self.len() + 4 * i;
+        let at = Self::end_offset(self.len(), i);
         u32::from_ne_bytes(*self.block[at..].first_chunk::<4>().expect("an end per key")) as usize
     }
 
@@ -206,7 +224,7 @@ impl KeyVec {
         let mut hi = (upto << shift).min(n);
         if hi > lo {
             for i in [lo, hi - 1] {
-                prefetch(self.block.get(8 * n + 4 * i));
+                prefetch(self.block.get(Self::end_offset(n, i)));
             }
             // Every line of the run's entries: wider than the keys' (an inner base's `Child`).
             if let Some(run) = beside.get(lo..hi) {

@@ -373,17 +373,23 @@ fn reads_consolidate_a_leaf_left_with_deltas() {
     }
 }
 
+/// The leaf `key`'s descent ends at (pid and head), and the head of its parent's chain
+/// (none while the root is a leaf).
+fn leaf_and_parent<'g>(tree: &Tree<u64>, key: &[u8], guard: &'g Guard) -> (Pid, usize, Option<&'g Node<u64>>) {
+    let mut path = Path::new();
+    let (pid, head) = tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
+    // SAFETY: loaded under `guard`.
+    let parent = path.last().map(|p| unsafe { node_ref(tree.load(p, guard)) });
+    (pid, head.as_raw() as usize, parent)
+}
+
 /// The parent's entry of the leaf a read descends to: its remembered address, and the
 /// leaf's base now.
 fn leaf_hint(tree: &Tree<u64>, key: &[u8], guard: &Guard) -> (usize, usize) {
-    let mut path = Path::new();
-    let (pid, head) = tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
-    let parent = path.last().expect("a tree of two levels");
-    // SAFETY: slots and chains loaded under `guard`.
-    let p = unsafe { node_ref(tree.load(parent, guard)) };
-    let b = chain_base(p, guard).as_base().expect("a base");
+    let (pid, head, parent) = leaf_and_parent(tree, key, guard);
+    let b = chain_base(parent.expect("a tree of two levels"), guard).as_base().expect("a base");
     let child = b.children.iter().find(|c| c.pid == pid).expect("the parent names the leaf");
-    (child.hinted_node(), head.as_raw() as usize)
+    (child.hinted_node(), head)
 }
 
 /// A descent remembers the base it found in the parent's entry (`Child`), and a read after
@@ -424,11 +430,7 @@ fn descents_remember_the_child_base_and_refresh_it_after_a_consolidation() {
 
 /// The depth of the chain of the parent of `key`'s leaf (0 while the root is a leaf).
 fn parent_depth(tree: &Tree<u64>, key: &[u8]) -> u16 {
-    let guard = &epoch::pin();
-    let mut path = Path::new();
-    tree.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
-    // SAFETY: loaded under `guard`.
-    path.last().map_or(0, |parent| unsafe { node_ref(tree.load(parent, guard)) }.depth)
+    leaf_and_parent(tree, key, &epoch::pin()).2.map_or(0, |p| p.depth)
 }
 
 /// Splits leave index deltas on the parent, which every descent through it walks: reads
