@@ -36,13 +36,14 @@ import tempfile
 # docs/design.md's "Layers" paragraph.
 # The floor: the limits, the error type and the option names, the test plants, the owner of
 # background threads, the storage, the block format, the bounded byte reader (`decode`) and
-# the cache-line prefetches.
+# the cache-line prefetches, and the slab (records and key blocks on huge pages).
 # Every layer above may use all of it.
-FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block", "decode", "prefetch"}
+FLOOR = {"limits", "error", "names", "plants", "background", "storage", "block", "decode", "prefetch", "slab"}
 ALLOWED = {
     "limits": set(),
     "plants": set(),
     "prefetch": set(),
+    "slab": set(),
     "background": set(),
     "error": {"limits"},
     "names": {"error"},

@@ -62,6 +62,11 @@ pub(crate) mod plants;
 pub(crate) mod prefetch;
 #[doc(hidden)]
 pub mod storage;
+// A small-block allocator on huge pages: raw memory. Public (hidden) for the memory tests'
+// `slab::observe`.
+#[allow(unsafe_code)]
+#[doc(hidden)]
+pub mod slab;
 #[doc(hidden)]
 pub mod store;
 #[doc(hidden)]

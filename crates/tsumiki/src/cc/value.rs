@@ -12,6 +12,7 @@
 
 use std::alloc::Layout;
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
@@ -296,18 +297,14 @@ fn tailed_layout<R>(cap: usize) -> (Layout, usize) {
 
 /// Allocates `rec` (not yet published) with a tail of `tail` bytes when its cell (`cell`
 /// gives it; `None` for a record that has none) can hold a value of that length there, and
-/// as a plain box otherwise. Free it with [`free_record`].
+/// alone otherwise, both in slab blocks. Free it with [`free_record`].
 pub(crate) fn alloc_record<R>(rec: R, tail: usize, cell: impl Fn(&R) -> Option<&ValueCell>) -> *mut R {
     let wants_tail = tail > INLINE_MAX && tail <= u32::MAX as usize && cell(&rec).is_some();
     if !wants_tail {
-        return Box::into_raw(Box::new(rec));
+        return alloc_plain(rec);
     }
     let (layout, offset) = tailed_layout::<R>(tail);
-    // SAFETY: `layout` has a non-zero size (it holds an `R` and a header).
-    let p = unsafe { std::alloc::alloc(layout) };
-    if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
+    let p = crate::slab::alloc(layout).as_ptr();
     // SAFETY: `p` is a fresh allocation of `layout`: an `R` at 0 and the header at `offset`,
     // both in bounds and aligned.
     unsafe {
@@ -332,8 +329,8 @@ pub(crate) unsafe fn free_record<R>(p: *mut R, cell: impl Fn(&R) -> Option<&Valu
     // SAFETY: the caller owns `p`, a live record.
     let tailed = cell(unsafe { &*p }).is_some_and(ValueCell::has_tail);
     if !tailed {
-        // SAFETY: allocated as a plain box (`alloc_record` without a tail).
-        drop(unsafe { Box::from_raw(p) });
+        // SAFETY: allocated by `alloc_plain` (`alloc_record` without a tail); forwarded.
+        unsafe { free_plain(p) };
         return;
     }
     // The header's offset does not depend on the capacity.
@@ -344,7 +341,27 @@ pub(crate) unsafe fn free_record<R>(p: *mut R, cell: impl Fn(&R) -> Option<&Valu
     // SAFETY: `p` holds a live `R` and was allocated with `layout` (the same `cap`).
     unsafe {
         std::ptr::drop_in_place(p);
-        std::alloc::dealloc(p.cast::<u8>(), layout);
+        crate::slab::dealloc(NonNull::new_unchecked(p.cast::<u8>()), layout);
+    }
+}
+
+/// Allocates `rec` alone, in a slab block (see [`crate::slab`]: records on huge pages).
+fn alloc_plain<R>(rec: R) -> *mut R {
+    let p = crate::slab::alloc(Layout::new::<R>()).as_ptr().cast::<R>();
+    // SAFETY: a fresh block with `R`'s layout.
+    unsafe { p.write(rec) };
+    p
+}
+
+/// Drops and frees a record from [`alloc_plain`].
+///
+/// # Safety
+/// `p` came from [`alloc_plain`], is freed once, and no one can reach it any more.
+unsafe fn free_plain<R>(p: *mut R) {
+    // SAFETY: the caller's contract: a live `R` in a block of `R`'s layout.
+    unsafe {
+        std::ptr::drop_in_place(p);
+        crate::slab::dealloc(NonNull::new_unchecked(p.cast::<u8>()), Layout::new::<R>());
     }
 }
 
@@ -376,11 +393,11 @@ pub(crate) fn alloc_loaded<P: Protocol>(proto: &P, value: &[u8], stamp: u64) -> 
             }
             p
         }
-        _ => Box::into_raw(Box::new(proto.new_loaded(value, stamp))),
+        _ => alloc_plain(proto.new_loaded(value, stamp)),
     }
 }
 
-/// Frees a record made by [`alloc_new`] or [`alloc_loaded`] (or boxed).
+/// Frees a record made by [`alloc_new`] or [`alloc_loaded`].
 ///
 /// # Safety
 /// As [`free_record`]: freed once, reachable by no one.

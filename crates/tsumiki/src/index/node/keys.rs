@@ -4,6 +4,7 @@
 use std::cmp::Ordering as CmpOrdering;
 
 use crate::prefetch::{prefetch, prefetch_span};
+use crate::slab::SlabBytes;
 
 /// The first 8 bytes of a key, big-endian and zero-padded. Order-preserving: if
 /// `prefix(a) < prefix(b)` then `a < b`, so searches compare these integers and touch the
@@ -69,7 +70,8 @@ pub(crate) struct KeyVec {
     /// log2 of the fence stride: the smallest from `MIN_STRIDE_SHIFT` up that needs at
     /// most `FENCE_LEN` entries.
     shift: u8,
-    block: Box<[u8]>,
+    /// In a slab block: on a huge page (see [`crate::slab`]).
+    block: SlabBytes,
 }
 
 impl Default for KeyVec {
@@ -320,21 +322,22 @@ impl KeyVecBuilder {
         let stride_mask = (1usize << shift) - 1;
         let mut fence = [0u64; FENCE_LEN];
         let mut fence_at = [0u32; FENCE_LEN];
-        let mut block = Vec::with_capacity(12 * n + self.data.len());
-        let mut start = 0;
-        for (i, &end) in self.ends.iter().enumerate() {
-            let p = prefix(&self.data[start + skip..end as usize]);
-            block.extend_from_slice(&p.to_ne_bytes());
-            if i & stride_mask == 0 {
-                fence[i >> shift] = p;
-                fence_at[i >> shift] = start as u32;
+        let data_at = KeyVec::data_offset(n);
+        let block = SlabBytes::new(data_at + self.data.len(), |block| {
+            let mut start = 0;
+            for (i, &end) in self.ends.iter().enumerate() {
+                let p = prefix(&self.data[start + skip..end as usize]);
+                let (at, end_at) = (KeyVec::prefix_offset(i), KeyVec::end_offset(n, i));
+                block[at..at + 8].copy_from_slice(&p.to_ne_bytes());
+                block[end_at..end_at + 4].copy_from_slice(&end.to_ne_bytes());
+                if i & stride_mask == 0 {
+                    fence[i >> shift] = p;
+                    fence_at[i >> shift] = start as u32;
+                }
+                start = end as usize;
             }
-            start = end as usize;
-        }
-        for &end in &self.ends {
-            block.extend_from_slice(&end.to_ne_bytes());
-        }
-        block.extend_from_slice(&self.data);
+            block[data_at..].copy_from_slice(&self.data);
+        });
         KeyVec {
             fence,
             fence_at,
@@ -342,7 +345,7 @@ impl KeyVecBuilder {
             skip: skip as u32,
             nf: n.div_ceil(1 << shift) as u8,
             shift: shift as u8,
-            block: block.into_boxed_slice(),
+            block,
         }
     }
 }
