@@ -12,8 +12,8 @@
 //! not advised: a huge page is resident whole once touched, and a small database's blocks
 //! cost few TLB misses anyway.
 //!
-//! Blocks come in size classes: steps of [`GRAIN`] bytes up to `SMALL`, then eight per
-//! doubling up to [`MAX_BLOCK`]; a bigger or more aligned layout goes to the global
+//! Blocks come in size classes: steps of `GRAIN` bytes up to `SMALL`, then eight per
+//! doubling up to `MAX_BLOCK`; a bigger or more aligned layout goes to the global
 //! allocator. A class carves its blocks from 64 KiB runs of the newest chunk, so a class
 //! with few blocks holds one run, not a chunk. Each thread keeps a list of free blocks per
 //! class and trades them with the shared lists in batches (about `BATCH_BYTES`), so an

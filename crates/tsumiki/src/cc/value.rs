@@ -11,11 +11,10 @@
 //! writer overwrites bytes a reader may be copying.
 
 use std::alloc::Layout;
-use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
-use crossbeam_epoch::{Atomic, Guard, Owned, Pointer, Shared};
+use crossbeam_epoch::{Atomic, Guard};
 
 use super::{snapshot, Protocol};
 
@@ -23,7 +22,7 @@ use super::{snapshot, Protocol};
 /// cell itself, so the record is its only allocation (a 4 + 8-byte record costs one 32-byte
 /// block instead of two); a longer one is in the record's tail (see the module) or a pointer
 /// to an immutable buffer, swapped whole by a writer and freed through the epoch. The buffer
-/// is one allocation holding its length and the bytes (crossbeam's slice `Pointable`).
+/// is one allocation holding its length and the bytes (`HeapBuf`).
 ///
 /// Writers hold the record's exclusive lock. Optimistic readers may see inline bytes torn
 /// by a writer: they re-check the record's word after `ValueCell::load_into`, which ends
@@ -31,7 +30,7 @@ use super::{snapshot, Protocol};
 /// so a reader that saw any of them also sees the writer's lock (the seqlock argument).
 pub struct ValueCell {
     /// `UNWRITTEN`, `DELETED`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`),
-    /// a heap buffer's `Pointer::into_usize` (8-aligned, so its low three bits are 0), or
+    /// a heap buffer's exposed address (`HeapBuf`, 8-aligned, so its low three bits are 0), or
     /// the record's tail `| FRESH` (nothing stored yet, the tail unused) or `| EMBEDDED`
     /// (the value is in the tail); `| TAILED` in every state of a record with a tail.
     state: AtomicUsize,
@@ -80,6 +79,65 @@ struct TailHeader {
     len: u32,
 }
 
+/// A value's buffer off the record, for a value that neither fits inline nor in the tail:
+/// one allocation holding the length (a `usize`), then the bytes, in a slab block (see
+/// [`crate::slab`]; the global heap past its biggest class). Immutable once published; a
+/// writer swaps the state to another buffer and frees this one through the epoch.
+struct HeapBuf;
+
+impl HeapBuf {
+    const HEADER: usize = std::mem::size_of::<usize>();
+
+    fn layout(len: usize) -> Layout {
+        Layout::from_size_align(Self::HEADER + len, 8).expect("a value of at most MAX_VALUE_LEN bytes")
+    }
+
+    /// A buffer holding `v`; returns its state word (the exposed address).
+    fn store(v: &[u8]) -> usize {
+        let p = crate::slab::alloc(Self::layout(v.len())).as_ptr();
+        // SAFETY: a fresh block of `HEADER + v.len()` bytes, 8-aligned; `v` does not overlap it.
+        unsafe {
+            p.cast::<usize>().write(v.len());
+            std::ptr::copy_nonoverlapping(v.as_ptr(), p.add(Self::HEADER), v.len());
+        }
+        p.expose_provenance()
+    }
+
+    /// The bytes of the buffer a heap state names.
+    ///
+    /// # Safety
+    /// `s` came from [`HeapBuf::store`] and the buffer is not freed for `'a` (the caller is
+    /// pinned, or owns the record).
+    unsafe fn bytes<'a>(s: usize) -> &'a [u8] {
+        let p = std::ptr::with_exposed_provenance::<u8>(s);
+        // SAFETY: the caller's contract: a live buffer, its length then its bytes, all
+        // written before the state naming it was published.
+        unsafe { std::slice::from_raw_parts(p.add(Self::HEADER), p.cast::<usize>().read()) }
+    }
+
+    /// Frees the buffer a heap state names.
+    ///
+    /// # Safety
+    /// `s` came from [`HeapBuf::store`], is freed once, and no one can read it any more.
+    unsafe fn free(s: usize) {
+        let p = std::ptr::with_exposed_provenance_mut::<u8>(s);
+        // SAFETY: a live buffer (the caller's contract) whose header holds its length.
+        unsafe {
+            let len = p.cast::<usize>().read();
+            crate::slab::dealloc(NonNull::new_unchecked(p), Self::layout(len));
+        }
+    }
+
+    /// Frees the buffer once every thread pinned now has unpinned.
+    ///
+    /// # Safety
+    /// `s` came from [`HeapBuf::store`], is unreachable from now on, and is freed only here.
+    unsafe fn defer_free(s: usize, guard: &Guard) {
+        // SAFETY: readers that loaded `s` are pinned; the buffer is freed after them.
+        unsafe { guard.defer_unchecked(move || HeapBuf::free(s)) };
+    }
+}
+
 /// The bytes a state word names (heap or tail), if any.
 ///
 /// # Safety
@@ -88,12 +146,9 @@ struct TailHeader {
 #[inline]
 unsafe fn bytes_of<'a>(s: usize) -> Option<&'a [u8]> {
     if is_heap(s) {
-        // SAFETY: a heap state came from `Owned::into_usize` in `store`; the buffer is
-        // freed only through `guard.defer_destroy` after being replaced, and all its bytes
-        // were written before it was published.
-        let p = unsafe { Shared::<[MaybeUninit<u8>]>::from_usize(s) };
-        // SAFETY: as above.
-        return Some(unsafe { &*(p.deref() as *const [MaybeUninit<u8>] as *const [u8]) });
+        // SAFETY: a heap state came from `HeapBuf::store` in `store`; the buffer is freed
+        // only through the epoch after being replaced (the caller's contract).
+        return Some(unsafe { HeapBuf::bytes(s) });
     }
     if s & TAG_MASK == EMBEDDED {
         let h = (s & !TAG_MASK) as *const TailHeader;
@@ -223,19 +278,14 @@ impl ValueCell {
                 }
                 (cur & !TAG_MASK) | EMBEDDED
             }
-            Some(v) => {
-                let mut buf = Owned::<[MaybeUninit<u8>]>::init(v.len());
-                // SAFETY: `buf` holds exactly `v.len()` bytes and does not overlap `v`.
-                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.as_mut_ptr().cast::<u8>(), v.len()) };
-                buf.into_usize()
-            }
+            Some(v) => HeapBuf::store(v),
             None => DELETED,
         };
         let old = self.swap(new);
         if is_heap(old) {
-            // SAFETY: `old` came from `into_usize` in an earlier `store` and is unreachable
-            // from now on; readers that loaded it are pinned.
-            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
+            // SAFETY: `old` came from `HeapBuf::store` in an earlier `store` and is
+            // unreachable from now on; readers that loaded it are pinned.
+            unsafe { HeapBuf::defer_free(old, guard) };
         }
     }
 
@@ -245,7 +295,7 @@ impl ValueCell {
         let old = self.swap(REMOVED);
         if is_heap(old) {
             // SAFETY: as in `store`.
-            unsafe { guard.defer_destroy(Shared::<[MaybeUninit<u8>]>::from_usize(old)) };
+            unsafe { HeapBuf::defer_free(old, guard) };
         }
     }
 
@@ -273,8 +323,8 @@ impl Drop for ValueCell {
         let s = *self.state.get_mut() & !TAILED;
         if is_heap(s) {
             // SAFETY: `drop` has exclusive access and no reader can reach the record any
-            // more; the state came from `into_usize` and is converted back once.
-            drop(unsafe { Owned::<[MaybeUninit<u8>]>::from_usize(s) });
+            // more; the state came from `HeapBuf::store` and is freed once.
+            unsafe { HeapBuf::free(s) };
         }
     }
 }
