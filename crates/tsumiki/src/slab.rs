@@ -176,7 +176,6 @@ static CHUNK_LEFT: Mutex<(Option<Block>, usize)> = Mutex::new((None, 0));
 /// first words.
 static FREE_RUNS: Mutex<List> = Mutex::new(List::EMPTY);
 /// Runs given back to `FREE_RUNS` so far (a test's witness).
-#[cfg(test)]
 static RUNS_FREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Free bytes a class holds before it looks for whole free runs: a few runs' worth.
 const SCAVENGE_BYTES: usize = 4 * RUN;
@@ -244,9 +243,7 @@ impl Class {
                 }
             }
         }
-        #[cfg(test)]
         RUNS_FREED.fetch_add(runs, std::sync::atomic::Ordering::Relaxed);
-        let _ = runs;
         self.scavenge_at = 2 * kept.len;
         while kept.len > 0 {
             let batch = kept.split_front(batch_of(class).min(kept.len));

@@ -378,41 +378,30 @@ pub(crate) fn alloc_record<R>(rec: R, tail: usize, cell: impl Fn(&R) -> Option<&
 pub(crate) unsafe fn free_record<R>(p: *mut R, cell: impl Fn(&R) -> Option<&ValueCell>) {
     // SAFETY: the caller owns `p`, a live record.
     let tailed = cell(unsafe { &*p }).is_some_and(ValueCell::has_tail);
-    if !tailed {
-        // SAFETY: allocated by `alloc_plain` (`alloc_record` without a tail); forwarded.
-        unsafe { free_plain(p) };
-        return;
-    }
-    // The header's offset does not depend on the capacity.
-    let (_, offset) = tailed_layout::<R>(0);
-    // SAFETY: a tailed record has its header at `offset`, written at allocation.
-    let cap = unsafe { (*p.cast::<u8>().add(offset).cast::<TailHeader>()).cap as usize };
-    let layout = tailed_layout::<R>(cap).0;
-    // SAFETY: `p` holds a live `R` and was allocated with `layout` (the same `cap`).
+    let layout = if tailed {
+        // The header's offset does not depend on the capacity.
+        let (_, offset) = tailed_layout::<R>(0);
+        // SAFETY: a tailed record has its header at `offset`, written at allocation.
+        let cap = unsafe { (*p.cast::<u8>().add(offset).cast::<TailHeader>()).cap as usize };
+        tailed_layout::<R>(cap).0
+    } else {
+        // Allocated by `alloc_plain` (`alloc_record` without a tail).
+        Layout::new::<R>()
+    };
+    // SAFETY: `p` holds a live `R` and was allocated with `layout`.
     unsafe {
         std::ptr::drop_in_place(p);
         crate::slab::dealloc(NonNull::new_unchecked(p.cast::<u8>()), layout);
     }
 }
 
-/// Allocates `rec` alone, in a slab block (see [`crate::slab`]: records on huge pages).
+/// Allocates `rec` alone, in a slab block (see [`crate::slab`]: records on huge pages);
+/// [`free_record`] frees it.
 fn alloc_plain<R>(rec: R) -> *mut R {
     let p = crate::slab::alloc(Layout::new::<R>()).as_ptr().cast::<R>();
     // SAFETY: a fresh block with `R`'s layout.
     unsafe { p.write(rec) };
     p
-}
-
-/// Drops and frees a record from [`alloc_plain`].
-///
-/// # Safety
-/// `p` came from [`alloc_plain`], is freed once, and no one can reach it any more.
-unsafe fn free_plain<R>(p: *mut R) {
-    // SAFETY: the caller's contract: a live `R` in a block of `R`'s layout.
-    unsafe {
-        std::ptr::drop_in_place(p);
-        crate::slab::dealloc(NonNull::new_unchecked(p.cast::<u8>()), Layout::new::<R>());
-    }
 }
 
 /// Asks for a record's lines and its tail's (a value of up to [`PREFETCH_BYTES`] less the

@@ -34,7 +34,7 @@ static SLAB_OBSERVED: AtomicBool = AtomicBool::new(false);
 // SAFETY: forwards to the system allocator, only counting bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if !SLAB_OBSERVED.swap(true, Ordering::Relaxed) {
+        if !SLAB_OBSERVED.load(Ordering::Relaxed) && !SLAB_OBSERVED.swap(true, Ordering::Relaxed) {
             // Before the engine's first allocation, which comes after the process's first.
             tsumiki::slab::observe(count);
         }
