@@ -100,7 +100,7 @@ impl Default for BwTreeConfig {
     /// Both improvements on: the fastest configuration.
     fn default() -> Self {
         BwTreeConfig {
-            leaf_max: 128,
+            leaf_max: 192,
             inner_max: 128,
             merge_threshold: 16,
             delta_threshold: 4,
@@ -196,6 +196,12 @@ impl<V: Clone + Send + Sync + 'static> BwTree<V> {
     /// The value stored under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<V>, IndexError> {
         self.tree.get(key)
+    }
+
+    /// The value stored under `key`, borrowed for as long as `guard` pins the epoch: no
+    /// second pin for a caller that holds one.
+    pub fn get_pinned<'g>(&self, key: &[u8], guard: &'g Guard) -> Result<Option<&'g V>, IndexError> {
+        self.tree.get_pinned(key, guard)
     }
 
     /// Stores `val` under `key` whether or not it exists. Returns `true` if the key was new,

@@ -341,10 +341,10 @@ impl<P: Protocol> Engine<P> {
     /// The record stored under `key`. The caller runs a transaction (or has the engine to
     /// itself), which keeps every record it can load allocated (see [`Engine::retire`]).
     #[inline]
-    fn lookup(&self, key: &[u8], _guard: &Guard) -> Option<&P::Record> {
+    fn lookup(&self, key: &[u8], guard: &Guard) -> Option<&P::Record> {
         // SAFETY: records are freed only after every transaction that began before they left
         // the index has ended; the caller's transaction is running.
-        self.index.get(key).ok().flatten().map(|p| {
+        self.index.get_pinned(key, guard).ok().flatten().map(|p| {
             self.prefetch_record(p.0);
             // SAFETY: as above.
             unsafe { &*p.0 }

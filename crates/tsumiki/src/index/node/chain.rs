@@ -58,6 +58,21 @@ pub(crate) fn inner_route_hinted<'g, V>(
     key: &[u8],
     guard: &'g Guard,
 ) -> (Pid, Option<(&'g Base<V>, usize)>) {
+    // A consolidated node (nearly every one a descent meets) skips the chain walk, whose
+    // table of decided separators alone, cleared on every call, was a fifth of its time.
+    if let Kind::Base(b) = &head.kind {
+        let i = match b.keys.search_beside(key, &b.children) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        return (b.children[i].pid, Some((b, i)));
+    }
+    inner_route_chain(head, key, guard)
+}
+
+/// [`inner_route_hinted`] through a chain of deltas.
+#[inline(never)]
+fn inner_route_chain<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> (Pid, Option<(&'g Base<V>, usize)>) {
     const MAX_DECIDED: usize = 32;
     // Separators (with prefixes) decided by a delta already seen; newer deltas win.
     let mut decided: [(u64, &[u8]); MAX_DECIDED] = [(0, &[]); MAX_DECIDED];

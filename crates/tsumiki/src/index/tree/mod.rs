@@ -466,15 +466,19 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     // ----- leaf operations -------------------------------------------------------------
 
     pub(crate) fn get(&self, key: &[u8]) -> Result<Option<V>, IndexError> {
+        Ok(self.get_pinned(key, &epoch::pin())?.cloned())
+    }
+
+    /// [`get`](Self::get) under the caller's pin, borrowing the value.
+    pub(crate) fn get_pinned<'g>(&self, key: &[u8], guard: &'g Guard) -> Result<Option<&'g V>, IndexError> {
         check_key(key)?;
-        let guard = epoch::pin();
         let mut path = Path::new();
-        let (pid, head) = self.descend(key, 0, &mut path, &guard, 0).expect("leaf level exists");
+        let (pid, head) = self.descend(key, 0, &mut path, guard, 0).expect("leaf level exists");
         // SAFETY: non-null head from `settle`, protected by `guard`.
         let h = unsafe { node_ref(head) };
-        self.consolidate_for_reads(pid, h, &path, &guard);
+        self.consolidate_for_reads(pid, h, &path, guard);
         // The chain as loaded: it answers as of its load even if just replaced.
-        Ok(leaf_lookup(h, key, &guard).cloned())
+        Ok(leaf_lookup(h, key, guard))
     }
 
     /// Consolidates the leaf chain `head` (of `pid`) that a read met with
@@ -743,7 +747,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 bump(&self.counters.consolidations);
                 // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
                 unsafe { retire_chain(head, &self.map, guard) };
-                self.after_consolidation(pid, nb, &path, guard, 0, false);
+                self.after_consolidation(pid, nb, &path, guard, 0, None);
                 // SAFETY: installed by our CAS, under `guard`.
                 if unsafe { node_ref(nb) }.size as usize > self.cfg.leaf_max {
                     // Split: the left half's base still holds the right half's keys, behind

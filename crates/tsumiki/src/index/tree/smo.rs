@@ -70,7 +70,10 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
             self.resolve_index_deletes(h, guard);
             inner_base(&inner_entries(h, range, guard), new_range)
         };
-        let appending = h.level == 0 && appended_last(h, &base, guard);
+        // Only a split needs it: a consolidation that stays under the maximum looks no further.
+        let append_end = (h.level == 0 && base.len() > self.cfg.leaf_max)
+            .then(|| append_end(h, &base, range.high.is_none(), guard))
+            .flatten();
         let new = Owned::new(Node::base(h.level, base));
         sched::point();
         match self.map.slot(pid).compare_exchange(head, new, Ordering::AcqRel, Ordering::Acquire, guard) {
@@ -78,7 +81,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 bump(&self.counters.consolidations);
                 // SAFETY: our CAS unlinked `head`; only the CAS winner retires a chain.
                 unsafe { retire_chain(head, &self.map, guard) };
-                self.after_consolidation(pid, nb, path, guard, help, appending);
+                self.after_consolidation(pid, nb, path, guard, help, append_end);
                 true
             }
             Err(_) => {
@@ -187,7 +190,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         len > max || len < self.cfg.merge_threshold || (level > 0 && len == 1 && self.root_pid() == pid)
     }
 
-    /// `appending`: see `try_split`.
+    /// `append_end`: see `try_split`.
     pub(super) fn after_consolidation(
         &self,
         pid: Pid,
@@ -195,7 +198,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         path: &Path,
         guard: &Guard,
         help: u32,
-        appending: bool,
+        append_end: Option<usize>,
     ) {
         // SAFETY: just installed, protected by `guard`.
         let n = unsafe { node_ref(nb) };
@@ -203,7 +206,7 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         let max = if n.level == 0 { self.cfg.leaf_max } else { self.cfg.inner_max };
         let is_root = self.root_pid() == pid;
         if b.len() > max {
-            self.try_split(pid, nb, path, guard, help, appending);
+            self.try_split(pid, nb, path, guard, help, append_end);
         } else if is_root {
             if n.level > 0 && b.len() == 1 {
                 self.try_collapse(pid, nb, guard);
@@ -215,22 +218,31 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
 
     // ----- split -----------------------------------------------------------------------
 
-    /// Splits the base `nb` just installed at `pid`, at its middle record, or, when
-    /// `appending` (the rightmost leaf, whose newest write was its greatest key), near its
-    /// end: a sequential load only ever appends to the rightmost leaf, so halves would stay
-    /// half full for good, while a left part kept nearly full is never written again. The
-    /// right part keeps at least `merge_threshold` records, so it does not merge back; where
-    /// that is over a quarter of the records (tiny test nodes), the split stays in the middle.
-    fn try_split(&self, pid: Pid, nb: Shared<'_, Node<V>>, path: &Path, guard: &Guard, help: u32, appending: bool) {
+    /// Splits the base `nb` just installed at `pid`, at its middle record, or, after an
+    /// append run that ended at `append_end` (see [`append_end`]), there, in the upper half:
+    /// a sequential load only ever appends at its end (the rightmost leaf's, or, for a load
+    /// of one slice of the keys among several, just below the next slice's), so halves
+    /// would stay half full for good, while a left part kept nearly full is never written
+    /// again. The right part keeps at least `merge_threshold` records, so it does not merge
+    /// back; where that is over a quarter of the records (tiny test nodes), the split stays
+    /// in the middle.
+    fn try_split(
+        &self,
+        pid: Pid,
+        nb: Shared<'_, Node<V>>,
+        path: &Path,
+        guard: &Guard,
+        help: u32,
+        append_end: Option<usize>,
+    ) {
         // SAFETY: `nb` is the base we just installed, protected by `guard`.
         let n = unsafe { node_ref(nb) };
         let b = n.as_base().expect("base");
         // The split point is the only change: the protocol is the same for any record.
         let right = (b.len() / 10).max(self.cfg.merge_threshold);
-        let mid = if appending && n.level == 0 && b.range.high.is_none() && right <= b.len() / 4 {
-            b.len() - right
-        } else {
-            b.len() / 2
+        let mid = match append_end {
+            Some(end) if n.level == 0 && right <= b.len() / 4 => end.min(b.len() - right).max(b.len() / 2),
+            _ => b.len() / 2,
         };
         let sep: Box<[u8]> = b.keys.get(mid).into();
         let Some(q) = self.map.alloc() else { return };
@@ -610,18 +622,30 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
     }
 }
 
-/// Whether the newest data delta of leaf chain `head` is an upsert of the greatest key of
-/// `base`, its consolidation: the mark of an append at the end of the key space.
-fn appended_last<V>(head: &Node<V>, base: &Base<V>, guard: &Guard) -> bool {
-    let mut node = head;
-    while node.is_smo() {
-        // SAFETY: SMO deltas have a non-null next under `guard`.
-        node = unsafe { node_ref(node.next(guard)) };
+/// Where an append run ended in `base` (the consolidation of `head`'s chain): just past
+/// the newest write's key, when that write was an upsert at the end of the rightmost leaf
+/// (`rightmost`), or when the two newest writes were upserts of adjacent keys, the newer
+/// above: a sequential load, here one below a slice loaded by another, rather than a random
+/// insert that happened to land above a leaf's keys.
+fn append_end<'g, V>(head: &'g Node<V>, base: &Base<V>, rightmost: bool, guard: &'g Guard) -> Option<usize> {
+    fn newest_upsert<'g, V>(mut node: &'g Node<V>, guard: &'g Guard) -> Option<(&'g Node<V>, &'g [u8])> {
+        while node.is_smo() {
+            // SAFETY: SMO deltas have a non-null next under `guard`.
+            node = unsafe { node_ref(node.next(guard)) };
+        }
+        match &node.kind {
+            Kind::Upsert { key, .. } => Some((node, &key[..])),
+            _ => None,
+        }
     }
-    match (&node.kind, base.len()) {
-        (Kind::Upsert { key, .. }, n) if n > 0 => **key == *base.keys.get(n - 1),
-        _ => false,
+    let (newest, key) = newest_upsert(head, guard)?;
+    let i = base.keys.search(key).ok()?;
+    if rightmost && i + 1 == base.len() {
+        return Some(base.len());
     }
+    // SAFETY: a data delta has a non-null next under `guard`.
+    let (_, before) = newest_upsert(unsafe { node_ref(newest.next(guard)) }, guard)?;
+    (i > 0 && base.keys.get(i - 1) == before).then_some(i + 1)
 }
 
 /// Before a consolidation may absorb merge deltas, record that they were posted.
