@@ -241,10 +241,11 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
                 if lvl == level {
                     return Some((p, head));
                 }
-                if help == 0 && h.depth > 0 && !h.is_smo() && one_delta_turn() && self.consolidate(p, path, guard, 0) {
-                    // An inner node's deltas (a child's split or merge) cost every descent
-                    // through it a miss per delta, and the base's entry hints: one read in
-                    // `READ_CONSOLIDATE_ONE` that meets them consolidates the node.
+                if help == 0 && h.depth > 0 && one_delta_turn() && self.consolidate(p, path, guard, 0) {
+                    // An inner node's deltas (a child's split or merge, or its own split)
+                    // cost every descent through it a miss per delta, and the base's entry
+                    // hints: one read in `READ_CONSOLIDATE_ONE` that meets them consolidates
+                    // the node (a split delta once its parent knows the new sibling).
                     pid = p;
                     continue;
                 }

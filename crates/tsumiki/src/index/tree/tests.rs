@@ -468,3 +468,28 @@ fn reads_consolidate_an_inner_node_with_deltas() {
     }
     assert_eq!(tree.get(&(i - 1).to_be_bytes()).unwrap(), Some(i - 1));
 }
+
+/// An inner node that split keeps its split delta on top until it is consolidated, and an
+/// ascending load has moved on: no write comes its way again. Reads consolidate it too
+/// (every descent walked the delta and the base's stale half: a twelfth of YCSB-A).
+#[test]
+fn reads_consolidate_an_inner_node_left_with_a_split() {
+    let tree = Tree::new(BwTreeConfig::tiny());
+    let key = 0u64.to_be_bytes();
+    let parent_split = |tree: &Tree<u64>| leaf_and_parent(tree, &key, &epoch::pin()).2.is_some_and(|p| p.is_smo());
+    let mut i = 0u64;
+    while !parent_split(&tree) {
+        tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        i += 1;
+        assert!(i < 100_000, "no split delta on the parent");
+    }
+    let mut reads = 0;
+    while parent_depth(&tree, &key) > 0 {
+        assert!(reads < 4 * READ_CONSOLIDATE_ONE, "{reads} reads left the parent's split delta");
+        assert_eq!(tree.get(&key).unwrap(), Some(0));
+        reads += 1;
+    }
+    for k in 0..i {
+        assert_eq!(tree.get(&k.to_be_bytes()).unwrap(), Some(k));
+    }
+}
