@@ -453,20 +453,32 @@ fn reads_consolidate_an_inner_node_with_deltas() {
     let cfg = BwTreeConfig::default();
     let tree = Tree::new(cfg.clone());
     let key = 0u64.to_be_bytes();
-    let mut i = 0u64;
     // Keys added until a split leaves a delta on the parent (more splits follow the first).
-    while parent_depth(&tree, &key) == 0 || i < cfg.leaf_max as u64 * 2 {
+    let i = load_until(&tree, |tree, i| parent_depth(tree, &key) > 0 && i >= cfg.leaf_max as u64 * 2);
+    reads_consolidate_parent(&tree, &key);
+    assert_eq!(tree.get(&(i - 1).to_be_bytes()).unwrap(), Some(i - 1));
+}
+
+/// Writes ascending keys from 0 until `done(tree, keys written)`; returns how many.
+fn load_until(tree: &Tree<u64>, done: impl Fn(&Tree<u64>, u64) -> bool) -> u64 {
+    let mut i = 0u64;
+    while !done(tree, i) {
         tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
         i += 1;
-        assert!(i < 100_000, "no index delta on the parent");
+        assert!(i < 100_000, "the load never made the case");
     }
+    i
+}
+
+/// Reads `key` (holding 0) until the parent of its leaf has no deltas, within a few
+/// rounds of `READ_CONSOLIDATE_ONE`.
+fn reads_consolidate_parent(tree: &Tree<u64>, key: &[u8]) {
     let mut reads = 0;
-    while parent_depth(&tree, &key) > 0 {
+    while parent_depth(tree, key) > 0 {
         assert!(reads < 4 * READ_CONSOLIDATE_ONE, "{reads} reads left the parent's deltas");
-        assert_eq!(tree.get(&key).unwrap(), Some(0));
+        assert_eq!(tree.get(key).unwrap(), Some(0));
         reads += 1;
     }
-    assert_eq!(tree.get(&(i - 1).to_be_bytes()).unwrap(), Some(i - 1));
 }
 
 /// An inner node that split keeps its split delta on top until it is consolidated, and an
@@ -476,19 +488,8 @@ fn reads_consolidate_an_inner_node_with_deltas() {
 fn reads_consolidate_an_inner_node_left_with_a_split() {
     let tree = Tree::new(BwTreeConfig::tiny());
     let key = 0u64.to_be_bytes();
-    let parent_split = |tree: &Tree<u64>| leaf_and_parent(tree, &key, &epoch::pin()).2.is_some_and(|p| p.is_smo());
-    let mut i = 0u64;
-    while !parent_split(&tree) {
-        tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
-        i += 1;
-        assert!(i < 100_000, "no split delta on the parent");
-    }
-    let mut reads = 0;
-    while parent_depth(&tree, &key) > 0 {
-        assert!(reads < 4 * READ_CONSOLIDATE_ONE, "{reads} reads left the parent's split delta");
-        assert_eq!(tree.get(&key).unwrap(), Some(0));
-        reads += 1;
-    }
+    let i = load_until(&tree, |tree, _| leaf_and_parent(tree, &key, &epoch::pin()).2.is_some_and(|p| p.is_smo()));
+    reads_consolidate_parent(&tree, &key);
     for k in 0..i {
         assert_eq!(tree.get(&k.to_be_bytes()).unwrap(), Some(k));
     }
