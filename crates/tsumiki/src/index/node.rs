@@ -252,14 +252,20 @@ impl<V> Base<V> {
     pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
+    /// The index of an inner base's entry covering `key` (which the caller validated is
+    /// in range): its greatest separator at or below `key`.
+    #[inline]
+    pub(crate) fn child_index(&self, key: &[u8]) -> usize {
+        match self.keys.search_beside(key, &self.children) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        }
+    }
+
     /// The child of an inner base covering `key` (which the caller validated is in range).
     #[inline]
     pub(crate) fn child_for(&self, key: &[u8]) -> Pid {
-        let i = match self.keys.search(key) {
-            Ok(i) => i,
-            Err(i) => i.saturating_sub(1),
-        };
-        self.children[i].pid
+        self.children[self.child_index(key)].pid
     }
 }
 

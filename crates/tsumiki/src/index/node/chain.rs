@@ -61,10 +61,7 @@ pub(crate) fn inner_route_hinted<'g, V>(
     // A consolidated node (nearly every one a descent meets) skips the chain walk, whose
     // table of decided separators alone, cleared on every call, was a fifth of its time.
     if let Kind::Base(b) = &head.kind {
-        let i = match b.keys.search_beside(key, &b.children) {
-            Ok(i) => i,
-            Err(i) => i.saturating_sub(1),
-        };
+        let i = b.child_index(key);
         return (b.children[i].pid, Some((b, i)));
     }
     inner_route_chain(head, key, guard)
@@ -126,17 +123,17 @@ fn inner_route_chain<'g, V>(head: &'g Node<V>, key: &[u8], guard: &'g Guard) -> 
                     None if cut => return (best.map(|(_, _, c)| c).unwrap_or_else(|| b.child_for(key)), None),
                     None => b,
                 };
+                if n_decided == 0 && best.is_none() {
+                    // No delta above the base: its own answer, without reading the
+                    // separator's bytes (two cache misses on every level of a descent).
+                    let i = base.child_index(key);
+                    return (base.children[i].pid, Some((base, i)));
+                }
                 // The base's greatest separator <= key that no delta decided.
                 let mut i = match base.keys.search_beside(key, &base.children) {
                     Ok(i) => i + 1,
                     Err(i) => i,
                 };
-                if n_decided == 0 && best.is_none() {
-                    // No delta above the base: its own answer, without reading the
-                    // separator's bytes (two cache misses on every level of a descent).
-                    let i = i.saturating_sub(1);
-                    return (base.children[i].pid, Some((base, i)));
-                }
                 while i > 0 {
                     i -= 1;
                     let (p, k) = (base.keys.prefix(i), base.keys.get(i));

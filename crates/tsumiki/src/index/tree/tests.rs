@@ -68,53 +68,51 @@ fn first_from_moves_right_past_a_deleted_last_record() {
     }
 }
 
-/// A sequential load splits the leaf at its end near its end, so the leaves it leaves
-/// behind are nearly full; every record is still there, in order. So does a load of one
+/// A sequential load splits the leaf it appends to near the load's end, so the leaves it
+/// leaves behind are nearly full; every record is still there, in order. So does a load of one
 /// slice of the keys below another (`above`: a key above them all is there first, so the
 /// load never reaches the rightmost leaf), as when several threads each load a slice.
 #[test]
 fn ascending_load_fills_leaves() {
     for (numbered_deltas, split_delta_at_head, above) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
-        {
-            let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
-            let tree = Tree::new(cfg.clone());
-            let n = cfg.leaf_max as u64 * if cfg!(miri) { 3 } else { 40 };
-            if above {
-                tree.write(&u64::MAX.to_be_bytes(), WriteOp::Upsert(0)).unwrap();
-            }
-            for i in 0..n {
-                tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
-            }
-            let guard = &epoch::pin();
-            let (mut at, mut leaves, mut seen, mut short) = (0u64.to_be_bytes().to_vec(), 0u64, 0u64, 0);
-            loop {
-                let (h, range) = leaf_of(&tree, &at, guard);
-                let entries = leaf_entries(h, range, guard);
-                for (k, v) in &entries {
-                    if seen == n {
-                        assert_eq!((*k, **v), (&u64::MAX.to_be_bytes()[..], 0));
-                        continue;
-                    }
-                    assert_eq!((*k, **v), (&seen.to_be_bytes()[..], seen));
-                    seen += 1;
-                }
-                leaves += 1;
-                match &range.high {
-                    Some(h) => {
-                        // Every leaf but the last holds about 90% of `leaf_max`, but for the
-                        // first with a key above, which split in the middle: it held that key.
-                        short += (seen < n && entries.len() * 10 < cfg.leaf_max * 8) as usize;
-                        at = h.to_vec();
-                    }
-                    None => break,
-                }
-            }
-            assert!(short <= above as usize, "{short} short leaves ({numbered_deltas} {split_delta_at_head} {above})");
-            assert_eq!(seen, n);
-            // The last leaf may be short, and so may the one with the key above.
-            let short = 1 + above as u64;
-            assert!(leaves * cfg.leaf_max as u64 * 8 <= n * 10 + short * cfg.leaf_max as u64 * 8, "{leaves} leaves");
+        let cfg = BwTreeConfig { numbered_deltas, split_delta_at_head, ..BwTreeConfig::default() };
+        let tree = Tree::new(cfg.clone());
+        let n = cfg.leaf_max as u64 * if cfg!(miri) { 3 } else { 40 };
+        if above {
+            tree.write(&u64::MAX.to_be_bytes(), WriteOp::Upsert(0)).unwrap();
         }
+        for i in 0..n {
+            tree.write(&i.to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+        }
+        let guard = &epoch::pin();
+        let (mut at, mut leaves, mut seen, mut short) = (0u64.to_be_bytes().to_vec(), 0u64, 0u64, 0);
+        loop {
+            let (h, range) = leaf_of(&tree, &at, guard);
+            let entries = leaf_entries(h, range, guard);
+            for (k, v) in &entries {
+                if seen == n {
+                    assert_eq!((*k, **v), (&u64::MAX.to_be_bytes()[..], 0));
+                    continue;
+                }
+                assert_eq!((*k, **v), (&seen.to_be_bytes()[..], seen));
+                seen += 1;
+            }
+            leaves += 1;
+            match &range.high {
+                Some(h) => {
+                    // Every leaf but the last holds about 90% of `leaf_max`, but for the
+                    // first with a key above, which split in the middle: it held that key.
+                    short += (seen < n && entries.len() * 10 < cfg.leaf_max * 8) as usize;
+                    at = h.to_vec();
+                }
+                None => break,
+            }
+        }
+        assert!(short <= above as usize, "{short} short leaves ({numbered_deltas} {split_delta_at_head} {above})");
+        assert_eq!(seen, n);
+        // The last leaf may be short, and so may the one with the key above.
+        let partial = 1 + above as u64;
+        assert!(leaves * cfg.leaf_max as u64 * 8 <= n * 10 + partial * cfg.leaf_max as u64 * 8, "{leaves} leaves");
     }
 }
 
