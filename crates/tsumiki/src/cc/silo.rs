@@ -289,9 +289,7 @@ impl Protocol for Silo {
         }
         if installs {
             self.snaps.count(&worker.snap, count_delta(writes), keep, stamp);
-        }
-        if installs && !keep {
-            self.snaps.end_bare(&worker.snap);
+            self.snaps.end_install(&worker.snap);
         }
         self.snaps.sweep_if_due::<OccRecord>();
         Ok(())

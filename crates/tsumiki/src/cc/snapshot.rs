@@ -31,9 +31,20 @@
 //! and reads again if a write pushed a version meanwhile (a keeping write publishes the
 //! version before it stores the value). Writes when no snapshot is open (*bare*) touch no
 //! chain: the versions on it have stamps at or below the `T` of any snapshot that opens
-//! later, which reads the cell. A snapshot that opens waits for the bare installs in
-//! flight (each worker's flag, set before it reads the count of open snapshots: a Dekker
-//! pair with the count) before it picks `T`, so it sees them whole and below `T`.
+//! later, which reads the cell. A snapshot that opens waits for the installs in flight
+//! (each worker's flag, set before it reads the count of open snapshots: a Dekker pair with
+//! the count) before it picks `T`, so it sees them whole and below `T`.
+//!
+//! A keeping write is *lean* when the chain's head has a stamp above every open `T`: the
+//! value it replaces was installed at or after that stamp, so no open snapshot reads it
+//! (each takes a version from the chain, which a lean write leaves alone), and it is stored
+//! like a bare write. A snapshot that opens later has `T` at or above the write's stamp, as
+//! for a bare write: one that registers before the writer reads `newest` makes it keep
+//! (`list_version` is odd, or its `T` is listed), and one that registers after waits for
+//! the writer's flag before it picks `T` (TicToc's published stamps then include this
+//! write's; Silo's counter and 2PL's clock passed it before the read). So with one reader
+//! open for minutes a record keeps one version, pushed by its first write after the
+//! snapshot opened, and later writes allocate nothing.
 //!
 //! Each keeping write prunes its record's chain with paper 000's EPO rule (as
 //! `crate::mvcc::keep_plan` applies it to MVCC-SI): only the version each open snapshot
@@ -212,6 +223,9 @@ pub(crate) struct Snapshots {
     list_version: AtomicU64,
     /// The open snapshots' `T`, distinct, descending.
     list: RwLock<Vec<u64>>,
+    /// The first of `list` (0 when empty), set with it: what a write checks to see whether
+    /// it may replace a value without keeping it ([`store`](Self::store)).
+    newest: AtomicU64,
     /// Records with a chain (addresses), for the sweep.
     chained: Mutex<Vec<usize>>,
     sweep_due: AtomicBool,
@@ -234,6 +248,7 @@ impl Default for Snapshots {
             open_ts: Mutex::new(Vec::new()),
             list_version: AtomicU64::new(0),
             list: RwLock::new(Vec::new()),
+            newest: AtomicU64::new(0),
             chained: Mutex::new(Vec::new()),
             sweep_due: AtomicBool::new(false),
             versions: AtomicI64::new(0),
@@ -273,20 +288,19 @@ impl Snapshots {
     }
 
     /// The writer's half of the Dekker pair, right before its installs: whether they must
-    /// keep versions. When not, the installs must end with [`end_bare`](Self::end_bare).
+    /// keep versions. Either way the installs end with [`end_install`](Self::end_install):
+    /// a snapshot that opens meanwhile waits for them (bare ones, and keeping ones that
+    /// replace a value without keeping it: see [`store`](Self::store)).
     #[inline]
     pub(crate) fn begin_install(&self, w: &SnapWorker) -> bool {
         w.installing.store(true, Ordering::SeqCst);
-        if self.open.0.load(Ordering::SeqCst) == 0 {
-            return false;
-        }
-        w.installing.store(false, Ordering::Release);
-        true
+        self.open.0.load(Ordering::SeqCst) > 0
     }
 
-    /// Ends bare installs (after [`publish`](Self::publish), where the protocol publishes).
+    /// Ends the installs that [`begin_install`](Self::begin_install) began (after
+    /// [`publish`](Self::publish), where the protocol publishes).
     #[inline]
-    pub(crate) fn end_bare(&self, w: &SnapWorker) {
+    pub(crate) fn end_install(&self, w: &SnapWorker) {
         w.installing.store(false, Ordering::Release);
     }
 
@@ -402,7 +416,7 @@ impl Snapshots {
         };
         open_ts.push(t);
         if open_ts.len() == 1 || !self.list.read().contains(&t) {
-            sorted_distinct(&open_ts, &mut self.list.write());
+            self.rebuild_list(&open_ts);
         }
         self.list_version.fetch_add(1, Ordering::SeqCst);
         t
@@ -416,11 +430,30 @@ impl Snapshots {
         }
         // Rebuilt only when the last snapshot at `t` closed (several often share a `T`).
         if !open_ts.contains(&t) {
-            sorted_distinct(&open_ts, &mut self.list.write());
+            self.rebuild_list(&open_ts);
         }
         if self.open.0.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.sweep_due.store(true, Ordering::Release);
         }
+    }
+
+    /// Sets `list` (and `newest`) to the distinct `T`s of `open_ts`.
+    fn rebuild_list(&self, open_ts: &[u64]) {
+        let mut list = self.list.write();
+        sorted_distinct(open_ts, &mut list);
+        self.newest.store(list.first().copied().unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The newest open snapshot's `T`, or `None` while one registers. A snapshot that
+    /// closes meanwhile may still count (a higher `T` keeps more).
+    #[inline]
+    fn newest_open(&self) -> Option<u64> {
+        let v = self.list_version.load(Ordering::SeqCst);
+        if v & 1 == 1 {
+            return None;
+        }
+        let t = self.newest.load(Ordering::SeqCst);
+        (self.list_version.load(Ordering::SeqCst) == v).then_some(t)
     }
 
     /// The open snapshots' `T` (descending), or `None` while one registers.
@@ -460,9 +493,18 @@ impl Snapshots {
             return;
         }
         let head = cell.kept.load(Ordering::Acquire, guard);
-        let old = cell.with_bytes(guard, KeptValue::of);
         // SAFETY: chain nodes are freed only through the epoch; `guard` is pinned.
         let prev = unsafe { head.as_ref() };
+        if let Some(p) = prev {
+            // The value being replaced was installed at or after `p.stamp`. When that is
+            // above every open `T`, no open snapshot reads it (each reads the chain), and
+            // none that opens later does (see the module: a lean write), so it goes unkept.
+            if self.newest_open().is_some_and(|t| p.stamp > t) {
+                cell.store(value, guard);
+                return;
+            }
+        }
+        let old = cell.with_bytes(guard, KeptValue::of);
         let node = Owned::new(Kept {
             stamp,
             // The write that pushed `prev` installed the value replaced now (or a bare

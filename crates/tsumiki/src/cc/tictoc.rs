@@ -304,9 +304,7 @@ impl Protocol for TicToc {
             // Before the locks go: a snapshot that opens after this commit returned sees it.
             self.snaps.publish(worker, commit_ts);
             self.snaps.count(worker, count_delta(writes), keep, commit_ts);
-            if !keep {
-                self.snaps.end_bare(worker);
-            }
+            self.snaps.end_install(worker);
         }
         for w in writes.iter_mut() {
             // SAFETY: records stay allocated while the transaction runs (the engine's retire).
