@@ -8,7 +8,9 @@
 //! `SECS` seconds with one snapshot held open and scanned again and again, in alternating
 //! halves. On a 2-core
 //! machine use one writer: the reader then has a core of its own, so the ratio shows what
-//! the snapshot costs the writers rather than how the cores are shared.
+//! the snapshot costs the writers rather than how the cores are shared. The engine's own
+//! threads (the page store's checkpoints) need cores too: the last column shows how many
+//! they used, and `LR_MEMORY=1` runs in memory, without them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,8 +34,32 @@ fn rss_mib() -> f64 {
     pages * 4096.0 / (1 << 20) as f64
 }
 
+/// CPU seconds the engine's own threads (named `tsumiki-...`: checkpoints, the page
+/// store's segments) have used, from /proc: on a 2-core machine they share the cores with
+/// the writer and the reader.
+fn engine_cpu_secs() -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    let mut ticks = 0u64;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("tsumiki-") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the name's closing parenthesis: utime and stime are the 12th and 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+        ticks += f.iter().sum::<u64>();
+    }
+    ticks as f64 / tick
+}
+
 struct Run {
     transfers: u64,
+    /// CPU seconds of the engine's own threads during the run.
+    engine_cpu: f64,
     scans: u64,
     /// Scans that failed (a snapshot never conflicts, so any error counts).
     failed: u64,
@@ -44,7 +70,8 @@ struct Run {
 fn run(db: &Db, secs: f64, writers: usize, reader: bool) -> Run {
     let stop = AtomicBool::new(false);
     let transfers = AtomicU64::new(0);
-    let mut r = Run { transfers: 0, scans: 0, failed: 0, max_versions: 0, max_bytes: 0 };
+    let mut r = Run { transfers: 0, engine_cpu: 0.0, scans: 0, failed: 0, max_versions: 0, max_bytes: 0 };
+    let cpu_before = engine_cpu_secs();
     std::thread::scope(|s| {
         for w in 0..writers as u64 {
             let (stop, transfers) = (&stop, &transfers);
@@ -104,6 +131,7 @@ fn run(db: &Db, secs: f64, writers: usize, reader: bool) -> Run {
         stop.store(true, Ordering::Relaxed);
     });
     r.transfers = transfers.into_inner();
+    r.engine_cpu = engine_cpu_secs() - cpu_before;
     r
 }
 
@@ -113,7 +141,7 @@ fn main() {
     let writers: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let which = args.get(3).cloned().unwrap_or_else(|| "tictoc,silo,2pl-nowait,2pl-waitdie,mvcc-si".into());
     println!("{secs} s per run, {writers} writer(s), {ACCOUNTS} accounts, commits unsynced");
-    println!("protocol      transfers/s alone  with reader  ratio  scans  failed scans  versions max (MiB)  after  RSS MiB before/during/after");
+    println!("protocol      transfers/s alone  with reader  ratio  scans  failed scans  versions max (MiB)  after  RSS MiB before/during/after  engine threads' cores alone/with");
     for name in which.split(',') {
         let cc: Cc = name.parse().expect("a protocol name");
         let dir = tempfile::tempdir().expect("temp dir");
@@ -121,7 +149,13 @@ fn main() {
             log: LogOptions { durability: Durability::None, ..LogOptions::default() },
             ..Options::with_cc(cc)
         };
-        let db = Db::create(dir.path().join("db"), opts).expect("create");
+        // `LR_MEMORY=1`: in memory, without the page store's checkpoints, whose thread
+        // shares the cores with the writer and the reader.
+        let db = if std::env::var("LR_MEMORY").is_ok_and(|v| v == "1") {
+            Db::open_in_memory(opts).expect("open in memory")
+        } else {
+            Db::create(dir.path().join("db"), opts).expect("create")
+        };
         for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(10_000) {
             db.run(|t| chunk.iter().try_for_each(|&i| t.put(key(i), 100u64.to_be_bytes()))).expect("fill");
         }
@@ -133,9 +167,14 @@ fn main() {
         let rss_during = rss_mib();
         let alone2 = run(&db, secs / 2.0, writers, false);
         let with2 = run(&db, secs / 2.0, writers, true);
-        let alone = Run { transfers: alone1.transfers + alone2.transfers, ..alone1 };
+        let alone = Run {
+            transfers: alone1.transfers + alone2.transfers,
+            engine_cpu: alone1.engine_cpu + alone2.engine_cpu,
+            ..alone1
+        };
         let with = Run {
             transfers: with1.transfers + with2.transfers,
+            engine_cpu: with1.engine_cpu + with2.engine_cpu,
             scans: with1.scans + with2.scans,
             failed: with1.failed + with2.failed,
             max_versions: with1.max_versions.max(with2.max_versions),
@@ -146,7 +185,7 @@ fn main() {
         let after = db.snapshot_stats();
         let rss_after = rss_mib();
         println!(
-            "{:<13} {:>17.0}  {:>11.0}  {:>5.2}  {:>5}  {:>12}  {:>8} ({:>6.1})  {:>5}  {:.0}/{:.0}/{:.0}",
+            "{:<13} {:>17.0}  {:>11.0}  {:>5.2}  {:>5}  {:>12}  {:>8} ({:>6.1})  {:>5}  {:.0}/{:.0}/{:.0}  {:.2}/{:.2}",
             name,
             alone.transfers as f64 / secs,
             with.transfers as f64 / secs,
@@ -158,7 +197,9 @@ fn main() {
             after.versions,
             rss_before,
             rss_during,
-            rss_after
+            rss_after,
+            alone.engine_cpu / secs,
+            with.engine_cpu / secs
         );
     }
 }

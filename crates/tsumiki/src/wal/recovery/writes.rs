@@ -162,6 +162,23 @@ pub(super) struct Write {
     prefix: u64,
 }
 
+/// Orders two writes' keys (`key` gives a write's bytes). Keys of at most 8 bytes are
+/// whole in their prefixes: with equal prefixes, the shorter one is the other's prefix (the
+/// rest of the longer is the zeros that padded the shorter), so the lengths decide without
+/// a `memcmp` (a key written twice ties on its prefix every time).
+#[inline]
+fn key_order<'a>(a: &Write, b: &Write, key: impl Fn(&Write) -> &'a [u8]) -> std::cmp::Ordering {
+    a.prefix.cmp(&b.prefix).then_with(
+        || {
+            if a.klen <= 8 && b.klen <= 8 {
+                a.klen.cmp(&b.klen)
+            } else {
+                key(a).cmp(key(b))
+            }
+        },
+    )
+}
+
 impl Write {
     fn kept(&self) -> usize {
         if self.vlen >= VLEN_UNKNOWN {
@@ -242,13 +259,11 @@ impl LoggedWrites {
         let bytes = &self.bytes;
         let key = |w: &Write| &bytes[w.at as usize..w.at as usize + w.klen as usize];
         // Equal orders (one record writing a key twice) fall back to log order.
-        self.writes.sort_unstable_by(|a, b| {
-            a.prefix.cmp(&b.prefix).then_with(|| key(a).cmp(key(b))).then(a.order.cmp(&b.order)).then(a.at.cmp(&b.at))
-        });
+        self.writes.sort_unstable_by(|a, b| key_order(a, b, key).then(a.order.cmp(&b.order)).then(a.at.cmp(&b.at)));
         // `dedup_by` keeps the first of equal neighbours: move the later write into it.
         let first = self.first_for_tests;
         self.writes.dedup_by(|later, kept| {
-            let same = later.prefix == kept.prefix && key(later) == key(kept);
+            let same = key_order(later, kept, key).is_eq();
             if same && !first {
                 std::mem::swap(later, kept);
             }
