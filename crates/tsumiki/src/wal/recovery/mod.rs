@@ -751,33 +751,42 @@ mod tests {
         );
     }
 
-    /// Short keys that differ only in trailing zeros or length, and long ones sharing their
-    /// prefixes, in random order with repeats: the list is the keys in byte order, each
-    /// with its last write (as a map of the writes in order holds them).
+    /// Keys in random order with repeats, sorted in lists shorter and longer than a
+    /// bucket sort takes: short keys that differ only in trailing zeros or length and
+    /// long ones sharing their prefixes (prefixes over the whole range), and 4-byte
+    /// big-endian numbers below 100,000 (prefixes in a narrow range). The list is the keys
+    /// in byte order, each with its last write (as a map of the writes in order holds them).
     #[test]
     fn keys_sharing_a_prefix_sort_and_dedup_as_bytes() {
-        let mut w = LoggedWrites { value_budget: 1 << 20, ..LoggedWrites::default() };
-        let mut model = std::collections::BTreeMap::new();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for order in 0..4000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let len = (x % 13) as usize;
-            let key: Vec<u8> = (0..len).map(|i| [0u8, 1, 0xff][((x >> (8 + 2 * i)) % 3) as usize]).collect();
-            let value = order.to_be_bytes();
-            w.push(&key, Some(&value), order);
-            model.insert(key, value);
-            if order % 1000 == 999 {
+        let symbols = |x: u64| -> Vec<u8> {
+            (0..(x % 13) as usize).map(|i| [0u8, 1, 0xff][((x >> (8 + 2 * i)) % 3) as usize]).collect()
+        };
+        let accounts = |x: u64| -> Vec<u8> { ((x % 100_000) as u32).to_be_bytes().to_vec() };
+        for (name, key_of) in [("symbols", &symbols as &dyn Fn(u64) -> Vec<u8>), ("accounts", &accounts)] {
+            for every in [1000u64, 9000] {
+                let mut w = LoggedWrites { value_budget: 1 << 30, ..LoggedWrites::default() };
+                let mut model = std::collections::BTreeMap::new();
+                let mut x = 0x2545_f491_4f6c_dd1du64;
+                for order in 0..30_000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = key_of(x);
+                    let value = order.to_be_bytes();
+                    w.push(&key, Some(&value), order);
+                    model.insert(key, value);
+                    if order % every == every - 1 {
+                        w.sort_dedup();
+                    }
+                }
                 w.sort_dedup();
+                let want: Vec<(Vec<u8>, [u8; 8])> = model.into_iter().collect();
+                let got = listed(&w);
+                assert_eq!(got.len(), want.len(), "{name}, sorted every {every}");
+                for ((k, v), (wk, wv)) in got.iter().zip(&want) {
+                    assert_eq!((k, *v), (wk, Logged::Value(&wv[..])), "{name}, sorted every {every}");
+                }
             }
-        }
-        w.sort_dedup();
-        let want: Vec<(Vec<u8>, [u8; 8])> = model.into_iter().collect();
-        let got = listed(&w);
-        assert_eq!(got.len(), want.len());
-        for ((k, v), (wk, wv)) in got.iter().zip(&want) {
-            assert_eq!((k, *v), (wk, Logged::Value(&wv[..])));
         }
     }
 
