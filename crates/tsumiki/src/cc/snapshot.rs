@@ -448,22 +448,24 @@ impl Snapshots {
     /// closes meanwhile may still count (a higher `T` keeps more).
     #[inline]
     fn newest_open(&self) -> Option<u64> {
-        let v = self.list_version.load(Ordering::SeqCst);
-        if v & 1 == 1 {
-            return None;
-        }
-        let t = self.newest.load(Ordering::SeqCst);
-        (self.list_version.load(Ordering::SeqCst) == v).then_some(t)
+        self.between_registrations(|| self.newest.load(Ordering::SeqCst))
     }
 
     /// The open snapshots' `T` (descending), or `None` while one registers.
     fn active(&self) -> Option<RwLockReadGuard<'_, Vec<u64>>> {
+        self.between_registrations(|| self.list.read())
+    }
+
+    /// What `read` returns, if no snapshot registered meanwhile (`list_version` even and
+    /// unchanged around it).
+    #[inline]
+    fn between_registrations<T>(&self, read: impl FnOnce() -> T) -> Option<T> {
         let v = self.list_version.load(Ordering::SeqCst);
         if v & 1 == 1 {
             return None;
         }
-        let list = self.list.read();
-        (self.list_version.load(Ordering::SeqCst) == v).then_some(list)
+        let got = read();
+        (self.list_version.load(Ordering::SeqCst) == v).then_some(got)
     }
 
     /// Counters of kept versions.

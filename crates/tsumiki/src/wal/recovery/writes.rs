@@ -35,13 +35,13 @@ pub fn logged_writes(
         let before = writes.len();
         // Room for the lane's writes at once: grown by doubling, the lists of a 1M-record
         // generation were copied again and again (a realloc of a big block copies it).
-        let lane_bytes = match echoes.get(&lane) {
-            Some(copy) => copy.iter().map(Vec::len).sum::<usize>(),
+        let echo = echoes.get(&lane);
+        writes.reserve(match echo {
+            Some(copy) => crate::wal::echo_len(copy),
             None => segs.iter().map(|&s| format::segment_len(s, segment_size) as usize).sum(),
-        };
-        writes.reserve(lane_bytes);
+        });
         let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
-        match echoes.get(&lane) {
+        match echo {
             // The lane's blocks as written (see `Echoes`): the same checks, no read.
             Some(copy) => {
                 for piece in copy {
@@ -155,7 +155,7 @@ const VLEN_DELETED: u32 = u32::MAX;
 const VLEN_UNKNOWN: u32 = u32::MAX - 1;
 
 /// One logged write: its key (and kept value, right after it) in `LoggedWrites::bytes`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Write {
     at: u64,
     klen: u32,
@@ -189,8 +189,7 @@ fn bucket_sort(writes: &mut Vec<Write>, scratch: &mut Vec<Write>, cmp: impl Fn(&
         writes.sort_unstable_by(cmp);
         return;
     }
-    let lo = writes.iter().map(|w| w.prefix).min().unwrap_or(0);
-    let hi = writes.iter().map(|w| w.prefix).max().unwrap_or(0);
+    let (lo, hi) = writes.iter().fold((u64::MAX, 0), |(lo, hi), w| (lo.min(w.prefix), hi.max(w.prefix)));
     // The buckets cover `lo..=hi` in order: the bits above the highest that differs
     // between them are the same in every prefix.
     let width = u64::BITS - (hi - lo).leading_zeros();
@@ -204,7 +203,7 @@ fn bucket_sort(writes: &mut Vec<Write>, scratch: &mut Vec<Write>, cmp: impl Fn(&
         starts[i] += starts[i - 1];
     }
     scratch.clear();
-    scratch.resize(writes.len(), Write { at: 0, klen: 0, vlen: 0, order: 0, prefix: 0 });
+    scratch.resize(writes.len(), Write::default());
     let mut next = starts.clone();
     for w in writes.iter() {
         let b = bucket(w);
