@@ -65,12 +65,14 @@ class Database:
     def clear(self) -> None:
         """Deletes every key (a batch of keys per transaction)."""
     def sync(self) -> None:
-        """Commits are durable when they return: only checks that the database is open."""
+        """Makes every commit so far durable (also those of transactions that chose less
+        than a sync)."""
     def reorganize(self) -> None:
         """Takes a checkpoint, so that the next open replays less log."""
-    def transaction(self) -> Transaction:
+    def transaction(self, durability: Optional[Literal["sync", "buffered", "none"]] = None) -> Transaction:
         """Begins a transaction (a context manager: commits at the end of the block, rolls
-        back if it raises)."""
+        back if it raises). `durability`: "sync" (the default), "buffered" (handed to the
+        operating system) or "none" (in memory until a later synced commit)."""
     def close(self) -> None:
         """Rolls back open transactions and closes; idempotent. Later use raises `error`."""
     def __enter__(self) -> Database: ...

@@ -32,7 +32,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tsumiki::{Cc, Db, Error, ErrorKind, OpenOptions, Options, OwnedTxn, Txn};
+use tsumiki::{Cc, Db, Durability, Error, ErrorKind, OpenOptions, Options, OwnedTxn, Txn};
 
 /// `DBM_INSERT`: store only if the key is absent.
 pub const DBM_INSERT: c_int = 0;
@@ -70,6 +70,12 @@ pub const TSUMIKI_DBM_IN_TXN: c_int = 12;
 pub const TSUMIKI_DBM_INTERNAL: c_int = 13;
 /// The transaction's writes exceed the log record limit (1 GiB): rolled back.
 pub const TSUMIKI_DBM_TXN_TOO_LARGE: c_int = 14;
+/// `tsumiki_dbm_set_durability`: commits on the device when the call returns.
+pub const TSUMIKI_DBM_SYNC: c_int = 0;
+/// `tsumiki_dbm_set_durability`: commits handed to the operating system.
+pub const TSUMIKI_DBM_BUFFERED: c_int = 1;
+/// `tsumiki_dbm_set_durability`: commits kept in memory until a later synced one.
+pub const TSUMIKI_DBM_NOSYNC: c_int = 2;
 
 /// The C `datum`: `dsize` bytes at `dptr`.
 #[repr(C)]
@@ -217,6 +223,9 @@ pub struct Dbm {
     /// The descriptor `dbm_dirfno` and `dbm_pagfno` return (the directory's
     /// [`LOCK_FILE`]), opened on first use.
     lock_file: Option<std::fs::File>,
+    /// What the handle's commits promise (`tsumiki_dbm_set_durability`); `None`: the
+    /// database's.
+    durability: Option<Durability>,
     /// The outcome of the last call.
     code: c_int,
     msg: CString,
@@ -309,6 +318,7 @@ fn open(file: *const c_char, flags: c_int, mode: libc::mode_t) -> Result<Box<Dbm
         value: Vec::new(),
         error: false,
         lock_file: None,
+        durability: None,
         code: TSUMIKI_DBM_OK,
         msg: CString::default(),
     }))
@@ -337,7 +347,15 @@ impl Dbm {
     /// conflict) when none is open.
     fn with_txn<T>(&mut self, mut f: impl FnMut(&mut Txn<'_>) -> Result<T, Error>) -> Result<T, Failure> {
         match &mut self.txn {
-            TxnState::None => Ok(self.db.run_within(RETRY_FOR, f)?),
+            TxnState::None => {
+                let level = self.durability;
+                Ok(self.db.run_within(RETRY_FOR, |t| {
+                    if let Some(level) = level {
+                        t.set_durability(level);
+                    }
+                    f(t)
+                })?)
+            }
             TxnState::Open(t) => match t.with(&mut f) {
                 Ok(v) => Ok(v),
                 Err(e) => {
@@ -438,7 +456,11 @@ impl Dbm {
     fn begin(&mut self) -> Result<c_int, Failure> {
         match self.txn {
             TxnState::None => {
-                self.txn = TxnState::Open(self.db.begin_owned());
+                let mut t = self.db.begin_owned();
+                if let Some(level) = self.durability {
+                    t.with(|t| t.set_durability(level));
+                }
+                self.txn = TxnState::Open(t);
                 Ok(0)
             }
             TxnState::Open(_) => {
@@ -460,6 +482,24 @@ impl Dbm {
             TxnState::RolledBack => Err(rolled_back()),
             TxnState::None => Err(Failure::new(TSUMIKI_DBM_NO_TXN, "tsumiki_dbm_commit: no transaction is open")),
         }
+    }
+
+    fn set_durability(&mut self, level: c_int) -> Result<c_int, Failure> {
+        let level = match level {
+            TSUMIKI_DBM_SYNC => Durability::Sync,
+            TSUMIKI_DBM_BUFFERED => Durability::Buffered,
+            TSUMIKI_DBM_NOSYNC => Durability::None,
+            _ => {
+                return Err(Failure::bad_argument(format!(
+                    "tsumiki_dbm_set_durability: {level} is not TSUMIKI_DBM_SYNC, TSUMIKI_DBM_BUFFERED or TSUMIKI_DBM_NOSYNC"
+                )))
+            }
+        };
+        self.durability = Some(level);
+        if let TxnState::Open(t) = &mut self.txn {
+            t.with(|t| t.set_durability(level));
+        }
+        Ok(0)
     }
 
     fn abort(&mut self) -> Result<c_int, Failure> {
@@ -729,6 +769,15 @@ pub unsafe extern "C" fn tsumiki_dbm_commit(db: *mut Dbm) -> c_int {
     call(db, -1, Dbm::commit)
 }
 
+/// `tsumiki_dbm_set_durability` (see the header).
+///
+/// # Safety
+/// `db` is NULL or an open handle.
+#[no_mangle]
+pub unsafe extern "C" fn tsumiki_dbm_set_durability(db: *mut Dbm, level: c_int) -> c_int {
+    call(db, -1, |h| h.set_durability(level))
+}
+
 /// `tsumiki_dbm_abort` (see the header).
 ///
 /// # Safety
@@ -809,6 +858,40 @@ mod tests {
             k = unsafe { dbm_nextkey(db) };
         }
         out
+    }
+
+    #[test]
+    fn durability_per_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = open_path(&path, libc::O_RDWR | libc::O_CREAT);
+        assert!(!db.is_null());
+        // SAFETY: (the whole block) `db` is open until dbm_close; the datums point to live bytes.
+        unsafe {
+            assert_eq!(tsumiki_dbm_set_durability(db, 7), -1);
+            assert_eq!(code(db), TSUMIKI_DBM_BAD_ARGUMENT);
+            let syncs = |db: *mut Dbm| (*db).db.wal_stats().map_or(0, |w| w.syncs);
+            assert_eq!(tsumiki_dbm_set_durability(db, TSUMIKI_DBM_NOSYNC), 0);
+            assert_eq!(dbm_store(db, d(b"warm"), d(b"1"), DBM_REPLACE), 0); // makes the lane
+            let before = syncs(db);
+            for k in [&b"a"[..], b"b", b"c"] {
+                assert_eq!(dbm_store(db, d(k), d(b"v"), DBM_REPLACE), 0);
+            }
+            assert_eq!(tsumiki_dbm_begin(db), 0);
+            assert_eq!(dbm_delete(db, d(b"a")), 0);
+            assert_eq!(tsumiki_dbm_commit(db), 0);
+            assert_eq!(syncs(db), before, "commits kept in memory sync nothing");
+            assert_eq!(tsumiki_dbm_set_durability(db, TSUMIKI_DBM_SYNC), 0);
+            assert_eq!(dbm_store(db, d(b"d"), d(b"v"), DBM_REPLACE), 0);
+            assert!(syncs(db) > before, "a synced commit syncs");
+            dbm_close(db);
+        }
+        let db = open_path(&path, libc::O_RDONLY);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(keys(db), [&b"b"[..], b"c", b"d", b"warm"]);
+            dbm_close(db);
+        }
     }
 
     #[test]

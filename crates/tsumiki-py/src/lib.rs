@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString};
-use tsumiki::{Db, Error, ErrorKind, OpenOptions, Options, OwnedTxn, ReadTxn, Txn};
+use tsumiki::{Db, Durability, Error, ErrorKind, OpenOptions, Options, OwnedTxn, ReadTxn, Txn};
 
 /// The exceptions, in a module of their own: `error` keeps dbm's lowercase name.
 mod exc {
@@ -472,9 +472,10 @@ impl Database {
         self.with_db(py, clear_in_batches)
     }
 
-    /// Commits are durable when they return, so this only checks that the database is open.
+    /// Makes every commit so far durable, those of transactions that chose less than a
+    /// sync included (`transaction(durability=...)`).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        self.with_db(py, |_| Ok(()))
+        self.with_db(py, Db::sync)
     }
 
     /// Takes a checkpoint: writes the pages the log changed and deletes the older logs, so
@@ -485,12 +486,23 @@ impl Database {
 
     /// Begins a transaction: a context manager (`with db.transaction() as t:`) whose
     /// mapping methods act inside it, committing when the block ends normally and rolling
-    /// back when it raises. A conflict raises `tsumiki.ConflictError`.
-    fn transaction(&self, py: Python<'_>) -> PyResult<Transaction> {
+    /// back when it raises. A conflict raises `tsumiki.ConflictError`. `durability`
+    /// chooses what its commit promises: `"sync"` (on the device, the default),
+    /// `"buffered"` (handed to the operating system) or `"none"` (kept in memory until a
+    /// later synced commit or a checkpoint); see the Rust `Txn::set_durability`.
+    #[pyo3(signature = (durability = None))]
+    fn transaction(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<Transaction> {
+        let level = durability
+            .map(|d| d.parse::<Durability>().map_err(|e| PyValueError::new_err(e.to_string())))
+            .transpose()?;
         let state = py.detach(|| {
             let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
             let db = g.as_ref().ok_or(Failure::Closed)?;
-            let state = Arc::new(Mutex::new(TxnState::Active(db.begin_owned())));
+            let mut txn = db.begin_owned();
+            if let Some(level) = level {
+                txn.with(|t| t.set_durability(level));
+            }
+            let state = Arc::new(Mutex::new(TxnState::Active(txn)));
             let mut txns = lock(&self.txns);
             txns.retain(|w| w.strong_count() > 0);
             txns.push(Arc::downgrade(&state));

@@ -510,6 +510,18 @@ def test_transaction_commits(fname):
         assert db.keys() == [b"a", b"b", b"c"]
 
 
+def test_transaction_durability(fname):
+    with tsumiki.open(fname, "c") as db:
+        with pytest.raises(ValueError):
+            db.transaction(durability="sometimes")
+        for level in ("none", "buffered", "sync"):
+            with db.transaction(durability=level) as t:
+                t[level] = b"1"
+        db.sync()  # the commits kept in memory too
+    with tsumiki.open(fname, "r") as db:
+        assert db.keys() == [b"buffered", b"none", b"sync"]
+
+
 class Boom(Exception):
     pass
 

@@ -27,6 +27,10 @@ pub struct Plants {
     /// A lane's partly filled last block is written again without the records it held:
     /// buffered commits are lost (the crash and kill tests).
     pub repack_drops_tail: bool,
+    /// A commit on one lane does not sync the commits another lane holds unsynced (a
+    /// transaction's own durability): a synced commit can then survive a power loss that
+    /// loses an earlier commit, or one it read (the crash tests).
+    pub unsynced_no_handoff: bool,
     /// A segment the page store no longer needs is reused before the master record that
     /// stops naming it is durable (the crash tests).
     pub early_segment_reuse: bool,
@@ -76,6 +80,7 @@ impl Plants {
         log_without_count: false,
         skip_sync: false,
         repack_drops_tail: false,
+        unsynced_no_handoff: false,
         early_segment_reuse: false,
         early_log_removal: false,
         milestone_skips_replay: false,

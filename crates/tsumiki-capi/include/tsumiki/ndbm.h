@@ -207,6 +207,20 @@ int tsumiki_dbm_commit(DBM *db);
 /* Rolls the transaction back. Returns 0, or -1 (TSUMIKI_DBM_NO_TXN). */
 int tsumiki_dbm_abort(DBM *db);
 
+/* What the handle's commits promise from now on (dbm_store and dbm_delete outside a
+ * transaction, tsumiki_dbm_commit, and a transaction already open):
+ *   TSUMIKI_DBM_SYNC      on the device when the call returns (the default);
+ *   TSUMIKI_DBM_BUFFERED  handed to the operating system: survives the process, not a
+ *                         power loss;
+ *   TSUMIKI_DBM_NOSYNC    kept in memory until a later synced commit, a checkpoint or
+ *                         dbm_close.
+ * A synced commit makes every earlier commit durable too, and a crash never keeps a
+ * commit while losing an earlier one. Returns 0, or -1 (TSUMIKI_DBM_BAD_ARGUMENT). */
+#define TSUMIKI_DBM_SYNC 0
+#define TSUMIKI_DBM_BUFFERED 1
+#define TSUMIKI_DBM_NOSYNC 2
+int tsumiki_dbm_set_durability(DBM *db, int level);
+
 /* The code of the last call on the handle (TSUMIKI_DBM_OK after a success). With NULL:
  * the code of the last dbm_open that failed in the calling thread. */
 int tsumiki_dbm_errcode(DBM *db);

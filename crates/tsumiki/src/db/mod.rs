@@ -233,6 +233,13 @@ impl Db {
         dispatch!(AnyDb, &self.inner, db => db.eng.checkpoint_now())
     }
 
+    /// Makes every commit so far durable, whatever durability it chose
+    /// ([`Txn::set_durability`]): writes and syncs each log lane that holds unsynced
+    /// commits. A no-op without files, or when every commit was synced.
+    pub fn sync(&self) -> Result<(), Error> {
+        dispatch!(AnyDb, &self.inner, db => db.eng.durable.as_ref().map_or(Ok(()), |d| d.wal.sync_all()))
+    }
+
     /// Flushes the log and writes the pages a clean exit leaves, so that the next open
     /// replays nothing. Dropping the database does the same but cannot report an error.
     pub fn close(self) -> Result<(), Error> {

@@ -396,6 +396,40 @@ impl<'a> Txn<'a> {
         dispatch!(AnyTxn, self.inner.into_inner(), t => t.commit())
     }
 
+    /// Chooses what this transaction's commit promises, in place of the database's
+    /// [`LogOptions::durability`](crate::LogOptions::durability) (as redb's
+    /// `set_durability` or RocksDB's `WriteOptions`):
+    /// - [`Durability::Sync`](crate::Durability::Sync): on the device when `commit` returns;
+    /// - [`Durability::Buffered`](crate::Durability::Buffered): handed to the operating system (survives the process,
+    ///   not a power loss);
+    /// - [`Durability::None`](crate::Durability::None): kept in memory until a later synced commit or a checkpoint.
+    ///
+    /// The crash rule, whatever the mix (on a database that syncs, the default): a synced
+    /// commit makes every commit acknowledged before it durable too, and a crash never
+    /// keeps a commit while losing one it read from or one acknowledged before it began.
+    /// Under NLR, commits left unsynced live on one log lane at a time: a commit on another
+    /// lane first syncs them, so threads that alternate unsynced commits pay a sync each
+    /// (a database opened with `Buffered` or `None` does not, and orders nothing across
+    /// threads until a synced commit, which syncs every lane). Under ELR and group commit
+    /// with held locks, a commit promising less than the database is a deferred one that
+    /// nobody waits for.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Durability, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::create(dir.path(), Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.set_durability(Durability::None);
+    /// txn.put(b"cache", b"warm").unwrap();
+    /// txn.commit().unwrap(); // no write, no fdatasync
+    /// let mut txn = db.begin();
+    /// txn.put(b"order", b"42").unwrap();
+    /// txn.commit().unwrap(); // synced: "cache" is durable too
+    /// ```
+    pub fn set_durability(&mut self, level: crate::Durability) {
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.set_durability(level))
+    }
+
     /// Commits without waiting for the commit to become durable: the returned ticket's
     /// [`CommitTicket::wait`] does. A worker that defers several commits and then waits
     /// for the last lets them share flushes (group commit, paper 001); other transactions

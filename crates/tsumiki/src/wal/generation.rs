@@ -169,6 +169,7 @@ impl Wal {
             self.sync(f)?;
         }
         io.synced();
+        lane.synced.store(lane.flushed.load(Ordering::Acquire), Ordering::Release);
         Ok(io.gen)
     }
 
@@ -199,7 +200,7 @@ impl Wal {
                 (io, taken)
             };
             let (buf, ends, appended, horizon) = taken;
-            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true)?;
+            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true, self.policy.syncs())?;
             // A closing write that crossed into a new segment started preparing the next
             // one, which the closed generation will not use: no thread outlives the lane.
             if let Some(p) = io.next.take() {
@@ -209,6 +210,7 @@ impl Wal {
                 self.sync(f)?;
             }
             io.synced();
+            lane.synced.store(appended, Ordering::Release);
             then(lane, &mut io);
         }
         Ok(lanes)

@@ -137,6 +137,9 @@ pub(crate) struct Lane {
     horizon: AtomicU64,
     /// Records of this lane made durable (or written, per the durability) so far.
     flushed: AtomicU64,
+    /// Records of this lane synced to the device so far: `flushed`, unless transactions
+    /// chose to commit without a sync (see [`Wal::claim_unsynced`]).
+    synced: AtomicU64,
     /// The shared WAL of Algorithm 1: appends wait while the buffer is being flushed.
     serialize: bool,
     /// NLR group commit (Algorithm 3): lock words kept locked until the record that wrote
@@ -248,6 +251,10 @@ pub(crate) struct Wal {
     rewritten: AtomicU64,
     cas_misses: AtomicU64,
     create_lane: Mutex<()>,
+    /// The one lane that may hold commits a transaction chose not to sync while the
+    /// database syncs (see [`Wal::claim_unsynced`]), and whether any lane ever did.
+    unsynced: Mutex<Option<Arc<Lane>>>,
+    unsynced_claimed: AtomicBool,
     /// Segments of generations before the master record's, kept for reuse (see
     /// [`Recycled`]).
     recycled: Arc<Recycled>,
@@ -319,6 +326,8 @@ impl Wal {
             rewritten: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
+            unsynced: Mutex::new(None),
+            unsynced_claimed: AtomicBool::new(false),
             echo_budget: AtomicUsize::new(0),
             echo_bytes: AtomicUsize::new(0),
             echoes: Mutex::new((0, recovery::Echoes::new())),
@@ -423,6 +432,7 @@ impl Wal {
             }),
             horizon: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
             serialize: self.policy.serialized(),
             held: Mutex::new(Vec::new()),
         });
@@ -452,7 +462,14 @@ impl Wal {
 
     /// Appends a commit record for `writes` to `lane`. Called with the write locks held.
     /// Returns `(sequence number in the lane, LSN or timestamp)`.
-    pub(crate) fn append<R>(&self, lane: &Lane, ts: u64, writes: &[WriteEntry<R>]) -> Result<(u64, u64), Error> {
+    /// `level` is the commit's durability: the shared WAL flushes its group in here.
+    pub(crate) fn append<R>(
+        &self,
+        lane: &Lane,
+        ts: u64,
+        writes: &[WriteEntry<R>],
+        level: Durability,
+    ) -> Result<(u64, u64), Error> {
         self.check()?;
         let mut p = lane.pending.lock();
         let order = match self.policy.release {
@@ -477,9 +494,9 @@ impl Wal {
         }
         let at = (p.appended, order);
         // Algorithm 1: the shared WAL flushes, under its lock, once NGROUP records are in.
-        if lane.serialize && p.ends.len() >= self.policy.group && self.policy.flushes() {
+        if lane.serialize && p.ends.len() >= self.policy.group && level != Durability::None {
             let mut io = lane.io.lock();
-            self.flush_held(lane, &mut io, &mut p, false)?;
+            self.flush_held(lane, &mut io, &mut p, false, level == Durability::Sync)?;
         }
         Ok(at)
     }
@@ -487,40 +504,122 @@ impl Wal {
     /// Writes (and syncs, per the durability) everything pending in `lane`. `force` writes
     /// a block even with nothing pending, to make a new watermark durable.
     pub(crate) fn flush_lane(&self, lane: &Lane, force: bool) -> Result<(), Error> {
+        self.flush_lane_as(lane, force, self.policy.syncs())
+    }
+
+    /// As [`flush_lane`](Self::flush_lane), syncing or not as `sync` says.
+    fn flush_lane_as(&self, lane: &Lane, force: bool, sync: bool) -> Result<(), Error> {
         if lane.serialize {
             let mut p = lane.pending.lock();
             let mut io = lane.io.lock();
-            self.flush_held(lane, &mut io, &mut p, force)
+            self.flush_held(lane, &mut io, &mut p, force, sync)
         } else {
             let mut io = lane.io.lock();
-            self.flush_locked(lane, &mut io, force)
+            self.flush_locked(lane, &mut io, force, sync)
         }
     }
 
-    /// As [`flush_lane`](Self::flush_lane), unless someone else is flushing it already.
-    fn try_flush_lane(&self, lane: &Lane) -> Option<Result<(), Error>> {
+    /// As [`flush_lane_as`](Self::flush_lane_as), unless someone else is flushing it
+    /// already.
+    fn try_flush_lane(&self, lane: &Lane, sync: bool) -> Option<Result<(), Error>> {
         if lane.serialize {
             let mut p = lane.pending.try_lock()?;
             let mut io = lane.io.lock();
-            Some(self.flush_held(lane, &mut io, &mut p, false))
+            Some(self.flush_held(lane, &mut io, &mut p, false, sync))
         } else {
             let mut io = lane.io.try_lock()?;
-            Some(self.flush_locked(lane, &mut io, false))
+            Some(self.flush_locked(lane, &mut io, false, sync))
         }
     }
 
     /// P-WAL lanes: the worker may append while the blocks are written (lock order: the
     /// file, then the buffer).
-    fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool) -> Result<(), Error> {
+    fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool, sync: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(&mut lane.pending.lock());
-        self.write_taken(lane, io, buf, ends, appended, horizon, force, false)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, false, sync)
     }
 
     /// The shared WAL of Algorithm 1: its buffer lock is held through the I/O, so
     /// appends wait (lock order: the buffer, then the file).
-    fn flush_held(&self, lane: &Lane, io: &mut LaneIo, p: &mut Pending, force: bool) -> Result<(), Error> {
+    fn flush_held(&self, lane: &Lane, io: &mut LaneIo, p: &mut Pending, force: bool, sync: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(p);
-        self.write_taken(lane, io, buf, ends, appended, horizon, force, false)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, false, sync)
+    }
+
+    /// Before a commit on `lane` that a transaction chose not to sync while the database
+    /// syncs (NLR): makes `lane` the one lane that holds such commits, syncing the lane
+    /// that held them before. The guard is kept across the append, so that no other lane
+    /// takes the role in between. With one such lane at a time, a power loss can only cut
+    /// that lane's tail, which its order keeps a prefix of its commits; every other lane's
+    /// commits, and whatever a later commit on another lane read, are synced.
+    pub(crate) fn claim_unsynced(
+        &self,
+        lane: &Arc<Lane>,
+    ) -> Result<parking_lot::MutexGuard<'_, Option<Arc<Lane>>>, Error> {
+        let mut holder = self.unsynced.lock();
+        if let Some(prev) = holder.as_ref().filter(|h| !Arc::ptr_eq(h, lane)) {
+            if !self.plants.unsynced_no_handoff {
+                self.make_durable(prev)?;
+            }
+        }
+        *holder = Some(lane.clone());
+        // Before the append, so before the install: a later commit that reads or
+        // overwrites this one's writes sees it (`settle_unsynced`).
+        self.unsynced_claimed.store(true, Ordering::SeqCst);
+        Ok(holder)
+    }
+
+    /// Before a synced commit on `lane` is written: every commit left unsynced on another
+    /// lane becomes durable first, so that a synced commit makes every earlier one durable
+    /// (its own lane's earlier ones are synced with it). Free while no transaction ever
+    /// chose less than a sync; where the database itself does not sync, every lane is
+    /// synced.
+    pub(crate) fn settle_unsynced(&self, lane: &Lane) -> Result<(), Error> {
+        if !self.policy.syncs() {
+            let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
+            for l in lanes.iter().filter(|l| !std::ptr::eq(&***l, lane)) {
+                self.make_durable(l)?;
+            }
+            return Ok(());
+        }
+        if !self.unsynced_claimed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut holder = self.unsynced.lock();
+        if let Some(prev) = holder.as_ref().filter(|h| !std::ptr::eq(&***h, lane)) {
+            if !self.plants.unsynced_no_handoff {
+                self.make_durable(prev)?;
+            }
+            *holder = None;
+        }
+        Ok(())
+    }
+
+    /// A synced commit that logged nothing (NLR): still a synced commit, so every commit
+    /// before it becomes durable, its own lane's too.
+    pub(crate) fn settle_all_before(&self, lane: &Lane) -> Result<(), Error> {
+        if self.policy.syncs() && !self.unsynced_claimed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.settle_unsynced(lane)?;
+        self.make_durable(lane)
+    }
+
+    /// Writes and syncs every lane's commits ([`crate::Db::sync`]).
+    pub(crate) fn sync_all(&self) -> Result<(), Error> {
+        if !self.policy.logs() {
+            return Ok(());
+        }
+        let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
+        for l in &lanes {
+            self.make_durable(l)?;
+        }
+        Ok(())
+    }
+
+    /// Writes and syncs everything `lane` holds (nothing to do if it is synced already).
+    fn make_durable(&self, lane: &Lane) -> Result<(), Error> {
+        self.flush_lane_as(lane, false, true)
     }
 
     #[allow(clippy::type_complexity)]
@@ -543,10 +642,20 @@ impl Wal {
         horizon: u64,
         force: bool,
         closing: bool,
+        sync: bool,
     ) -> Result<(), Error> {
         self.check()?;
         let elr = self.policy.elr();
         if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
+            if sync && lane.synced.load(Ordering::Acquire) < appended {
+                // Written earlier without a sync (a transaction's choice): synced now.
+                if let Some(f) = io.file.as_deref() {
+                    self.sync(f)?;
+                }
+                io.synced();
+                io.all_synced = true;
+                lane.synced.store(appended, Ordering::Release);
+            }
             lane.flushed.store(appended, Ordering::Release);
             lane.release_held(appended);
             return Ok(());
@@ -634,10 +743,10 @@ impl Wal {
         let r = self.write_blocks(lane, io, &out);
         io.out = out;
         r?;
-        let sync = self.policy.syncs();
         if sync {
             self.sync(io.file.as_deref().expect("a segment is open after a write"))?;
             io.synced();
+            lane.synced.store(appended, Ordering::Release);
         }
         let last = (blocks - 1) * PAYLOAD;
         let last_used = buf.len() - last;
@@ -799,24 +908,33 @@ impl Wal {
         }
     }
 
-    /// Makes `lane` durable up to its record `seq` (grouping per the options: `private`
-    /// lanes of a waiting committer flush at once, since nobody else fills them).
+    /// Makes `lane` durable up to its record `seq` under the database's durability
+    /// (grouping per the options: `private` lanes of a waiting committer flush at once,
+    /// since nobody else fills them).
     pub(crate) fn flush_to(&self, lane: &Lane, seq: u64, private: bool) -> Result<(), Error> {
-        if !self.policy.flushes() {
+        self.flush_to_as(lane, seq, private, self.policy.durability)
+    }
+
+    /// As [`flush_to`](Self::flush_to), to the durability `level` (a transaction's own):
+    /// synced, written, or (`None`) left in memory until the lane's buffer is large.
+    pub(crate) fn flush_to_as(&self, lane: &Lane, seq: u64, private: bool, level: Durability) -> Result<(), Error> {
+        if level == Durability::None {
             let big = lane.pending.lock().buf.len() >= LAZY_FLUSH_BYTES;
-            return if big { self.flush_lane(lane, false) } else { Ok(()) };
+            return if big { self.flush_lane_as(lane, false, false) } else { Ok(()) };
         }
+        let sync = level == Durability::Sync;
+        let done = if sync { &lane.synced } else { &lane.flushed };
         let start = Instant::now();
         let mut spins = 0u32;
-        while lane.flushed.load(Ordering::Acquire) < seq {
+        while done.load(Ordering::Acquire) < seq {
             self.check()?;
-            let pending = seq.saturating_sub(lane.flushed.load(Ordering::Acquire));
+            let pending = seq.saturating_sub(done.load(Ordering::Acquire));
             if private
                 || self.policy.group <= 1
                 || pending >= self.policy.group as u64
                 || start.elapsed() >= self.opts.max_wait
             {
-                if let Some(r) = self.try_flush_lane(lane) {
+                if let Some(r) = self.try_flush_lane(lane, sync) {
                     r?;
                     continue;
                 }
@@ -851,6 +969,11 @@ impl Wal {
         for l in self.lanes.read().iter() {
             l.release_held(u64::MAX);
         }
+    }
+
+    /// Records appended to `lane` so far.
+    pub(crate) fn appended_of(&self, lane: &Lane) -> u64 {
+        lane.pending.lock().appended
     }
 
     /// What a commit that logged nothing waits for: the worker's own earlier deferred
@@ -897,7 +1020,7 @@ impl Wal {
                 self.lanes.read().iter().filter(|l| l.horizon.load(Ordering::Acquire) <= lsn).cloned().collect();
             for l in lagging {
                 if l.horizon.load(Ordering::Acquire) <= lsn {
-                    if let Some(r) = self.try_flush_lane(&l) {
+                    if let Some(r) = self.try_flush_lane(&l, self.policy.syncs()) {
                         r?;
                     }
                 }
@@ -930,7 +1053,7 @@ impl crate::cc::LockWaiter for Wal {
                 // No commit will ever be acknowledged again: nothing can come to depend
                 // on these writes, and waiters must not hang.
                 l.release_held(u64::MAX);
-            } else if let Some(r) = self.try_flush_lane(&l) {
+            } else if let Some(r) = self.try_flush_lane(&l, self.policy.syncs()) {
                 // A failed flush poisons the log; the waiter learns it at its commit.
                 let _ = r;
             }
@@ -961,6 +1084,11 @@ impl CommitTicket {
         match self.wait {
             None => Ok(()),
             Some((wal, lane, seq, lsn)) => {
+                if wal.policy.nlr() && !wal.holds_locks() {
+                    // Left in memory at commit (NLR): what it may have read from other
+                    // lanes becomes durable first.
+                    wal.settle_unsynced(&lane)?;
+                }
                 wal.flush_to(&lane, seq, true)?;
                 if wal.policy.elr() {
                     wal.wait_durable(lsn)?;

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tsumiki::storage::SimRng;
-use tsumiki::{Db, Error};
+use tsumiki::{Db, Durability, Error};
 
 /// The key of shared slot `k`.
 pub fn slot_key(k: u64) -> Vec<u8> {
@@ -28,7 +28,15 @@ fn marker_key(id: u64) -> Vec<u8> {
 /// Runs one attempt of transaction `id` over `slots` shared keys; `Err` on conflict or
 /// failure (nothing acknowledged). `deferred`: returns the ticket's wait instead.
 pub fn chain_txn(db: &Db, id: u64, rng: &mut SimRng, slots: u64) -> Result<(), Error> {
+    chain_txn_as(db, id, rng, slots, None)
+}
+
+/// As [`chain_txn`], committing with the transaction's own durability `level`.
+pub fn chain_txn_as(db: &Db, id: u64, rng: &mut SimRng, slots: u64, level: Option<Durability>) -> Result<(), Error> {
     let mut txn = db.begin();
+    if let Some(level) = level {
+        txn.set_durability(level);
+    }
     let n = 1 + rng.below(3);
     let mut picked = Vec::new();
     while (picked.len() as u64) < n.min(slots) {
@@ -54,6 +62,18 @@ pub fn chain_txn(db: &Db, id: u64, rng: &mut SimRng, slots: u64) -> Result<(), E
         txn.delete(&scratch)?;
     }
     txn.commit()
+}
+
+/// The ids whose markers the database holds.
+pub fn recovered_ids(db: &Db) -> Result<HashSet<u64>, String> {
+    let txn = db.begin();
+    let mut ids = HashSet::new();
+    for row in txn.range(&b"m/"[..]..&b"m0"[..]) {
+        let (k, _) = row.map_err(|e| format!("scan failed: {e}"))?;
+        let id = std::str::from_utf8(&k[2..]).ok().and_then(|s| s.parse().ok()).ok_or("bad marker key")?;
+        ids.insert(id);
+    }
+    Ok(ids)
 }
 
 /// Checks the recovered database against the acknowledged ids.

@@ -10,10 +10,12 @@ struct LogHook<'w> {
     /// Marks the ranges of written keys dirty (databases with pages).
     residency: Option<&'w Residency>,
     guard: &'w Guard,
-    lane: &'w Lane,
+    lane: &'w Arc<Lane>,
     private: bool,
     /// NLR group commit: locks stay held until the group is durable.
     hold: bool,
+    /// NLR without held locks: what this commit promises (the transaction's durability).
+    level: Durability,
     kept: Vec<(*const AtomicU64, u64)>,
     /// Lane sequence number and LSN / timestamp of the appended record.
     done: Option<(u64, u64)>,
@@ -38,13 +40,7 @@ impl<R> CommitLog<R> for LogHook<'_> {
                 res.mark_dirty(&w.key, generation, self.guard);
             }
         }
-        let r = self.wal.append(self.lane, ts, writes).and_then(|(seq, order)| {
-            self.done = Some((seq, order));
-            if self.wal.policy.nlr() && !self.hold {
-                self.wal.flush_to(self.lane, seq, self.private)?;
-            }
-            Ok(())
-        });
+        let r = self.append(ts, writes);
         match r {
             Ok(()) => true,
             Err(e) => {
@@ -55,7 +51,39 @@ impl<R> CommitLog<R> for LogHook<'_> {
     }
 }
 
+impl LogHook<'_> {
+    /// Appends the record and, under NLR, makes it as durable as the commit promises,
+    /// keeping the rule that a crash never leaves a commit without an earlier one (see
+    /// [`Wal::claim_unsynced`]).
+    fn append<R>(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> Result<(), Error> {
+        let wal = self.wal;
+        if !wal.policy.nlr() || self.hold {
+            self.done = Some(wal.append(self.lane, ts, writes, wal.policy.durability)?);
+            return Ok(());
+        }
+        let unsynced = wal.policy.syncs() && self.level != Durability::Sync;
+        let claim = if unsynced {
+            Some(wal.claim_unsynced(self.lane)?)
+        } else {
+            if self.level == Durability::Sync {
+                wal.settle_unsynced(self.lane)?;
+            }
+            None
+        };
+        let (seq, order) = wal.append(self.lane, ts, writes, self.level)?;
+        drop(claim);
+        self.done = Some((seq, order));
+        wal.flush_to_as(self.lane, seq, self.private, self.level)
+    }
+}
+
 impl<'a, P: Protocol> TypedTxn<'a, P> {
+    /// Sets what this transaction's commit promises, instead of the database's
+    /// durability; see [`crate::db::Txn::set_durability`].
+    pub fn set_durability(&mut self, level: Durability) {
+        self.durability = Some(level);
+    }
+
     /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
     /// Returns once the commit is durable (per the database's durability setting).
     pub fn commit(self) -> Result<(), Error> {
@@ -109,6 +137,19 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             };
             let private = wal.policy.private_lanes();
             let hold = wal.holds_locks();
+            let db_level = wal.policy.durability;
+            // A deferred commit under NLR waits in memory for its ticket (or a later synced
+            // commit); under ELR, a commit that promises less than the database is a deferred
+            // one whose ticket nobody waits on. Algorithm 3 groups every commit already, and
+            // orders nothing across lanes but by held locks: the database's durability holds.
+            let level = match self.durability {
+                Some(l) if !hold => l,
+                _ if deferred && wal.policy.nlr() && !hold && db_level == Durability::Sync => Durability::None,
+                _ => db_level,
+            };
+            let relaxed = wal.policy.elr() && level != db_level && level != Durability::Sync;
+            let asked_deferred = deferred;
+            let deferred = deferred || relaxed;
             let mut hook = LogHook {
                 wal,
                 residency: eng.residency.as_ref(),
@@ -116,6 +157,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 lane: &lane,
                 private,
                 hold,
+                level,
                 kept: Vec::new(),
                 done: None,
                 err: None,
@@ -145,6 +187,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     hook.err = Some(e);
                 }
                 ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
+            } else if r.is_ok() && asked_deferred && level != Durability::Sync {
+                // NLR: the ticket syncs the lane up to the record.
+                let (seq, order) = hook.done.expect("a logged commit appended its record");
+                ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, order)) };
+            }
+            if relaxed && !asked_deferred {
+                // Promised less than the database's durability: nothing to wait for.
+                ticket = CommitTicket::ready();
             }
             match (r, hook.err.take()) {
                 (Err(CommitFail::Conflict(c)), _) => return self.fail(c),
@@ -178,9 +228,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 Err(CommitFail::Log) => unreachable!("NoLog never fails"),
                 Ok(()) => {}
             }
-            if let (Some(wal), Some(lane), false) = (wal, slot.lane.get(), deferred) {
-                if let Some((seq, lsn)) = wal.pending_of(lane) {
-                    ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
+            // A commit that logged nothing still makes the commits before it as durable as
+            // it promises (its ticket does, if deferred): under NLR, every commit before it
+            // (as a logged one does); otherwise the worker's deferred ones.
+            if let (Some(wal), Some(lane)) = (wal, slot.lane.get()) {
+                let db_level = wal.policy.durability;
+                let level = if wal.holds_locks() { db_level } else { self.durability.unwrap_or(db_level) };
+                if wal.policy.nlr() && !wal.holds_locks() {
+                    if deferred {
+                        ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), wal.appended_of(lane), 0)) };
+                    } else if level == Durability::Sync {
+                        wal.settle_all_before(lane)?;
+                    }
+                } else if deferred || level == db_level || level == Durability::Sync {
+                    if let Some((seq, lsn)) = wal.pending_of(lane) {
+                        ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), seq, lsn)) };
+                    }
                 }
             }
         }

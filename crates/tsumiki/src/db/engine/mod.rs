@@ -17,7 +17,7 @@ use crate::storage::Storage;
 use crate::store::budget::CacheBudget;
 use crate::store::pages::StoreStats;
 use crate::store::{self, CommittedState, Durable, StoreOptions};
-use crate::wal::{CommitMode, CommitTicket, Lane, LogOptions, Wal};
+use crate::wal::{CommitMode, CommitTicket, Durability, Lane, LogOptions, Wal};
 
 use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
 use super::{Error, MAX_VALUE_LEN};

@@ -25,6 +25,9 @@ pub struct TypedTxn<'a, P: Protocol> {
     /// A snapshot read transaction's `T` ([`TypedTxn::start_as`]): its reads see the
     /// state as of `T`, record nothing, never conflict; it cannot write.
     pub(super) snap: Option<u64>,
+    /// What its commit promises, if the transaction chose ([`TypedTxn::set_durability`]);
+    /// the database's durability otherwise.
+    pub(super) durability: Option<Durability>,
 }
 
 // SAFETY: a transaction holds no epoch guard (each operation pins its own) and no
@@ -79,7 +82,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             eng.proto.begin(&slot.worker, &mut bufs.st);
             None
         };
-        TypedTxn { eng, slot, bufs: Some(bufs), home: Some(home), active: true, ops: 0, failure: None, snap }
+        TypedTxn {
+            eng,
+            slot,
+            bufs: Some(bufs),
+            home: Some(home),
+            active: true,
+            ops: 0,
+            failure: None,
+            snap,
+            durability: None,
+        }
     }
 
     /// Pins the epoch for one operation. Under NLR group commit it also names this

@@ -148,8 +148,8 @@ pub trait KvEngine: FillEngine {
     where
         Self: 'a;
     /// Makes the next commits durable at commit (the default after open) or not (each
-    /// engine's no-sync setting). Untimed: tsumiki, whose durability is a setting of the
-    /// open database, closes and reopens.
+    /// engine's no-sync setting). Untimed: fjall and tsumiki sync what the no-sync commits
+    /// left when durability comes back.
     fn set_durable(&mut self, durable: bool) -> Result<(), String>;
     /// A read handle, one of `of` that will read at once (SQLite gives each connection
     /// its share of the cache).

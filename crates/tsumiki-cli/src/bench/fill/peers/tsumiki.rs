@@ -1,18 +1,18 @@
 //! tsumiki with its default options (TicToc, P-WAL, NLR, an fdatasync per commit, the log
 //! written with direct I/O unless `--no-direct-io`), or with the log buffered in the OS
-//! (`Durability::Buffered`) for `--no-sync`. `--cache-mb` sets `Options::cache_bytes`.
+//! (`Durability::Buffered`) for `--no-sync`. `--cache-mb` sets `Options::cache_bytes`. The
+//! kv family's non-durable writes commit with the transaction's own `Durability::None`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ::tsumiki::{Db, Durability, LogOptions, Options, ReadTxn};
 
 use super::{err, Batch, FillConfig, FillEngine, KvEngine, KvReader, Tally};
 
 pub struct Tsumiki {
-    /// Always `Some` but while [`KvEngine::set_durable`] reopens it.
-    db: Option<Db>,
-    dir: PathBuf,
-    cfg: FillConfig,
+    db: Db,
+    /// Commits keep their records in memory ([`Durability::None`], `set_durable(false)`).
+    nosync: bool,
 }
 
 fn options(cfg: &FillConfig) -> Options {
@@ -36,24 +36,28 @@ fn read<T>(db: &Db, f: impl FnMut(&ReadTxn<'_>) -> Result<T, ::tsumiki::Error>) 
 }
 
 impl Tsumiki {
-    fn db(&self) -> Result<&Db, String> {
-        self.db.as_ref().ok_or_else(|| "tsumiki: the database is closed (a reopen failed)".to_string())
-    }
-
     /// Runs `f` in a write transaction and commits it, again after a conflict.
     fn write<T>(
         &self,
         what: &'static str,
-        f: impl FnMut(&mut ::tsumiki::Txn<'_>) -> Result<T, ::tsumiki::Error>,
+        mut f: impl FnMut(&mut ::tsumiki::Txn<'_>) -> Result<T, ::tsumiki::Error>,
     ) -> Result<T, String> {
-        self.db()?.run(f).map_err(err(what))
+        let nosync = self.nosync;
+        self.db
+            .run(|t| {
+                if nosync {
+                    t.set_durability(Durability::None);
+                }
+                f(t)
+            })
+            .map_err(err(what))
     }
 }
 
 impl FillEngine for Tsumiki {
     fn open(dir: &Path, cfg: &FillConfig) -> Result<Self, String> {
         let db = Db::create(dir, options(cfg)).map_err(err("tsumiki open"))?;
-        Ok(Tsumiki { db: Some(db), dir: dir.to_path_buf(), cfg: *cfg })
+        Ok(Tsumiki { db, nosync: false })
     }
 
     fn write_batch<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
@@ -63,15 +67,15 @@ impl FillEngine for Tsumiki {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        read(self.db()?, |r| r.get(key))
+        read(&self.db, |r| r.get(key))
     }
 
-    fn close(mut self) -> Result<(), String> {
-        self.db.take().map_or(Ok(()), |db| db.close().map_err(err("tsumiki close")))
+    fn close(self) -> Result<(), String> {
+        self.db.close().map_err(err("tsumiki close"))
     }
 
     fn log_blocks(&self) -> Option<u64> {
-        self.db.as_ref()?.wal_stats().map(|w| w.bytes / 4096)
+        self.db.wal_stats().map(|w| w.bytes / 4096)
     }
 }
 
@@ -114,24 +118,22 @@ impl KvEngine for Tsumiki {
     type Reader<'a> = Reader<'a>;
 
     fn set_durable(&mut self, durable: bool) -> Result<(), String> {
-        if self.cfg.sync == durable {
-            return Ok(());
+        // The transaction's own durability (as redb's): `None` keeps commits in memory until
+        // a later synced commit; back to durable, they are synced at once, untimed (as
+        // fjall's persist).
+        self.nosync = !durable;
+        if durable {
+            self.db.sync().map_err(err("tsumiki sync"))?;
         }
-        // Durability is a setting of the open database: close and reopen with the other.
-        if let Some(db) = self.db.take() {
-            db.close().map_err(err("tsumiki close"))?;
-        }
-        self.cfg.sync = durable;
-        self.db = Some(Db::open(&self.dir, options(&self.cfg)).map_err(err("tsumiki reopen"))?);
         Ok(())
     }
 
     fn reader(&self, _of: usize) -> Result<Reader<'_>, String> {
-        Ok(Reader(self.db()?))
+        Ok(Reader(&self.db))
     }
 
     fn len(&mut self) -> Result<u64, String> {
-        read(self.db()?, |r| r.len())
+        read(&self.db, |r| r.len())
     }
 
     fn remove<const K: usize>(&mut self, keys: &[[u8; K]]) -> Result<(), String> {
