@@ -95,14 +95,19 @@ impl<V> MappingTable<V> {
 
 impl<V> Drop for MappingTable<V> {
     fn drop(&mut self) {
-        for entry in self.dir.iter() {
+        // Only the slots of pids ever handed out can hold a chain: a small tree's drop
+        // visits a few, not the whole first segment and directory (two of those were a
+        // sixth of a short-lived handle's open and close).
+        let allocated = self.allocated() as usize;
+        for (i, entry) in self.dir.iter().enumerate().take(allocated.div_ceil(SEG_LEN)) {
             let seg = entry.load(Ordering::Relaxed);
             if seg.is_null() {
                 continue;
             }
             // SAFETY: `drop` has exclusive access; the segment came from `Box::into_raw`.
             let seg = unsafe { Box::from_raw(seg) };
-            for slot in seg.slots.iter() {
+            let used = (allocated - i * SEG_LEN).min(SEG_LEN);
+            for slot in &seg.slots[..used] {
                 // SAFETY: no other thread can reach the tree any more; each chain is owned by
                 // exactly one slot (a merge delta does not own the base it points at).
                 unsafe { destroy_chain_now(slot) };

@@ -150,27 +150,14 @@ impl Wal {
         let (_, untaken) = self.replace_echoes((ended, echoes));
         self.recycle_echoes(untaken);
         for lane in &lanes {
-            self.flush_lane(lane, true)?;
-            self.sync_lane(lane)?;
+            // Synced whatever the durability (see `new_lane`).
+            self.flush_lane_as(lane, true, true)?;
         }
         // Before the checkpoint lets commits into `g`.
         self.register_lanes(g, lanes.len() as u32)?;
         self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
         *self.checkpoint_time.lock() = std::time::Instant::now();
         Ok(())
-    }
-
-    /// Syncs `lane`'s current segment (whatever the durability: a registered lane's first
-    /// block is durable, so recovery can tell a lane zeroed whole from a new one). Returns
-    /// the lane's generation.
-    pub(super) fn sync_lane(&self, lane: &Lane) -> Result<u64, Error> {
-        let mut io = lane.io.lock();
-        if let Some(f) = io.file.as_deref() {
-            self.sync(f)?;
-        }
-        io.synced();
-        lane.synced.store(lane.flushed.load(Ordering::Acquire), Ordering::Release);
-        Ok(io.gen)
     }
 
     /// Writes generation `g`'s lane registry (lanes `0..count`). A failure poisons the log.
@@ -200,17 +187,13 @@ impl Wal {
                 (io, taken)
             };
             let (buf, ends, appended, horizon) = taken;
-            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true, self.policy.syncs())?;
+            // Forced and synced, whatever the durability: the lane's end is durable.
+            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true, true)?;
             // A closing write that crossed into a new segment started preparing the next
             // one, which the closed generation will not use: no thread outlives the lane.
             if let Some(p) = io.next.take() {
                 let _ = segments::wait(p);
             }
-            if let Some(f) = io.file.as_deref() {
-                self.sync(f)?;
-            }
-            io.synced();
-            lane.synced.store(appended, Ordering::Release);
             then(lane, &mut io);
         }
         Ok(lanes)
@@ -274,8 +257,7 @@ impl Wal {
     pub(crate) fn flush_all(&self) -> Result<(), Error> {
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for l in lanes {
-            self.flush_lane(&l, false)?;
-            self.sync_lane(&l)?;
+            self.make_durable(&l)?;
         }
         Ok(())
     }

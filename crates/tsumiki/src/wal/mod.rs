@@ -437,10 +437,11 @@ impl Wal {
             held: Mutex::new(Vec::new()),
         });
         self.lanes.write().push(lane.clone());
-        self.flush_lane(&lane, true)?;
-        // Its first block durable, then registered, before its first commit (see
+        // Its first block durable (whatever the durability: recovery tells a lane zeroed
+        // whole from a new one by it), then registered, before its first commit (see
         // `format::LaneRegistry`).
-        let g = self.sync_lane(&lane)?;
+        self.flush_lane_as(&lane, true, true)?;
+        let g = lane.io.lock().gen;
         self.register_lanes(g, u32::from(id) + 1)?;
         Ok(lane)
     }
@@ -618,7 +619,7 @@ impl Wal {
     }
 
     /// Writes and syncs everything `lane` holds (nothing to do if it is synced already).
-    fn make_durable(&self, lane: &Lane) -> Result<(), Error> {
+    pub(super) fn make_durable(&self, lane: &Lane) -> Result<(), Error> {
         self.flush_lane_as(lane, false, true)
     }
 
@@ -813,18 +814,26 @@ impl Wal {
                 io.file = Some(file);
                 // The lane's blocks follow the segment's header (see `format::segment_header`).
                 io.off = format::SEGMENT_HEADER;
-                if matches!(self.opts.device, Device::File) {
-                    let (size, sync) = (format::segment_len(io.seg + 1, max), !self.plants.skip_sync);
-                    io.next = Some(self.preparer.start(name(io.seg + 1), size, sync));
-                }
             }
             let f = io.file.as_deref().expect("segment open");
-            let n = ((format::segment_len(io.seg, max) - io.off) as usize).min(data.len());
+            let len = format::segment_len(io.seg, max);
+            let n = ((len - io.off) as usize).min(data.len());
             f.write_at(&data[..n], io.off)
                 .map_err(|e| self.poison(io_err("log write failed; the database is poisoned", e)))?;
             self.echo(io, &data[..n]);
             io.off += n as u64;
             data = &data[n..];
+            // The next segment is prepared in the background as this one is first written
+            // (its presence makes a deleted segment a gap recovery sees), but for a lane's
+            // first, only once half full: a lane that stays small (a short-lived
+            // handle's) never makes one, and the lane registry covers its first segment.
+            let due = io.seg > 0 || io.off >= len / 2;
+            if io.next.is_none() && due && matches!(self.opts.device, Device::File) {
+                let gen = io.gen;
+                let name = format::segment_name(gen, lane.id, io.seg + 1);
+                let (size, sync) = (format::segment_len(io.seg + 1, max), !self.plants.skip_sync);
+                io.next = Some(self.preparer.start(name, size, sync));
+            }
         }
         Ok(())
     }

@@ -610,6 +610,9 @@ pub(crate) fn inner_base<V>(entries: &[(&[u8], Pid)], range: Arc<Range>) -> Base
 pub(crate) unsafe fn destroy_chain_now<V>(slot: &Atomic<Node<V>>) {
     // SAFETY: exclusive access, so an unprotected guard is fine.
     let guard = unsafe { crossbeam_epoch::unprotected() };
+    if slot.load(Ordering::Relaxed, guard).is_null() {
+        return;
+    }
     let mut cur = slot.swap(Shared::null(), Ordering::Relaxed, guard).with_tag(0);
     while !cur.is_null() {
         // SAFETY: exclusive access; each node is owned by exactly one chain.
