@@ -79,6 +79,47 @@ enum Planted {
     LogWithoutCount,
 }
 
+/// An acknowledged commit of [`chain_threads`].
+struct Ack {
+    id: u64,
+    /// Commits acknowledged before it began.
+    before: usize,
+    /// Whether it was synced (the database's durability, or a transaction's own).
+    synced: bool,
+}
+
+/// Runs the chain workload on two threads, 50 transactions each, each committing with
+/// the durability `level` picks (`None`: the database's); returns the acknowledgements in
+/// order. A thread stops at its first failure that is not a conflict.
+fn chain_threads(db: &Db, seed: u64, level: impl Fn(&mut SimRng) -> Option<Durability> + Sync) -> Vec<Ack> {
+    let acks = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (acks, level) = (&acks, &level);
+            s.spawn(move || {
+                let mut r = SimRng::new(seed.wrapping_add(t));
+                for i in 0..50 {
+                    let id = t * 1000 + i + 1;
+                    let chosen = level(&mut r);
+                    loop {
+                        let before = acks.lock().len();
+                        match chains::chain_txn_as(db, id, &mut r, SLOTS, chosen) {
+                            Ok(()) => {
+                                let synced = chosen.is_none_or(|l| l == Durability::Sync);
+                                acks.lock().push(Ack { id, before, synced });
+                                break;
+                            }
+                            Err(e) if e.is_retryable() => std::thread::yield_now(),
+                            Err(_) => return,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    acks.into_inner()
+}
+
 /// One crash iteration with the chain workload on two threads.
 fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
     let mut opts = pick(seed);
@@ -96,31 +137,10 @@ fn chain_iteration(seed: u64, planted: Planted) -> Result<(), String> {
     let disk = SimStorage::new(seed);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("{what}: open: {e}"))?;
     disk.crash_after(1 + rng.below(300));
-    let acked = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let (db, acked) = (&db, &acked);
-            s.spawn(move || {
-                let mut r = SimRng::new(seed.wrapping_mul(31).wrapping_add(t));
-                for i in 0..50 {
-                    let id = t * 1000 + i + 1;
-                    loop {
-                        match chains::chain_txn(db, id, &mut r, SLOTS) {
-                            Ok(()) => {
-                                acked.lock().push(id);
-                                break;
-                            }
-                            Err(e) if e.is_retryable() => std::thread::yield_now(),
-                            Err(_) => return,
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let acks = chain_threads(&db, seed.wrapping_mul(31), |_| None);
     let image = disk.crash();
     drop(db);
-    let acked = acked.into_inner();
+    let acked: Vec<u64> = acks.iter().map(|a| a.id).collect();
     // Recovery itself may lose power too: then recover from what that left.
     let disk2 = SimStorage::from_image(&image, seed ^ 0xA5);
     if rng.below(4) == 0 {
@@ -188,59 +208,23 @@ fn mixed_iteration(seed: u64, planted: bool) -> Result<(), String> {
     let disk = SimStorage::new(seed);
     let db = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).map_err(|e| format!("{what}: open: {e}"))?;
     disk.crash_after(1 + rng.below(300));
-    // Acknowledged ids in order, each with how many were acknowledged before it began and
-    // whether it was synced.
-    let acks: Mutex<Vec<(u64, usize, bool)>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let (db, acks) = (&db, &acks);
-            s.spawn(move || {
-                let mut r = SimRng::new(seed.wrapping_mul(37).wrapping_add(t));
-                for i in 0..50 {
-                    let id = t * 1000 + i + 1;
-                    let level = [Durability::Sync, Durability::Buffered, Durability::None][r.below(3) as usize];
-                    loop {
-                        let before = acks.lock().len();
-                        match chains::chain_txn_as(db, id, &mut r, SLOTS, Some(level)) {
-                            Ok(()) => {
-                                acks.lock().push((id, before, level == Durability::Sync));
-                                break;
-                            }
-                            Err(e) if e.is_retryable() => std::thread::yield_now(),
-                            Err(_) => return,
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let levels = [Durability::Sync, Durability::Buffered, Durability::None];
+    let acks = chain_threads(&db, seed.wrapping_mul(37), |r| Some(levels[r.below(3) as usize]));
     let image = disk.crash();
     drop(db);
-    let acks = acks.into_inner();
     let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, seed ^ 0xA5)), opts)
         .map_err(|e| format!("{what}: reopen: {e}"))?;
     // Must survive: the synced commits and every commit acknowledged before one began.
-    let upto = acks.iter().filter(|a| a.2).map(|a| a.1).max().unwrap_or(0);
-    let must: Vec<u64> = acks[..upto].iter().map(|a| a.0).chain(acks.iter().filter(|a| a.2).map(|a| a.0)).collect();
+    let upto = acks.iter().filter(|a| a.synced).map(|a| a.before).max().unwrap_or(0);
+    let must: Vec<u64> = acks[..upto].iter().chain(acks.iter().filter(|a| a.synced)).map(|a| a.id).collect();
     chains::check_chains(&db, &must, SLOTS).map_err(|e| format!("{what}: {e}"))?;
     let got = chains::recovered_ids(&db).map_err(|e| format!("{what}: {e}"))?;
-    if std::env::var("MIXED_DEBUG").is_ok() {
-        let lost = acks.iter().filter(|a| !got.contains(&a.0)).count();
-        eprintln!(
-            "{what}: {} acked ({} synced), {} recovered, {lost} acked lost",
-            acks.len(),
-            acks.iter().filter(|a| a.2).count(),
-            got.len()
-        );
-    }
-    for &(id, before, _) in &acks {
-        if got.contains(&id) {
-            if let Some(lost) = acks[..before].iter().find(|a| !got.contains(&a.0)) {
-                return Err(format!(
-                    "{what}: commit {id} was recovered, but {} acknowledged before it began was lost",
-                    lost.0
-                ));
-            }
+    for a in acks.iter().filter(|a| got.contains(&a.id)) {
+        if let Some(lost) = acks[..a.before].iter().find(|b| !got.contains(&b.id)) {
+            return Err(format!(
+                "{what}: commit {} was recovered, but {} acknowledged before it began was lost",
+                a.id, lost.id
+            ));
         }
     }
     Ok(())
@@ -503,14 +487,6 @@ fn serial_iteration(seed: u64, drop_tail: bool) -> Result<(), String> {
                 tickets.clear();
             })
         };
-        if std::env::var("SERIAL_DEBUG").is_ok() {
-            eprintln!(
-                "txn {} deferred {deferred} unsynced {unsynced} -> {:?} {:?}",
-                states.len(),
-                r.as_ref().err(),
-                db.wal_stats()
-            );
-        }
         match r {
             Ok(()) => {
                 model = next;
@@ -708,12 +684,6 @@ fn transaction_durability_costs_and_recovers() {
 #[ignore]
 fn rerun_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    if std::env::var("SERIAL_DEBUG").is_ok() {
-        for _ in 0..2000 {
-            serial_iteration(seed, false).unwrap();
-            eprintln!("----");
-        }
-    }
     for _ in 0..2000 {
         chain_iteration(seed, Planted::None).unwrap();
         serial_iteration(seed, false).unwrap();
