@@ -230,11 +230,17 @@ fn mixed_iteration(seed: u64, planted: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs `iteration` for [`iterations`] seeds (300 by default); fails naming the first few
+/// that failed.
+fn every_seed_passes(iteration: impl Fn(u64) -> Result<(), String>) {
+    let n = iterations(300);
+    let failures: Vec<String> = (0..n).filter_map(|s| iteration(s).err()).collect();
+    assert!(failures.is_empty(), "{} of {n} failed; first: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+}
+
 #[test]
 fn power_loss_with_mixed_durabilities() {
-    let n = iterations(300);
-    let failures: Vec<String> = (0..n).filter_map(|s| mixed_iteration(s, false).err()).collect();
-    assert!(failures.is_empty(), "{} of {n} failed; first: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    every_seed_passes(|s| mixed_iteration(s, false));
 }
 
 /// The planted bug: a commit on one lane leaves the commits another lane holds unsynced.
@@ -560,9 +566,7 @@ fn recovered_state_is_allowed(
 
 #[test]
 fn power_loss_serial_model() {
-    let n = iterations(300);
-    let failures: Vec<String> = (0..n).filter_map(|s| serial_iteration(s, false).err()).collect();
-    assert!(failures.is_empty(), "{} of {n} failed; first: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    every_seed_passes(|s| serial_iteration(s, false));
 }
 
 /// The planted bug: buffered commits packed into a lane's last block are lost when it is
