@@ -197,6 +197,8 @@ pub(crate) fn open(
         st.keys = pages.load_all(&changes, load)?;
         Ok((st, false))
     };
+    // A clean exit's open defers its master record (see below).
+    let mut unclean = None;
     let (generation, table, pages, count) = match read_master(&*storage)? {
         // `Db::open` looked for MASTER already; this is an open through a storage.
         None if asked => return Err(Error::NotFound("no database here (a read-only open creates none)".into())),
@@ -257,11 +259,21 @@ pub(crate) fn open(
                             storage.remove(&n).map_err(|e| Error::io(format!("removing {n}"), e))?;
                         }
                     }
-                    match write_master(&*storage, &master(m.generation, table, false, &log, m.count)) {
-                        Ok(()) => {}
-                        // The clean exit's master record stays true while nothing is written.
-                        Err(e) if disk_full(&e) => read_only = Some(ReadOnly::DiskFull(e)),
-                        Err(e) => return Err(e),
+                    // The master record marking the exit unclean is written with the first
+                    // lane (`Wal::set_first_write`): the clean exit's stays true while
+                    // nothing is written, so an open that commits nothing writes nothing.
+                    // Unless its count is unknown: the open counts, and the close records it.
+                    let record = master(m.generation, table, false, &log, m.count);
+                    if m.count.is_some() {
+                        unclean = Some(record);
+                    } else {
+                        match write_master(&*storage, &record) {
+                            Ok(()) => {}
+                            // The clean exit's master record stays true while nothing is
+                            // written.
+                            Err(e) if disk_full(&e) => read_only = Some(ReadOnly::DiskFull(e)),
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
                 (m.generation, table, pages, m.count)
@@ -349,6 +361,10 @@ pub(crate) fn open(
     let pacing =
         Pacing { checkpoint_bytes: settings.checkpoint_bytes, checkpoint_interval: settings.checkpoint_interval };
     let wal = Arc::new(Wal::new(log_storage, log, pacing, policy, plants, generation));
+    if let Some(m) = unclean {
+        let storage = storage.clone();
+        wal.set_first_write(Box::new(move || write_master(&*storage, &m)));
+    }
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
     wal.set_echo_budget(budget.checkpoint_buffer);
@@ -490,6 +506,10 @@ impl Durable {
         self.wal.close_lanes()?;
         let opts = &self.wal.opts;
         if self.wal.policy.logs() && self.wal.stats().records == 0 {
+            if self.wal.drop_first_write() {
+                // Nothing was written since a clean open: its master record stays true.
+                return Ok(());
+            }
             // Nothing was committed since open: the state is still the one this generation
             // started from (its table, or nothing), so mark the exit clean without
             // writing anything else.
@@ -663,6 +683,8 @@ impl Durable {
             Error::Poisoned(_) => e,
             e => self.wal.poison(Poison::caused_by(&format!("checkpoint of generation {g} failed"), &e)),
         };
+        // A clean open's deferred master record first: the lanes' new logs come after it.
+        self.wal.first_write()?;
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
         let written = current.pages.written();
         let (t, count) = self.write_pages(current, g, state, true).map_err(poison)?;

@@ -255,6 +255,8 @@ pub(crate) struct Wal {
     /// database syncs (see [`Wal::claim_unsynced`]), and whether any lane ever did.
     unsynced: Mutex<Option<Arc<Lane>>>,
     unsynced_claimed: AtomicBool,
+    /// What must be durable before the log's first file (see [`Wal::set_first_write`]).
+    first_write: Mutex<Option<FirstWrite>>,
     /// Segments of generations before the master record's, kept for reuse (see
     /// [`Recycled`]).
     recycled: Arc<Recycled>,
@@ -274,6 +276,9 @@ pub(crate) struct Wal {
     /// millisecond).
     echo_spare: Mutex<Vec<Vec<u8>>>,
 }
+
+/// A write the store defers until the log is first written ([`Wal::set_first_write`]).
+pub(crate) type FirstWrite = Box<dyn Fn() -> Result<(), Error> + Send + Sync>;
 
 /// The bytes of a lane's copy of its blocks (see [`Wal::take_echoes`]).
 fn echo_len(copy: &[Vec<u8>]) -> usize {
@@ -328,6 +333,7 @@ impl Wal {
             create_lane: Mutex::new(()),
             unsynced: Mutex::new(None),
             unsynced_claimed: AtomicBool::new(false),
+            first_write: Mutex::new(None),
             echo_budget: AtomicUsize::new(0),
             echo_bytes: AtomicUsize::new(0),
             echoes: Mutex::new((0, recovery::Echoes::new())),
@@ -409,6 +415,7 @@ impl Wal {
     /// computed after waits for the lane.
     fn new_lane(&self) -> Result<Arc<Lane>, Error> {
         self.check()?;
+        self.first_write()?;
         let n = self.lanes.read().len();
         let id = u16::try_from(n)
             .ok()
@@ -604,6 +611,28 @@ impl Wal {
         }
         self.settle_unsynced(lane)?;
         self.make_durable(lane)
+    }
+
+    /// Defers `write` (the store's master record marking the exit unclean, after a clean
+    /// one) until the first lane is made: an open that commits nothing writes nothing.
+    pub(crate) fn set_first_write(&self, write: FirstWrite) {
+        *self.first_write.lock() = Some(write);
+    }
+
+    /// Does the deferred write, if it is still to do (before the first lane, and before a
+    /// checkpoint writes its own master records). A failure leaves it to do.
+    pub(crate) fn first_write(&self) -> Result<(), Error> {
+        let mut pending = self.first_write.lock();
+        if let Some(write) = pending.as_ref() {
+            write()?;
+        }
+        *pending = None;
+        Ok(())
+    }
+
+    /// Drops the deferred write; whether it was still to do (nothing was written since).
+    pub(crate) fn drop_first_write(&self) -> bool {
+        self.first_write.lock().take().is_some()
     }
 
     /// Writes and syncs every lane's commits ([`crate::Db::sync`]).
