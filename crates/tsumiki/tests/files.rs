@@ -2,6 +2,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use std::sync::Arc;
+
+use tsumiki::storage::SimStorage;
 use tsumiki::{Db, Error, Options};
 
 #[test]
@@ -152,4 +155,50 @@ fn inspect_reports_what_the_trailers_say() {
     let empty = tempfile::tempdir().unwrap();
     assert!(tsumiki::inspect(empty.path()).is_err());
     assert!(tsumiki::inspect(&empty.path().join("nothing")).is_err());
+}
+
+/// A short-lived handle that only reads writes nothing: after a clean close, an open, a
+/// read and a close leave every file as it was, byte for byte, and add none; the next
+/// commit still marks the exit unclean first (a crash after it replays the log).
+#[test]
+fn an_open_that_commits_nothing_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::create(dir.path(), Options::default()).unwrap();
+    for i in 0..100u32 {
+        db.run(|t| t.put(i.to_be_bytes(), b"v")).unwrap();
+    }
+    db.close().unwrap();
+    let snapshot = || {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = snapshot();
+    for _ in 0..3 {
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        assert_eq!(db.begin().get(5u32.to_be_bytes()).unwrap().as_deref(), Some(&b"v"[..]));
+        db.close().unwrap();
+    }
+    assert!(before == snapshot(), "an open that commits nothing changed the directory");
+    drop(dir);
+    // A commit after such an open, then a power loss: the deferred master record went
+    // first, so the commit is replayed.
+    let disk = SimStorage::new(11);
+    let db = Db::open_with_storage(Arc::new(disk.clone()), Options::default()).unwrap();
+    db.run(|t| t.put(b"before", b"v")).unwrap();
+    db.close().unwrap();
+    let db = Db::open_with_storage(Arc::new(disk.clone()), Options::default()).unwrap();
+    db.run(|t| t.put(b"after", b"x")).unwrap();
+    let image = disk.crash();
+    drop(db);
+    let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 12)), Options::default()).unwrap();
+    assert!(db.recovery_stats().unwrap().replayed);
+    assert_eq!(db.begin().get(b"after").unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(db.begin().get(b"before").unwrap().as_deref(), Some(&b"v"[..]));
 }
