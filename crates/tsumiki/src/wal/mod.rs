@@ -584,11 +584,7 @@ impl Wal {
     /// synced.
     pub(crate) fn settle_unsynced(&self, lane: &Lane) -> Result<(), Error> {
         if !self.policy.syncs() {
-            let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
-            for l in lanes.iter().filter(|l| !std::ptr::eq(&***l, lane)) {
-                self.make_durable(l)?;
-            }
-            return Ok(());
+            return self.sync_lanes_but(Some(lane));
         }
         if !self.unsynced_claimed.load(Ordering::SeqCst) {
             return Ok(());
@@ -599,6 +595,9 @@ impl Wal {
                 self.make_durable(prev)?;
             }
             *holder = None;
+            // Every commit is synced again: later synced commits skip the lock (a claim
+            // sets it again under the same lock).
+            self.unsynced_claimed.store(false, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -640,8 +639,13 @@ impl Wal {
         if !self.policy.logs() {
             return Ok(());
         }
+        self.sync_lanes_but(None)
+    }
+
+    /// Writes and syncs every lane but `skip`.
+    fn sync_lanes_but(&self, skip: Option<&Lane>) -> Result<(), Error> {
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
-        for l in &lanes {
+        for l in lanes.iter().filter(|l| skip.is_none_or(|s| !std::ptr::eq(&***l, s))) {
             self.make_durable(l)?;
         }
         Ok(())
@@ -1122,7 +1126,7 @@ impl CommitTicket {
         match self.wait {
             None => Ok(()),
             Some((wal, lane, seq, lsn)) => {
-                if wal.policy.nlr() && !wal.holds_locks() {
+                if wal.policy.flushes_each_commit() {
                     // Left in memory at commit (NLR): what it may have read from other
                     // lanes becomes durable first.
                     wal.settle_unsynced(&lane)?;

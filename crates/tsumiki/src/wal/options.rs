@@ -190,6 +190,14 @@ impl CommitMode {
         self.release == Release::Nlr
     }
 
+    /// NLR without held locks (paper 001's Algorithm 2): each commit flushes its own
+    /// record before it installs, so a transaction's own durability applies
+    /// ([`crate::Txn::set_durability`]).
+    #[inline]
+    pub fn flushes_each_commit(&self) -> bool {
+        self.nlr() && !self.holds_locks
+    }
+
     /// A commit waits for an fdatasync of its record.
     #[inline]
     pub fn syncs(&self) -> bool {

@@ -57,7 +57,7 @@ impl LogHook<'_> {
     /// [`Wal::claim_unsynced`]).
     fn append<R>(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> Result<(), Error> {
         let wal = self.wal;
-        if !wal.policy.nlr() || self.hold {
+        if !wal.policy.flushes_each_commit() {
             self.done = Some(wal.append(self.lane, ts, writes, wal.policy.durability)?);
             return Ok(());
         }
@@ -82,6 +82,18 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// durability; see [`crate::db::Txn::set_durability`].
     pub fn set_durability(&mut self, level: Durability) {
         self.durability = Some(level);
+    }
+
+    /// What the commit promises: the transaction's choice, or the database's durability
+    /// (always under Algorithm 3, which groups every commit already and orders nothing
+    /// across lanes but by held locks).
+    fn level(&self, wal: &Wal) -> Durability {
+        let db_level = wal.policy.durability;
+        if wal.holds_locks() {
+            db_level
+        } else {
+            self.durability.unwrap_or(db_level)
+        }
     }
 
     /// Commits; on a conflict the transaction is rolled back and `Error::Conflict` returned.
@@ -140,12 +152,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let db_level = wal.policy.durability;
             // A deferred commit under NLR waits in memory for its ticket (or a later synced
             // commit); under ELR, a commit that promises less than the database is a deferred
-            // one whose ticket nobody waits on. Algorithm 3 groups every commit already, and
-            // orders nothing across lanes but by held locks: the database's durability holds.
+            // one whose ticket nobody waits on.
             let level = match self.durability {
-                Some(l) if !hold => l,
-                _ if deferred && wal.policy.nlr() && !hold && db_level == Durability::Sync => Durability::None,
-                _ => db_level,
+                None if deferred && wal.policy.flushes_each_commit() && db_level == Durability::Sync => {
+                    Durability::None
+                }
+                _ => self.level(wal),
             };
             let relaxed = wal.policy.elr() && level != db_level && level != Durability::Sync;
             let asked_deferred = deferred;
@@ -232,9 +244,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // it promises (its ticket does, if deferred): under NLR, every commit before it
             // (as a logged one does); otherwise the worker's deferred ones.
             if let (Some(wal), Some(lane)) = (wal, slot.lane.get()) {
-                let db_level = wal.policy.durability;
-                let level = if wal.holds_locks() { db_level } else { self.durability.unwrap_or(db_level) };
-                if wal.policy.nlr() && !wal.holds_locks() {
+                let (db_level, level) = (wal.policy.durability, self.level(wal));
+                if wal.policy.flushes_each_commit() {
                     if deferred {
                         ticket = CommitTicket { wait: Some((wal.clone(), lane.clone(), wal.appended_of(lane), 0)) };
                     } else if level == Durability::Sync {
