@@ -519,8 +519,14 @@ pub(super) fn dir_bytes(dir: &Path) -> Result<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     for entry in std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))? {
-        let entry = entry.map_err(|e| e.to_string())?;
-        let meta = entry.metadata().map_err(|e| e.to_string())?;
+        let entry = entry.map_err(|e| format!("reading {}: {e}", dir.display()))?;
+        // An open database's background threads rename and remove files while this walks:
+        // one gone between the listing and its stat holds no bytes.
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", entry.path().display())),
+        };
         total += if meta.is_dir() { dir_bytes(&entry.path())? } else { meta.blocks() * 512 };
     }
     Ok(total)
