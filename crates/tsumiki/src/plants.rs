@@ -47,6 +47,9 @@ pub struct Plants {
     /// Each checkpoint waits this long before it starts (commits go on), so that commits
     /// outpace checkpoints (the checkpoint tests; a delay, not a bug).
     pub checkpoint_delay: Duration,
+    /// Each checkpoint waits this long after it switched the lanes to a new generation, so
+    /// that commits go on while it runs (the checkpoint tests; a delay, not a bug).
+    pub checkpoint_apply_delay: Duration,
     /// Commits are never held back when the log runs ahead of the checkpoints: the logs on
     /// disk then grow with the lead (the checkpoint tests).
     pub no_throttle: bool,
@@ -86,6 +89,7 @@ impl Plants {
         milestone_skips_replay: false,
         first_logged_value: false,
         checkpoint_delay: Duration::ZERO,
+        checkpoint_apply_delay: Duration::ZERO,
         no_throttle: false,
         lazy_gaps_unchecked: false,
         evict_dirty: false,

@@ -299,6 +299,60 @@ fn planted_unthrottled_log_is_caught() {
     assert!(most > 12 << 20, "the logs stayed at {most} bytes without the wait: the bound is not what holds them");
 }
 
+/// After one big transaction (about 6.6 MB of log against a 1 MiB limit), small commits
+/// go on while its checkpoint runs (held 3 s after its switch): the current generation may
+/// grow as large as the one being checkpointed, so none of them waits for it. (Before, each
+/// waited up to a second once the new generation passed 1.5 MiB: bench kv's batch row,
+/// right after its bulk load, spent 60% of its time there.)
+#[test]
+fn commits_after_a_big_transaction_do_not_wait_for_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(Cc::TicToc, Release::Nlr, 1 << 20);
+    o.plants.checkpoint_apply_delay = std::time::Duration::from_secs(3);
+    let db = Db::create(dir.path(), o).unwrap();
+    let big = 30_000u32;
+    db.run(|t| (0..big).try_for_each(|k| t.put(k.to_be_bytes(), [1; 200]))).unwrap();
+    let before = db.wal_stats().unwrap();
+    // About 3.2 MB of log: past 1.5 times the limit, within the big generation.
+    for k in big..big + 3000 {
+        db.run(|t| t.put(k.to_be_bytes(), [2; 1000])).unwrap();
+        let now = db.wal_stats().unwrap();
+        if now.checkpoints > before.checkpoints {
+            // The big checkpoint ended before the small commits did: nothing more to test.
+            eprintln!("stopped after {} small commits: the checkpoint ended", k - big + 1);
+            break;
+        }
+        assert_eq!(now.stalls, before.stalls, "commit {} waited for the big transaction's checkpoint", k - big);
+    }
+    let grew = db.wal_stats().unwrap().bytes - before.bytes;
+    assert!(grew > 3 << 19, "the small commits logged only {grew} bytes: the test no longer passes the limit");
+    db.close().unwrap();
+}
+
+/// A checkpoint's time is counted: CPU on its threads (with helpers too) and wall-clock,
+/// both growing with each checkpoint that had work, what `bench txn` reports per commit.
+#[test]
+fn checkpoints_count_their_cpu_time() {
+    for helpers in [0, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(Cc::TicToc, Release::Nlr, 0);
+        o.store.checkpoint_helpers = helpers;
+        let db = Db::create(dir.path(), o).unwrap();
+        let zero = db.store_stats().unwrap();
+        assert_eq!((zero.checkpoint_cpu_micros, zero.checkpoint_micros), (0, 0));
+        fill_keys(&db, 50_000);
+        db.checkpoint().unwrap();
+        let one = db.store_stats().unwrap();
+        assert!(one.checkpoint_cpu_micros > 0 && one.checkpoint_micros > 0, "{one:?}");
+        db.run(|t| (0..50_000u32).step_by(7).try_for_each(|k| t.put(k.to_be_bytes(), [9; 100]))).unwrap();
+        db.checkpoint().unwrap();
+        let two = db.store_stats().unwrap();
+        assert!(two.checkpoint_cpu_micros > one.checkpoint_cpu_micros, "{one:?} then {two:?}");
+        assert!(two.checkpoint_micros > one.checkpoint_micros, "{one:?} then {two:?}");
+        db.close().unwrap();
+    }
+}
+
 fn steady_overwrites(per_txn: usize, txns: usize) {
     const KEYS: u32 = 20_000;
     let dir = tempfile::tempdir().unwrap();

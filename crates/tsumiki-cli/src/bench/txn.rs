@@ -623,7 +623,58 @@ struct TxnMetrics {
     latency_ns: Latency,
     gc: Option<GcMetrics>,
     wal: Option<WalMetrics>,
+    /// Logged runs: what checkpoints cost during this row's runs.
+    checkpoint: Option<CheckpointMetrics>,
     store: Option<StoreMetrics>,
+}
+
+/// What checkpoints cost during a row's runs, and how long committers waited for them.
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+struct CheckpointMetrics {
+    checkpoints: u64,
+    /// CPU time of the checkpoints that ended during the runs (their threads and helpers).
+    cpu_s: f64,
+    /// Their wall-clock time.
+    wall_s: f64,
+    /// `cpu_s` per committed transaction, in microseconds.
+    cpu_us_per_commit: f64,
+    /// Committers' waits for checkpoints (`Wal::throttle`), and how many waited.
+    stall_s: f64,
+    stalls: u64,
+}
+
+/// The counters [`CheckpointMetrics`] is the difference of.
+struct Checkpointing {
+    checkpoints: u64,
+    cpu_micros: u64,
+    micros: u64,
+    stall_micros: u64,
+    stalls: u64,
+}
+
+impl Checkpointing {
+    fn of<P: Protocol>(db: &TypedDb<P>) -> Checkpointing {
+        let (w, s) = (db.wal_stats().unwrap_or_default(), db.store_stats().unwrap_or_default());
+        Checkpointing {
+            checkpoints: w.checkpoints,
+            cpu_micros: s.checkpoint_cpu_micros,
+            micros: s.checkpoint_micros,
+            stall_micros: w.stall_micros,
+            stalls: w.stalls,
+        }
+    }
+
+    fn since(&self, before: &Checkpointing, commits: u64) -> CheckpointMetrics {
+        let cpu_s = (self.cpu_micros - before.cpu_micros) as f64 / 1e6;
+        CheckpointMetrics {
+            checkpoints: self.checkpoints - before.checkpoints,
+            cpu_s,
+            wall_s: (self.micros - before.micros) as f64 / 1e6,
+            cpu_us_per_commit: if commits == 0 { 0.0 } else { cpu_s * 1e6 / commits as f64 },
+            stall_s: (self.stall_micros - before.stall_micros) as f64 / 1e6,
+            stalls: self.stalls - before.stalls,
+        }
+    }
 }
 
 /// MVCC-SI's garbage collection counters (`GcStats`).
@@ -677,12 +728,16 @@ fn run_cc<P: Protocol>(
     let bar = progress::bar(args.out.quiet, plan.records, format!("{label} load"), "records");
     load(&db, plan.records, &value, &bar)?;
     bar.finish_and_clear();
+    // The load's log is checkpointed before the runs, so that its cost is not the first
+    // row's (a no-op in memory).
+    db.checkpoint().map_err(|e| format!("checkpoint after the load: {e}"))?;
     let next_key = AtomicU64::new(plan.records);
     let mut out = Vec::new();
     for &threads in &args.threads {
         let mut tps = Vec::new();
         let mut latency = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).unwrap();
         let (mut commits, mut aborts) = (0u64, 0u64);
+        let before = Checkpointing::of(&db);
         for run in 0..args.runs {
             let group = log.as_ref().map_or(1, |l| l.group);
             let r = run_once(&db, plan, args, group, threads, run, &label, &next_key)?;
@@ -693,6 +748,7 @@ fn run_cc<P: Protocol>(
         }
         let (mean, median) = report::mean_median(&tps);
         let batch = plan.workload == Workload::Batch;
+        let checkpoint = log.as_ref().map(|_| Checkpointing::of(&db).since(&before, commits));
         let wal = db.wal_stats();
         let params = TxnParams {
             workload: plan.name.clone(),
@@ -732,6 +788,7 @@ fn run_cc<P: Protocol>(
                 stalls: w.stalls,
                 stall_micros: w.stall_micros,
             }),
+            checkpoint,
             store: db.store_stats().map(|s| StoreMetrics {
                 live_bytes: s.live_bytes,
                 file_bytes: s.file_bytes,
@@ -898,6 +955,9 @@ fn print_table(results: &[TxnRow]) {
         "p99 µs",
         "versions",
         "unreclaimed",
+        "ckpts",
+        "ckpt µs/tx",
+        "stall s",
     ];
     let rows: Vec<Vec<String>> = results
         .iter()
@@ -916,6 +976,9 @@ fn print_table(results: &[TxnRow]) {
                 format!("{:.1}", m.latency_ns.at(99.0) as f64 / 1e3),
                 m.gc.as_ref().map_or("-".into(), |g| g.versions.to_string()),
                 m.gc.as_ref().map_or("-".into(), |g| g.unreclaimed.to_string()),
+                m.checkpoint.map_or("-".into(), |c| c.checkpoints.to_string()),
+                m.checkpoint.map_or("-".into(), |c| format!("{:.2}", c.cpu_us_per_commit)),
+                m.checkpoint.map_or("-".into(), |c| format!("{:.2}", c.stall_s)),
             ]
         })
         .collect();

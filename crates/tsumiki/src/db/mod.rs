@@ -460,6 +460,13 @@ impl Db {
         dispatch!(AnyDb, &self.inner, db => db.index_len())
     }
 
+    /// The index's structure modifications so far (consolidations, splits, merges): what a
+    /// write path's profile is read against.
+    #[doc(hidden)]
+    pub fn index_stats(&self) -> crate::index::BwTreeStats {
+        dispatch!(AnyDb, &self.inner, db => db.index_stats())
+    }
+
     /// Snapshot read transactions open now, and the versions kept for them (empty under
     /// MVCC-SI, whose versions [`gc_stats`](Self::gc_stats) counts).
     pub fn snapshot_stats(&self) -> SnapshotStats {

@@ -121,6 +121,11 @@ impl<P: Protocol> TypedDb<P> {
         self.eng.close()
     }
 
+    /// Takes a checkpoint now (see [`Db::checkpoint`](crate::Db::checkpoint)).
+    pub fn checkpoint(&self) -> Result<(), Error> {
+        self.eng.checkpoint_now()
+    }
+
     /// The log's counters (`None` for an in-memory database).
     pub fn wal_stats(&self) -> Option<WalStats> {
         self.eng.durable.as_ref().map(|d| d.wal.stats())
@@ -184,6 +189,11 @@ impl<P: Protocol> TypedDb<P> {
     #[doc(hidden)]
     pub fn index_len(&self) -> usize {
         self.eng.index_len()
+    }
+
+    /// See [`Db::index_stats`](crate::Db::index_stats).
+    pub fn index_stats(&self) -> crate::index::BwTreeStats {
+        self.eng.index_stats()
     }
 }
 

@@ -655,7 +655,10 @@ impl Durable {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
+        let (cpu, wall) = (crate::background::thread_cpu_time(), std::time::Instant::now());
         let r = self.checkpoint_locked(&mut current, quiesce, state);
+        let cpu = crate::background::thread_cpu_time().saturating_sub(cpu);
+        current.pages.note_checkpoint_time(cpu, wall.elapsed());
         if r.is_err() {
             self.wal.postpone_checkpoint();
         }
@@ -686,6 +689,7 @@ impl Durable {
         // A clean open's deferred master record first: the lanes' new logs come after it.
         self.wal.first_write()?;
         quiesce(&mut || self.wal.switch_generation(g)).map_err(poison)?;
+        std::thread::sleep(self.wal.plants.checkpoint_apply_delay);
         let written = current.pages.written();
         let (t, count) = self.write_pages(current, g, state, true).map_err(poison)?;
         self.wal.flush_all().map_err(poison)?;

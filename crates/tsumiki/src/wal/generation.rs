@@ -72,8 +72,11 @@ impl Wal {
     /// the log since the last checkpoint is at least [`LOG_STALL_HALVES`] halves of what
     /// makes one due: commits outpaced checkpoints, and the logs on disk would grow with the lead
     /// (a 600 s buffered overwrite of 1M keys had generations of 20-29 MB against a limit
-    /// of 8 MiB, the directory at 2.34x the data). The next checkpoint's switch ends the
-    /// wait. Never under P-WAL with NLR group commit, whose committers may hold locks past
+    /// of 8 MiB, the directory at 2.34x the data). While a checkpoint runs, the log may
+    /// also grow as large as the generation it applies: after one big transaction (1M
+    /// records, 180 MB of log) the next thousand-record commits waited up to a second each
+    /// for its checkpoint, yet the logs on disk stay within twice the larger generation.
+    /// The next checkpoint's switch ends the wait. Never under P-WAL with NLR group commit, whose committers may hold locks past
     /// their commit that a checkpoint waits for; never past [`MAX_STALL`] in one call.
     pub(crate) fn throttle(&self) {
         if self.pacing.checkpoint_bytes == 0
@@ -83,7 +86,10 @@ impl Wal {
         {
             return;
         }
-        let over = || self.log_since_checkpoint() >= self.checkpoint_limit().saturating_mul(LOG_STALL_HALVES) / 2;
+        let over = || {
+            let stall = self.checkpoint_limit().saturating_mul(LOG_STALL_HALVES) / 2;
+            self.log_since_checkpoint() >= stall.max(self.checkpointing.load(Ordering::Relaxed))
+        };
         if !over() {
             return;
         }
@@ -155,7 +161,9 @@ impl Wal {
         }
         // Before the checkpoint lets commits into `g`.
         self.register_lanes(g, lanes.len() as u32)?;
-        self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
+        let grown = self.grown.load(Ordering::Relaxed);
+        let ended_bytes = grown.saturating_sub(self.checkpoint_base.swap(grown, Ordering::Relaxed));
+        self.checkpointing.store(ended_bytes, Ordering::Relaxed);
         *self.checkpoint_time.lock() = std::time::Instant::now();
         Ok(())
     }
@@ -227,6 +235,7 @@ impl Wal {
     /// left `live` bytes of images there.
     pub(crate) fn note_checkpoint(&self, written: u64, live: u64) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.checkpointing.store(0, Ordering::Relaxed);
         self.checkpoint_written.store(written, Ordering::Relaxed);
         self.note_store_live(live);
     }
@@ -246,6 +255,7 @@ impl Wal {
     /// Forgets the log written so far for [`checkpoint_due`](Self::checkpoint_due) (after a
     /// checkpoint that failed: the next try waits for as much log again).
     pub(crate) fn postpone_checkpoint(&self) {
+        self.checkpointing.store(0, Ordering::Relaxed);
         self.checkpoint_base.store(self.grown.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 

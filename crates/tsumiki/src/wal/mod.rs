@@ -222,6 +222,9 @@ pub(crate) struct Wal {
     checkpoint_base: AtomicU64,
     /// Bytes the last checkpoint wrote to the page store.
     checkpoint_written: AtomicU64,
+    /// The log of the generation a running checkpoint applies (0 when none runs): the
+    /// current one may grow as large before committers wait (see `Wal::throttle`).
+    checkpointing: AtomicU64,
     /// The page store's live bytes after the last checkpoint (or at open), for
     /// `generation::LOG_SHARE`.
     store_live: AtomicU64,
@@ -313,6 +316,7 @@ impl Wal {
             generation: AtomicU64::new(generation),
             checkpoint_base: AtomicU64::new(0),
             checkpoint_written: AtomicU64::new(0),
+            checkpointing: AtomicU64::new(0),
             store_live: AtomicU64::new(0),
             generation_cap: AtomicU64::new(u64::MAX),
             checkpoint_time: Mutex::new(std::time::Instant::now()),

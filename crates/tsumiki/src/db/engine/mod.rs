@@ -440,6 +440,10 @@ impl<P: Protocol> Engine<P> {
     }
 
     /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
+    pub(crate) fn index_stats(&self) -> crate::index::BwTreeStats {
+        self.index.stats()
+    }
+
     pub(crate) fn index_len(&self) -> usize {
         self.index.scan(b"", None).count()
     }

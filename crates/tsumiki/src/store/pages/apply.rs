@@ -103,6 +103,7 @@ impl PageStore {
                 .count();
             self.apply_touched(&ctx, &ahead, started > 0, milestone)
         })
+        .inspect(|_| self.stats.checkpoint_cpu_micros += ahead.cpu_micros.load(Ordering::Relaxed))
     }
 
     /// The sequential half of [`apply_pass`](Self::apply_pass): every page in order, the
@@ -443,6 +444,8 @@ struct ReadAhead {
     chunks: usize,
     helpers: usize,
     claimed: AtomicUsize,
+    /// The helpers' CPU time, each added as it leaves (a helper's thread does nothing else).
+    cpu_micros: AtomicU64,
     state: Mutex<AheadState>,
     ready: Condvar,
     room: Condvar,
@@ -461,6 +464,7 @@ impl ReadAhead {
             chunks,
             helpers,
             claimed: AtomicUsize::new(0),
+            cpu_micros: AtomicU64::new(0),
             state: Mutex::new(AheadState::default()),
             ready: Condvar::new(),
             room: Condvar::new(),
@@ -470,6 +474,12 @@ impl ReadAhead {
     /// A helper's loop: claim the next chunk, wait for room, prepare it, hand it over.
     fn help(&self, ctx: &Prepare<'_>) {
         ctx.changes.on_helper_thread();
+        self.help_chunks(ctx);
+        let cpu = crate::background::thread_cpu_time().as_micros() as u64;
+        self.cpu_micros.fetch_add(cpu, Ordering::Relaxed);
+    }
+
+    fn help_chunks(&self, ctx: &Prepare<'_>) {
         loop {
             let c = self.claimed.fetch_add(1, Ordering::Relaxed);
             if c >= self.chunks {
