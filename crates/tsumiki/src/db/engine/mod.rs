@@ -107,6 +107,10 @@ pub(crate) struct TxnBufs<P: Protocol> {
     /// How many records the next scan reads first: as many as the last one returned
     /// (bounded), so that a scan that takes ten reads about ten, not a whole chunk.
     scan_first: usize,
+    /// Key ranges a scan found empty to this transaction (see [`scan::Skips`]).
+    skips: scan::Skips,
+    /// Records scan chunks walked (what the skips save; read by tests).
+    scan_walked: u64,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
     leaf_hint: Option<LeafHint>,
@@ -169,6 +173,8 @@ impl<P: Protocol> TxnBufs<P> {
             scan_leaves: Leaves::default(),
             scan_rows: scan::Rows::default(),
             scan_first: scan::FIRST_CHUNK,
+            skips: scan::Skips::default(),
+            scan_walked: 0,
             leaf_hint: None,
             hint_misses: 0,
             last_put_new: false,
@@ -188,6 +194,7 @@ impl<P: Protocol> TxnBufs<P> {
         self.key_pos.clear();
         self.created.clear();
         self.created_keys.clear();
+        self.skips = scan::Skips::default();
         // A huge transaction does not leave its write set's memory behind in the pool.
         if self.writes.capacity() > KEEP_ENTRIES {
             self.writes = Vec::new();

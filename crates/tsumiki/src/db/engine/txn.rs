@@ -342,6 +342,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let eng = self.eng;
         let own = self.own_rebound(key, rec)?;
         let b = self.b();
+        if let Write::Value(Some(_)) = write {
+            // A record may become visible where a scan found none.
+            b.skips = Default::default();
+        }
         let kind = |b: &mut TxnBufs<P>| match write {
             Write::Value(v) => WriteKind::Value(v.map(|v| b.copy_of(v))),
             Write::Gap => WriteKind::Gap,
