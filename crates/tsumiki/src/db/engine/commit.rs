@@ -113,6 +113,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         r
     }
 
+    /// Unlinks a commit makes under one pin before renewing it (see `commit_inner`).
+    const UNLINKS_PER_PIN: usize = 128;
+
     pub(super) fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {
         self.check_active()?;
         if self.snap.is_some() {
@@ -124,7 +127,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let worker = self.worker() as *const P::Worker;
         // SAFETY: the slot outlives the transaction (see `worker`).
         let worker = unsafe { &*worker };
-        let guard = &self.pin();
+        let mut pinned = self.pin();
+        let guard = &pinned;
         match self.rebind_evicted(guard) {
             Ok(()) => {}
             Err(Access::Conflict(c)) => return self.fail(c),
@@ -262,24 +266,38 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         // SAFETY: the slot outlives the transaction (see `worker`).
         unsafe { &*self.slot }.commits.fetch_add(1, Ordering::Relaxed);
         let b = self.bufs.as_mut().expect("buffers");
-        // Deleted keys leave the index now (or soon, if a neighbour is busy).
+        // Deleted keys leave the index now (or soon, if a neighbour is busy). The pin is
+        // renewed as they go: what each unlink retires (the record's delta, the leaves it
+        // consolidates) is freed along the way, not all at the end (a transaction deleting
+        // 1M records grew by 1.1 GB at its commit).
+        let mut unlinked = 0usize;
+        let mut renew = |pinned: &mut Guard| {
+            unlinked += 1;
+            if unlinked.is_multiple_of(Self::UNLINKS_PER_PIN) {
+                pinned.repin();
+                pinned.flush();
+            }
+        };
         for w in &b.writes {
             if let WriteKind::Value(None) = w.kind {
-                eng.try_unlink(worker, &w.key, w.rec, guard);
+                eng.try_unlink(worker, &w.key, w.rec, &pinned);
+                renew(&mut pinned);
             }
         }
         for (key, rec) in b.created() {
             match b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize) {
                 Ok(i) => {
                     if let (Some(res), Some(v)) = (&eng.residency, b.writes[i].kind.value()) {
-                        res.credit(key, v.len() as i64, guard);
+                        res.credit(key, v.len() as i64, &pinned);
                     }
                 }
                 Err(_) => {
-                    eng.try_unlink(worker, key, rec, guard);
+                    eng.try_unlink(worker, key, rec, &pinned);
+                    renew(&mut pinned);
                 }
             }
         }
+        let guard = &pinned;
         eng.drain_pending_unlinks(worker, guard);
         if logged && eng.checkpoint_due() {
             if let Some(t) = eng.checkpointer.get() {
@@ -307,13 +325,18 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             eng.proto.snapshot_close(&mut b.st, t);
             return;
         }
-        let guard = &self.pin();
+        let mut pinned = self.pin();
         let b = self.bufs.as_mut().expect("buffers");
         eng.proto.abort(&mut b.st, &b.writes);
         // SAFETY: the slot outlives the transaction (see `worker`).
         unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
-        for (key, rec) in b.created() {
-            eng.try_unlink(worker, key, rec, guard);
+        // Renewing the pin as in `commit_inner`: a big transaction's placeholders go.
+        for (i, (key, rec)) in b.created().enumerate() {
+            eng.try_unlink(worker, key, rec, &pinned);
+            if (i + 1).is_multiple_of(Self::UNLINKS_PER_PIN) {
+                pinned.repin();
+                pinned.flush();
+            }
         }
     }
 }
