@@ -530,6 +530,12 @@ impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
     pub fn insert(&mut self, val: V) -> Result<bool, IndexError> {
         self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.absent_at.get(), self.guard)
     }
+
+    /// Removes the cursor's key, like [`BwTree::delete`]: returns whether it was present.
+    /// No descent unless the leaf no longer covers the key.
+    pub fn delete(&mut self) -> Result<bool, IndexError> {
+        self.tree.write_at(&mut self.pos, self.key, WriteOp::Delete, 0, self.guard)
+    }
 }
 
 /// The leaves a walk entered, as [`BwTree::walk_noting`] notes them: their page ids and

@@ -20,8 +20,11 @@ impl<P: Protocol> Engine<P> {
         loop {
             // The follower found stands only if no range came back since (see `Residency`).
             let since = self.load_count();
+            // One descent: the follower, its check once latched and the delete all start
+            // at the key's leaf (three descents per unlink before).
+            let mut at = self.index.cursor(key, guard);
             let next = if self.proto.gap_protection() {
-                self.next_record(key, true, self.residency.is_some().then_some(&mut nk), guard).1
+                self.found_record(key, at.first_from(true), self.residency.is_some().then_some(&mut nk)).1
             } else {
                 &*self.sentinel
             };
@@ -45,13 +48,14 @@ impl<P: Protocol> Engine<P> {
                 }
             }
             if self.proto.gap_protection()
-                && (!std::ptr::eq(self.next_record(key, true, None, guard).1, next) || !self.no_load_since(since))
+                && ((at.refresh() && !std::ptr::eq(self.found_record(key, at.first_from(true), None).1, next))
+                    || !self.no_load_since(since))
             {
                 self.proto.unlatch_next(next);
                 continue;
             }
             self.proto.unlink(worker, r, next, guard);
-            let removed = self.index.delete(key).unwrap_or(false);
+            let removed = at.delete().unwrap_or(false);
             // (The planted unmarked eviction takes records out from under their holders.)
             let planted = self.residency.as_ref().is_some_and(|r| r.evict_unmarked);
             debug_assert!(removed || planted, "a latched record stays in the index until its unlink");
