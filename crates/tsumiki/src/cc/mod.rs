@@ -396,10 +396,17 @@ impl Backoff {
     }
 }
 
-/// Whether `rec` is in `writes` (sorted by address).
-#[inline]
-pub(crate) fn in_sorted_writes<R>(writes: &[WriteEntry<R>], rec: *const R) -> bool {
-    writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize).is_ok()
+/// Whether every record address in `recs` is in `writes` (sorted by address): `recs`
+/// sorted, then one pass over both. Validation collects the reads it found locked and asks
+/// once at the end: a binary search per such read was half of the validation of a
+/// transaction that read and deleted 300K records.
+pub(crate) fn all_in_sorted_writes<R>(writes: &[WriteEntry<R>], recs: &mut [usize]) -> bool {
+    recs.sort_unstable();
+    let mut w = writes.iter().map(|w| w.rec as usize).peekable();
+    recs.iter().all(|&r| {
+        while w.next_if(|&a| a < r).is_some() {}
+        w.peek() == Some(&r)
+    })
 }
 
 /// A map keyed by record address. Addresses are not attacker-chosen, so a multiplicative
@@ -427,5 +434,26 @@ impl std::hash::Hasher for AddrHasher {
     fn write_usize(&mut self, n: usize) {
         // Records are 8-byte aligned: drop the zero bits, then spread the rest.
         self.0 = ((n as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The locked reads validation collects are all the transaction's own writes, or it
+    /// fails: duplicates and any order allowed, one foreign record enough to fail.
+    #[test]
+    fn locked_reads_are_checked_against_the_write_set() {
+        let writes: Vec<WriteEntry<u64>> = [8usize, 16, 32]
+            .iter()
+            .map(|&a| WriteEntry { rec: a as *const u64, key: Vec::new(), kind: WriteKind::Gap, present: false })
+            .collect();
+        assert!(all_in_sorted_writes(&writes, &mut []));
+        assert!(all_in_sorted_writes(&writes, &mut [16, 8, 16, 32]));
+        assert!(!all_in_sorted_writes(&writes, &mut [8, 24]));
+        assert!(!all_in_sorted_writes(&writes, &mut [40]));
+        assert!(!all_in_sorted_writes(&writes, &mut [4, 8]));
+        assert!(!all_in_sorted_writes::<u64>(&[], &mut [8]));
     }
 }

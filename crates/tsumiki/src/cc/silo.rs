@@ -18,7 +18,7 @@ use crossbeam_epoch::Guard;
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
-    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
+    all_in_sorted_writes, count_delta, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
     WriteEntry, WriteKind,
 };
 
@@ -38,6 +38,8 @@ struct ReadEntry {
 pub struct SiloState {
     reads: Vec<ReadEntry>,
     locked: Vec<u64>,
+    /// Read records validation found locked: they must be the transaction's own writes.
+    locked_reads: Vec<usize>,
 }
 
 // SAFETY: the raw pointers name records kept allocated while the transaction runs; the
@@ -117,7 +119,7 @@ impl Protocol for Silo {
     }
 
     fn new_txn_state(&self) -> SiloState {
-        SiloState { reads: Vec::new(), locked: Vec::new() }
+        SiloState { reads: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
     }
 
     fn begin(&self, _worker: &SiloWorker, st: &mut SiloState) {
@@ -258,13 +260,22 @@ impl Protocol for Silo {
         let stamp = if installs && self.snaps.any_open() { self.snaps.next_stamp() } else { 0 };
         let mut floor = 0;
         if !self.skip_validation {
+            st.locked_reads.clear();
             for r in &st.reads {
                 // SAFETY: records stay allocated while the transaction runs (the engine's retire).
                 let cur = unsafe { &*r.rec }.word.load(Ordering::Acquire);
-                if cur & !LOCK != r.tid || (cur & LOCK != 0 && !in_sorted_writes(writes, r.rec)) {
+                if cur & !LOCK != r.tid {
                     unlock_prefix(writes, &st.locked, writes.len());
                     return Err(Conflict::ReadValidation.into());
                 }
+                if cur & LOCK != 0 {
+                    // Ours, or the validation fails: asked below, all at once.
+                    st.locked_reads.push(r.rec as usize);
+                }
+            }
+            if !all_in_sorted_writes(writes, &mut st.locked_reads) {
+                unlock_prefix(writes, &st.locked, writes.len());
+                return Err(Conflict::ReadValidation.into());
             }
         }
         for r in &st.reads {

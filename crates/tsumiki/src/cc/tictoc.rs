@@ -17,7 +17,7 @@ use crossbeam_epoch::Guard;
 use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
-    count_delta, in_sorted_writes, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
+    all_in_sorted_writes, count_delta, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
     WriteEntry, WriteKind,
 };
 
@@ -63,6 +63,8 @@ pub struct TicTocState {
     reads: Vec<ReadEntry>,
     /// The word of each write-set record as locked, in write-set order.
     locked: Vec<u64>,
+    /// Read records validation found locked: they must be the transaction's own writes.
+    locked_reads: Vec<usize>,
 }
 
 /// TicToc. Timestamps live in the records; the protocol holds only what snapshot read
@@ -96,7 +98,7 @@ impl Protocol for TicToc {
     }
 
     fn new_txn_state(&self) -> TicTocState {
-        TicTocState { reads: Vec::new(), locked: Vec::new() }
+        TicTocState { reads: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
     }
 
     fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TicTocState) {
@@ -255,6 +257,7 @@ impl Protocol for TicToc {
             commit_ts = commit_ts.max(self.snaps.floor() + 1);
         }
         if !self.skip_validation {
+            st.locked_reads.clear();
             for r in &st.reads {
                 if r.rts >= commit_ts {
                     continue;
@@ -271,12 +274,10 @@ impl Protocol for TicToc {
                         break;
                     }
                     if cur & LOCK != 0 {
-                        if in_sorted_writes(writes, r.rec) {
-                            // Ours: it gets commit_ts below anyway.
-                            break;
-                        }
-                        unlock_prefix(writes, &st.locked, writes.len());
-                        return Err(Conflict::ReadValidation.into());
+                        // Ours (asked below, all at once), it gets commit_ts anyway;
+                        // someone else's fails the validation.
+                        st.locked_reads.push(r.rec as usize);
+                        break;
                     }
                     if rec
                         .word
@@ -286,6 +287,10 @@ impl Protocol for TicToc {
                         break;
                     }
                 }
+            }
+            if !all_in_sorted_writes(writes, &mut st.locked_reads) {
+                unlock_prefix(writes, &st.locked, writes.len());
+                return Err(Conflict::ReadValidation.into());
             }
         }
         if !log.log(commit_ts, writes) {
