@@ -410,8 +410,10 @@ const REVERSE_WINDOW: usize = 1 << 16;
 pub(super) const FIRST_CHUNK: usize = 16;
 
 /// The smallest first chunk: a chunk after the first descends again, so a scan that
-/// goes on past a tiny first chunk pays a descent for few records.
-const MIN_FIRST_CHUNK: usize = 8;
+/// goes on past a tiny first chunk pays a descent for few records; but a scan that takes
+/// one record (a pop) would read (and copy) every record of a bigger one: 2, not 8, made
+/// `bench kv`'s pops 10-15% faster, its range reads of 10 unchanged.
+const MIN_FIRST_CHUNK: usize = 2;
 
 /// The largest row buffer a transaction keeps for its next scan.
 const KEEP_ROW_BYTES: usize = 64 << 10;
