@@ -76,8 +76,9 @@ impl Wal {
     /// also grow as large as the generation it applies: after one big transaction (1M
     /// records, 180 MB of log) the next thousand-record commits waited up to a second each
     /// for its checkpoint, yet the logs on disk stay within twice the larger generation.
-    /// The next checkpoint's switch ends the wait. Never under P-WAL with NLR group commit, whose committers may hold locks past
-    /// their commit that a checkpoint waits for; never past [`MAX_STALL`] in one call.
+    /// The next checkpoint's switch ends the wait. Never under P-WAL with NLR group commit,
+    /// whose committers may hold locks past their commit that a checkpoint waits for; never
+    /// past [`MAX_STALL`] in one call.
     pub(crate) fn throttle(&self) {
         if self.pacing.checkpoint_bytes == 0
             || self.opts.device != Device::File

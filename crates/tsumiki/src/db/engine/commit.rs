@@ -116,6 +116,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Unlinks a commit makes under one pin before renewing it (see `commit_inner`).
     const UNLINKS_PER_PIN: usize = 128;
 
+    /// Renews `pinned` after every [`UNLINKS_PER_PIN`](Self::UNLINKS_PER_PIN) unlinks
+    /// (`done` so far): what they retired is freed as a big transaction goes, not at its end.
+    fn renew_pin(pinned: &mut Guard, done: usize) {
+        if done.is_multiple_of(Self::UNLINKS_PER_PIN) {
+            pinned.repin();
+            pinned.flush();
+        }
+    }
+
     pub(super) fn commit_inner(mut self, deferred: bool) -> Result<CommitTicket, Error> {
         self.check_active()?;
         if self.snap.is_some() {
@@ -266,22 +275,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         // SAFETY: the slot outlives the transaction (see `worker`).
         unsafe { &*self.slot }.commits.fetch_add(1, Ordering::Relaxed);
         let b = self.bufs.as_mut().expect("buffers");
-        // Deleted keys leave the index now (or soon, if a neighbour is busy). The pin is
-        // renewed as they go: what each unlink retires (the record's delta, the leaves it
-        // consolidates) is freed along the way, not all at the end (a transaction deleting
-        // 1M records grew by 1.1 GB at its commit).
-        let mut unlinked = 0usize;
-        let mut renew = |pinned: &mut Guard| {
-            unlinked += 1;
-            if unlinked.is_multiple_of(Self::UNLINKS_PER_PIN) {
-                pinned.repin();
-                pinned.flush();
-            }
-        };
+        // Deleted keys leave the index now (or soon, if a neighbour is busy), the pin renewed
+        // as they go (a transaction deleting 1M records grew by 1.1 GB at its commit).
+        let mut unlinked = 0;
         for w in &b.writes {
             if let WriteKind::Value(None) = w.kind {
                 eng.try_unlink(worker, &w.key, w.rec, &pinned);
-                renew(&mut pinned);
+                unlinked += 1;
+                Self::renew_pin(&mut pinned, unlinked);
             }
         }
         for (key, rec) in b.created() {
@@ -293,7 +294,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 }
                 Err(_) => {
                     eng.try_unlink(worker, key, rec, &pinned);
-                    renew(&mut pinned);
+                    unlinked += 1;
+                    Self::renew_pin(&mut pinned, unlinked);
                 }
             }
         }
@@ -330,13 +332,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         eng.proto.abort(&mut b.st, &b.writes);
         // SAFETY: the slot outlives the transaction (see `worker`).
         unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
-        // Renewing the pin as in `commit_inner`: a big transaction's placeholders go.
         for (i, (key, rec)) in b.created().enumerate() {
             eng.try_unlink(worker, key, rec, &pinned);
-            if (i + 1).is_multiple_of(Self::UNLINKS_PER_PIN) {
-                pinned.repin();
-                pinned.flush();
-            }
+            Self::renew_pin(&mut pinned, i + 1);
         }
     }
 }

@@ -109,7 +109,8 @@ pub(crate) struct TxnBufs<P: Protocol> {
     scan_first: usize,
     /// Key ranges a scan found empty to this transaction (see [`scan::Skips`]).
     skips: scan::Skips,
-    /// Records scan chunks walked (what the skips save; read by tests).
+    /// Records scan chunks walked (what the skips save).
+    #[cfg(test)]
     scan_walked: u64,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
@@ -174,6 +175,7 @@ impl<P: Protocol> TxnBufs<P> {
             scan_rows: scan::Rows::default(),
             scan_first: scan::FIRST_CHUNK,
             skips: scan::Skips::default(),
+            #[cfg(test)]
             scan_walked: 0,
             leaf_hint: None,
             hint_misses: 0,
@@ -446,11 +448,12 @@ impl<P: Protocol> Engine<P> {
         &self.proto
     }
 
-    /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
+    /// The index's structure modifications so far.
     pub(crate) fn index_stats(&self) -> crate::index::BwTreeStats {
         self.index.stats()
     }
 
+    /// Number of keys in the index, including absent ones not unlinked yet (a full scan).
     pub(crate) fn index_len(&self) -> usize {
         self.index.scan(b"", None).count()
     }

@@ -83,6 +83,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 keys.extend_from_slice(k);
                 recs.len() < max
             });
+            #[cfg(test)]
             if let Some(b) = self.bufs.as_mut() {
                 b.scan_walked += recs.len() as u64;
             }
@@ -228,11 +229,15 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Notes that no record in `[from, to)` is visible to this transaction (joined to the
     /// range noted before when that one ends at `from`: a scan's later chunks).
     fn note_front_skip(&mut self, from: &[u8], to: &[u8]) {
-        if let Some(b) = self.bufs.as_mut() {
-            match &mut b.skips.front {
-                Some((_, t)) if t.as_slice() == from => *t = to.to_vec(),
-                f => *f = Some((from.to_vec(), to.to_vec())),
+        let Some(b) = self.bufs.as_mut().filter(|_| to > from) else { return };
+        // Every forward scan step notes one: the buffers are reused, not reallocated.
+        match &mut b.skips.front {
+            Some((_, t)) if t.as_slice() == from => set_bytes(t, to),
+            Some((f, t)) => {
+                set_bytes(f, from);
+                set_bytes(t, to);
             }
+            none => *none = Some((from.to_vec(), to.to_vec())),
         }
     }
 
@@ -246,11 +251,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// Notes that no record in `[low, end)` is visible to this transaction (joined to the
     /// range noted before when that one starts at `end`: a scan's lower windows).
     fn note_back_skip(&mut self, end: Option<&[u8]>, low: &[u8]) {
-        if let Some(b) = self.bufs.as_mut() {
-            match &mut b.skips.back {
-                Some((_, l)) if end == Some(l.as_slice()) => *l = low.to_vec(),
-                s => *s = Some((end.map(<[u8]>::to_vec), low.to_vec())),
-            }
+        let Some(b) = self.bufs.as_mut() else { return };
+        match &mut b.skips.back {
+            Some((_, l)) if end == Some(l.as_slice()) => set_bytes(l, low),
+            s => *s = Some((end.map(<[u8]>::to_vec), low.to_vec())),
         }
     }
 
@@ -289,6 +293,12 @@ pub(super) fn successor_key(k: &[u8]) -> Vec<u8> {
     s.extend_from_slice(k);
     s.push(0);
     s
+}
+
+/// Makes `buf` a copy of `bytes`, in the allocation it has when that is big enough.
+fn set_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.clear();
+    buf.extend_from_slice(bytes);
 }
 
 /// Key ranges a transaction's scans found empty to it: records deleted by the transaction
