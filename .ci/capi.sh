@@ -7,8 +7,11 @@
 # - the header compiles as C++;
 # - the README's example (crates/tsumiki-capi/examples/hello.c) compiles and runs;
 # - the C fill (tests/c/fill.c) against both, small (1,000 records one per transaction,
-#   2,000 records 100 per transaction), each printing one valid JSON line.
-# Run from anywhere; needs cargo, cc, pkg-config, python3 and libgdbm-compat-dev.
+#   2,000 records 100 per transaction), each printing one valid JSON line;
+# - short-lived handles (tests/c/handles.c: open, store one record, close) against
+#   tsumiki, gdbm's ndbm and SQLite, 20 cycles each, each printing one valid JSON line.
+# Run from anywhere; needs cargo, cc, pkg-config, python3, libgdbm-compat-dev and
+# libsqlite3-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -111,5 +114,19 @@ assert r["records"] == records and r["per_txn"] == per_txn, r
 assert r["txns"] == -(-records // per_txn) and r["seconds"] > 0 and r["tx_per_s"] > 0, r
 ' "$records" "$per_txn"
     done
+done
+echo "-- short-lived handles (open, store one record, close): tsumiki, gdbm's ndbm, SQLite, small"
+"$CC" "${warn[@]}" -O2 -o "$bin/handles" "$src/tests/c/handles.c" "${tsumiki_flags[@]}" "$rpath"
+"$CC" "${warn[@]}" -O2 -DUSE_GDBM -o "$bin/handles_gdbm" "$src/tests/c/handles.c" -lgdbm_compat -lgdbm
+"$CC" "${warn[@]}" -O2 -DUSE_SQLITE -o "$bin/handles_sqlite" "$src/tests/c/handles.c" -lsqlite3
+for h in handles handles_gdbm handles_sqlite; do
+    line=$("$bin/$h" "$tmp/$h" 20 100)
+    echo "$line"
+    python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["engine"] in ("tsumiki-capi", "gdbm-ndbm", "sqlite"), r
+assert r["cycles"] == 20 and r["preload"] == 100 and r["seconds"] > 0 and r["ms_per_cycle"] > 0, r
+' "$line"
 done
 echo "C library: all checks passed"

@@ -38,6 +38,11 @@ pub const FLAG_LANE_END: u8 = 4;
 /// a partly filled block followed by one without the flag is an older version of a block
 /// that was filled later, left by a power loss: the lane ends there (a torn tail).
 pub const FLAG_AFTER_PARTIAL: u8 = 8;
+/// The lane's last block at a close that kept its generation's logs instead of writing
+/// the pages (every block before it synced, nothing after it): the next open may replay
+/// the logs into memory and append after this block. A lane whose last block lacks it
+/// (a later process appended, then crashed) is recovered into a new generation.
+pub const FLAG_KEPT_END: u8 = 16;
 
 /// Whether a lane block with trailer `t` may follow one that used `prev_used` payload bytes
 /// (see [`FLAG_AFTER_PARTIAL`]).
@@ -49,7 +54,7 @@ pub fn follows(prev_used: u16, t: &Trailer) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Trailer {
     /// [`FLAG_SYNCED_BEFORE`], [`FLAG_FLUSH_END`], [`FLAG_LANE_END`],
-    /// [`FLAG_AFTER_PARTIAL`].
+    /// [`FLAG_AFTER_PARTIAL`], [`FLAG_KEPT_END`].
     pub flags: u8,
     /// The lane that wrote the block.
     pub lane: u16,

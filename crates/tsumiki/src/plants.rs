@@ -72,6 +72,14 @@ pub struct Plants {
     /// A scan chunk that stops where a key range is not in memory leaves the gap before that
     /// range to the next chunk, unguarded in between (the phantom test under a tiny cache).
     pub scan_gap_unguarded: bool,
+    /// A generation resumed at open logs its commit timestamps as they are, not above the
+    /// orders its earlier processes logged: recovery's merge may then put an older write of
+    /// a key after a newer one (the crash tests).
+    pub resume_without_order_floor: bool,
+    /// An open resumes a lane whose kept end is followed by a valid block past a torn one
+    /// (a later process's unacknowledged flush): its next blocks then sit before that stale
+    /// block, which a later recovery reads as theirs (the crash tests).
+    pub resume_past_torn_tail: bool,
 }
 
 impl Plants {
@@ -97,5 +105,7 @@ impl Plants {
         load_count_unchecked: false,
         lookup_pause: false,
         scan_gap_unguarded: false,
+        resume_without_order_floor: false,
+        resume_past_torn_tail: false,
     };
 }

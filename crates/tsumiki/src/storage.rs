@@ -684,6 +684,11 @@ impl SimStorage {
         self.state.lock().ops
     }
 
+    /// File syncs so far (`sync_data`; directory syncs are not counted).
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().syncs
+    }
+
     fn power_loss(st: &mut SimState, seed: u64) {
         let mut rng = SimRng::new(seed ^ 0xC0FF_EE00);
         st.crashed = true;

@@ -37,6 +37,9 @@ fn files_are_private_locked_and_reopenable() {
 #[test]
 fn reopen_chains_keep_data_with_and_without_commits() {
     let dir = tempfile::tempdir().unwrap();
+    // Every close after a commit writes the pages (no short log kept: see `resume.rs`).
+    let store = tsumiki::StoreOptions { close_keeps_short_log: false, ..Default::default() };
+    let opts = Options { store, ..Options::default() };
     // The page store's files and their contents.
     let snaps = || {
         let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.path())
@@ -48,9 +51,9 @@ fn reopen_chains_keep_data_with_and_without_commits() {
         v.sort();
         v
     };
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
     db.close().unwrap(); // an empty database, nothing committed
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
     assert_eq!(db.begin().iter().count(), 0);
     for i in 0..1000u32 {
         db.run(|t| t.put(i.to_be_bytes(), i.to_le_bytes())).unwrap();
@@ -59,7 +62,7 @@ fn reopen_chains_keep_data_with_and_without_commits() {
     let after_writes = snaps();
     assert_eq!(after_writes.len(), 1, "one page segment");
     for round in 0..3 {
-        let db = Db::create(dir.path(), Options::default()).unwrap();
+        let db = Db::create(dir.path(), opts.clone()).unwrap();
         let t = db.begin();
         assert_eq!(t.iter().count(), 1000, "round {round}");
         assert_eq!(t.get(999u32.to_be_bytes()).unwrap(), Some(999u32.to_le_bytes().to_vec()));
@@ -67,15 +70,15 @@ fn reopen_chains_keep_data_with_and_without_commits() {
         db.close().unwrap();
         assert!(snaps() == after_writes, "a read-only session wrote to the page store");
     }
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
     db.run(|t| t.delete(0u32.to_be_bytes())).unwrap();
     db.close().unwrap();
     assert!(snaps() != after_writes, "a session with a commit writes its pages");
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
     assert_eq!(db.begin().iter().count(), 999);
     // A crash after a read-only session: recovery still finds everything.
     db.abandon_for_tests();
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
     assert_eq!(db.begin().iter().count(), 999);
 }
 

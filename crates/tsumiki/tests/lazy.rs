@@ -24,8 +24,10 @@ fn value(n: u64, round: u64, len: usize) -> Vec<u8> {
 
 /// Checkpoints here prepare their pages on helper threads (the default has none): the
 /// closes and recoveries rewrite most pages, enough for the helpers to run.
+/// Every close writes the pages (no short log kept): the next open is lazy.
 fn opts(cc: Cc) -> Options {
-    Options { cc, store: StoreOptions { checkpoint_helpers: 2, ..StoreOptions::default() }, ..Options::default() }
+    let store = StoreOptions { checkpoint_helpers: 2, close_keeps_short_log: false, ..StoreOptions::default() };
+    Options { cc, store, ..Options::default() }
 }
 
 fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {

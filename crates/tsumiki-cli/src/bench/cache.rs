@@ -316,7 +316,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let fill_secs = t.elapsed().as_secs_f64();
             bar.finish_and_clear();
             let fill_peak = sampler.take_peak();
-            let after_fill = db.cache_stats().unwrap();
+            let after_fill = db.cache_stats().unwrap_or_default();
 
             // The mix.
             let chooser = KeyChooser::new(n, args.skew)?;
@@ -385,7 +385,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let mix_secs = t.elapsed().as_secs_f64();
             bar.finish_and_clear();
             let mix_peak = sampler.take_peak();
-            let after_mix = db.cache_stats().unwrap();
+            let after_mix = db.cache_stats().unwrap_or_default();
             let store = db.store_stats();
             let wal = db.wal_stats().unwrap_or_default();
 
@@ -438,7 +438,7 @@ pub fn run(args: &CacheArgs) -> Result<(), String> {
             let verify_secs = t.elapsed().as_secs_f64();
             bar.finish_and_clear();
             let verify_peak = sampler.take_peak();
-            let after_verify = db.cache_stats().unwrap();
+            let after_verify = db.cache_stats().unwrap_or_default();
             let verify_table = db.store_stats().map_or(0, |s| s.table_memory);
             db.close().map_err(e)?;
             let (_, hwm) = rss();

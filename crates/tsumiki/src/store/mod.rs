@@ -32,7 +32,7 @@ use crate::error::{Error, Poison};
 use crate::plants::Plants;
 use crate::storage::{NvmStorage, Storage};
 use crate::wal::format::parse_segment_name;
-use crate::wal::recovery::{self, Logged, RecoveryStats};
+use crate::wal::recovery::{self, LaneEnd, Logged, RecoveryStats};
 use crate::wal::{CommitMode, Device, Durability, LogOptions, Pacing, Release, Wal};
 use budget::CacheBudget;
 use master::{read_master, write_master, Master, MAX_GENERATION};
@@ -66,6 +66,62 @@ pub(crate) struct Durable {
     /// The generation whose starting state the pages hold: the commits of every earlier
     /// generation are in them.
     covered: std::sync::atomic::AtomicU64,
+    /// The generation resumed at open (its logs held commits of earlier processes, see
+    /// `kept_logs`) and the change in the count those make.
+    resumed: Option<(u64, i64)>,
+    /// [`StoreOptions::close_keeps_short_log`].
+    close_keeps_short_log: bool,
+    /// See [`resume_limit`].
+    resume_limit: u64,
+}
+
+/// The most log a close keeps for the next open to resume (see `Durable::keeps_log`):
+/// replayed at that open, a few hundred single-record commits cost about what a
+/// checkpoint at close would.
+const KEEP_LOG_BYTES: u64 = 128 << 10;
+/// The largest page store (live bytes) whose close keeps its log: the next open loads it
+/// whole. Never more than a quarter of the cache's share for records either (see
+/// [`resume_limit`]).
+const KEEP_STORE_BYTES: u64 = 1 << 20;
+
+/// The largest page store whose logs a close keeps and an open resumes: the open loads it
+/// whole, which must fit the cache's share for records (a record in memory takes a few
+/// times its bytes in a page).
+fn resume_limit(budget: &CacheBudget) -> u64 {
+    KEEP_STORE_BYTES.min(budget.records as u64 / 4)
+}
+
+/// The most bytes of log files (every lane's segments) an open reads to find whether a
+/// close kept them (see [`kept_logs`]): a log that turns out not to be kept is read twice.
+const RESUME_FILE_BYTES: u64 = 4 << 20;
+
+/// A kept generation's logs replayed in memory: the statistics, the changes in key order,
+/// and where each lane ends.
+type KeptLogs = (RecoveryStats, Vec<Change>, Vec<LaneEnd>);
+
+/// The logs of `gens` replayed into memory, with where each lane ends, if a close kept
+/// them for the next open to resume (see `Durable::keeps_log`): one generation, under NLR
+/// with a count recovery may add to, every lane ending with a kept end and nothing valid
+/// past it, and their files small. `None` otherwise (recovery then replays them into the
+/// pages and starts a new generation, as after a crash). `past_torn`: the plant
+/// `resume_past_torn_tail`.
+fn kept_logs(storage: &dyn Storage, gens: &[u64], m: &Master, past_torn: bool) -> Result<Option<KeptLogs>, Error> {
+    if gens.len() != 1
+        || m.elr
+        || replay_base(m).is_none()
+        || recovery::log_bytes(storage, gens[0])? > RESUME_FILE_BYTES
+    {
+        return Ok(None);
+    }
+    let mut ends = Vec::new();
+    let (st, changes) = replay_changes_to_ends(storage, gens, m, usize::MAX, |_| Ok(()), &mut ends)?;
+    let kept = !ends.is_empty()
+        && ends.len() as u64 == st.lanes
+        && ends
+            .iter()
+            .enumerate()
+            .all(|(i, e)| usize::from(e.lane) == i && e.kept && !e.ended && (!e.valid_past_tail || past_torn));
+    Ok(kept.then_some((st, changes, ends)))
 }
 
 /// Receives the recovered state, one live key and its value at a time.
@@ -199,6 +255,9 @@ pub(crate) fn open(
     };
     // A clean exit's open defers its master record (see below).
     let mut unclean = None;
+    // A generation resumed (see `kept_logs`): where its lanes end, and the change in the
+    // count its logs make.
+    let mut resumed: Option<(Vec<LaneEnd>, i64)> = None;
     let (generation, table, pages, count) = match read_master(&*storage)? {
         // `Db::open` looked for MASTER already; this is an open through a storage.
         None if asked => return Err(Error::NotFound("no database here (a read-only open creates none)".into())),
@@ -288,6 +347,24 @@ pub(crate) fn open(
                     // crash left them, for a read-write open to recover the same state.
                     (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
                     (m.generation, table, pages, counted(replay_base(&m), stats.count_delta))
+                } else if let Some((st, changes, ends)) = (pages.live_bytes() <= resume_limit(&budget))
+                    .then(|| kept_logs(&*storage, &gens, &m, plants.resume_past_torn_tail))
+                    .transpose()?
+                    .flatten()
+                {
+                    // A close kept this generation's short log (see `Durable::keeps_log`):
+                    // replayed into memory (no page holds it, so the pages are loaded
+                    // whole), and its lanes take the next commits after their kept ends.
+                    // MASTER says the logs are to be replayed already.
+                    stats = st;
+                    if !(lazy && changes.is_empty()) {
+                        stats.keys = pages.load_all(&changes, load)?;
+                        lazy = false;
+                    }
+                    resumed = Some((ends, stats.count_delta));
+                    // Older generations' segments a checkpoint kept for reuse: obsolete.
+                    recovery::remove_stale(&storage, m.generation)?;
+                    (m.generation, table, pages, m.count)
                 } else {
                     let no_logs = gens.len() == 1 && !recovery::has_logs(&*storage, m.generation)?;
                     let g = gens[gens.len() - 1]
@@ -365,6 +442,13 @@ pub(crate) fn open(
         let storage = storage.clone();
         wal.set_first_write(Box::new(move || write_master(&*storage, &m)));
     }
+    let resumed = match resumed {
+        Some((ends, delta)) => {
+            wal.resume(&ends)?;
+            Some((generation, delta))
+        }
+        None => None,
+    };
     // The lanes' copies of their blocks for the checkpoints take what their read-back
     // values may (a sixteenth of the cache).
     wal.set_echo_budget(budget.checkpoint_buffer);
@@ -400,6 +484,9 @@ pub(crate) fn open(
         closed: AtomicBool::new(false),
         recovery: stats,
         read_only: read_only.is_some(),
+        resumed,
+        close_keeps_short_log: settings.close_keeps_short_log,
+        resume_limit: resume_limit(&budget),
     })
 }
 
@@ -451,7 +538,20 @@ fn replay_changes(
     gens: &[u64],
     m: &Master,
     limit: usize,
+    flush: impl FnMut(Vec<Change>) -> Result<(), Error>,
+) -> Result<(RecoveryStats, Vec<Change>), Error> {
+    replay_changes_to_ends(storage, gens, m, limit, flush, &mut Vec::new())
+}
+
+/// [`replay_changes`], which also puts in `ends` where each lane of the last generation
+/// ends (see [`recovery::replay_to_ends`]).
+fn replay_changes_to_ends(
+    storage: &dyn Storage,
+    gens: &[u64],
+    m: &Master,
+    limit: usize,
     mut flush: impl FnMut(Vec<Change>) -> Result<(), Error>,
+    ends: &mut Vec<LaneEnd>,
 ) -> Result<(RecoveryStats, Vec<Change>), Error> {
     // A write's cost beside its key and value: two vectors and their allocations.
     const WRITE_OVERHEAD: usize = 64;
@@ -473,18 +573,25 @@ fn replay_changes(
     let mut bytes = 0usize;
     let release = if m.elr { Release::Elr } else { Release::Nlr };
     let mut count_delta = 0;
-    let mut stats = recovery::replay(storage, gens, m.segment_size, release, |record| {
-        count_delta += record.count_delta();
-        record.for_each(|k, v| {
-            bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
-            writes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
-        });
-        if bytes <= limit {
-            return Ok(());
-        }
-        bytes = 0;
-        flush(sorted(std::mem::take(&mut writes)))
-    })?;
+    let mut stats = recovery::replay_to_ends(
+        storage,
+        gens,
+        m.segment_size,
+        release,
+        |record| {
+            count_delta += record.count_delta();
+            record.for_each(|k, v| {
+                bytes += k.len() + v.map_or(0, <[u8]>::len) + WRITE_OVERHEAD;
+                writes.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+            });
+            if bytes <= limit {
+                return Ok(());
+            }
+            bytes = 0;
+            flush(sorted(std::mem::take(&mut writes)))
+        },
+        ends,
+    )?;
     stats.count_delta = count_delta;
     Ok((stats, sorted(writes)))
 }
@@ -503,9 +610,16 @@ impl Durable {
             return Ok(());
         }
         self.wal.check()?;
-        self.wal.close_lanes()?;
         let opts = &self.wal.opts;
-        if self.wal.policy.logs() && self.wal.stats().records == 0 {
+        if self.keeps_log(&current) {
+            // Each lane's last block marks the kept end; MASTER says the logs are to be
+            // replayed already (written before the first lane).
+            return self.wal.keep_lanes();
+        }
+        self.wal.close_lanes()?;
+        // Commits of earlier processes in this generation's logs (resumed at open).
+        let earlier = self.resumed.is_some_and(|(g, _)| g == current.generation);
+        if self.wal.policy.logs() && self.wal.stats().records == 0 && !earlier {
             if self.wal.drop_first_write() {
                 // Nothing was written since a clean open: its master record stays true.
                 return Ok(());
@@ -524,6 +638,30 @@ impl Durable {
         write_master(&*self.storage, &master(g, Some(t), true, opts, count))?;
         current.pages.commit();
         recovery::remove_stale(&self.storage, g)
+    }
+
+    /// Whether a close keeps the current generation's logs for the next open to resume
+    /// (each lane's last block a kept end, `FLAG_KEPT_END`; see `kept_logs`) instead of
+    /// writing their changes into the pages: when they are short (the next open replays
+    /// them) and the database small (that open loads it whole, the replayed writes being in
+    /// no page). The next open, one commit and a close then write two log blocks, each
+    /// synced once, where a checkpoint at each close synced the lane's end, the pages and
+    /// the master record, and the next open's first commit the master record and a new
+    /// lane (its segment, its first block, its registry).
+    /// Only when the generation logged anything (or a clean close marks the pages as the
+    /// whole state), and under NLR with every commit's count known (ELR's watermarks
+    /// would cut records that memory holds).
+    fn keeps_log(&self, current: &Current) -> bool {
+        let log = &self.wal.opts;
+        let earlier = self.resumed.is_some_and(|(g, _)| g == current.generation);
+        self.close_keeps_short_log
+            && (self.wal.generation_records() > 0 || earlier)
+            && self.logs_readable
+            && log.release == Release::Nlr
+            && log.durability == Durability::Sync
+            && current.count.is_some()
+            && self.wal.generation_bytes() <= KEEP_LOG_BYTES
+            && current.pages.live_bytes() <= self.resume_limit
     }
 
     /// Writes what changed in the generation that just ended (`current.generation`) into
@@ -613,7 +751,12 @@ impl Durable {
     /// The number of present keys at open (`None`: the master record predates the count;
     /// the engine counts them and calls [`set_count`](Self::set_count)).
     pub(crate) fn count(&self) -> Option<u64> {
-        self.current.lock().count
+        let current = self.current.lock();
+        match self.resumed {
+            // The resumed generation's earlier commits are in memory, not in its start.
+            Some((g, delta)) if g == current.generation => counted(current.count, delta),
+            _ => current.count,
+        }
     }
 
     /// Sets the count of the state the current generation started from (at open, before

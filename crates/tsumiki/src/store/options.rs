@@ -32,6 +32,14 @@ pub struct StoreOptions {
     /// The page store's segment files, in bytes (4 MiB by default; a multiple of 4 KiB, at
     /// least 8 KiB): the unit cleaning frees and reuses.
     pub page_segment_size: u64,
+    /// Whether a close may keep a short log instead of writing the pages (true by
+    /// default): a database of at most 1 MiB in its pages whose log since the last
+    /// checkpoint is at most 128 KiB, under NLR with synced commits. The next open replays
+    /// that log into memory and appends to it, so a short-lived handle (open, a commit,
+    /// close) writes one log block and two master records, each synced once, instead of a
+    /// checkpoint and a new log. Off: every close that follows a commit writes the pages
+    /// and leaves no log (the directory holds `MASTER` and page segments only).
+    pub close_keeps_short_log: bool,
 }
 
 impl Default for StoreOptions {
@@ -41,6 +49,7 @@ impl Default for StoreOptions {
             checkpoint_interval: Duration::from_secs(60),
             checkpoint_helpers: 0,
             page_segment_size: 4 << 20,
+            close_keeps_short_log: true,
         }
     }
 }

@@ -7,7 +7,7 @@
 use crate::index::MAX_KEY_LEN;
 
 pub use crate::block::{
-    follows, open_block, seal_block, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END,
+    follows, open_block, seal_block, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_KEPT_END, FLAG_LANE_END,
     FLAG_SYNCED_BEFORE, PAYLOAD, TRAILER,
 };
 

@@ -64,7 +64,7 @@ impl Wal {
     }
 
     /// Log bytes written since the last checkpoint's switch.
-    fn log_since_checkpoint(&self) -> u64 {
+    pub(super) fn log_since_checkpoint(&self) -> u64 {
         self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
     }
 
@@ -151,8 +151,10 @@ impl Wal {
             io.seq = 0;
             io.all_synced = true;
             io.last_partial = false;
+            io.kept_end = false;
         })?;
         self.generation.store(g, Ordering::Release);
+        self.records_at_switch.store(self.stats().records, Ordering::Relaxed);
         // A copy not taken (a checkpoint that failed before reading it) goes.
         let (_, untaken) = self.replace_echoes((ended, echoes));
         self.recycle_echoes(untaken);
@@ -184,20 +186,10 @@ impl Wal {
         self.join_preparations();
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for lane in &lanes {
-            // The lock orders of `flush_held` (shared lane) and `flush_locked` (P-WAL).
-            let (mut io, taken) = if lane.serialize {
-                let mut p = lane.pending.lock();
-                let io = lane.io.lock();
-                let taken = self.take(&mut p);
-                (io, taken)
-            } else {
-                let io = lane.io.lock();
-                let taken = self.take(&mut lane.pending.lock());
-                (io, taken)
-            };
+            let (mut io, taken) = self.take_all(lane);
             let (buf, ends, appended, horizon) = taken;
             // Forced and synced, whatever the durability: the lane's end is durable.
-            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, true, true)?;
+            self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, End::Lane, true)?;
             // A closing write that crossed into a new segment started preparing the next
             // one, which the closed generation will not use: no thread outlives the lane.
             if let Some(p) = io.next.take() {
@@ -206,6 +198,25 @@ impl Wal {
             then(lane, &mut io);
         }
         Ok(lanes)
+    }
+
+    /// Locks `lane`'s file side and takes everything pending in it, in the lock orders of
+    /// `flush_held` (shared lane) and `flush_locked` (P-WAL).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn take_all<'l>(
+        &self,
+        lane: &'l Lane,
+    ) -> (parking_lot::MutexGuard<'l, LaneIo>, (Vec<u8>, Vec<(usize, u64)>, u64, u64)) {
+        if lane.serialize {
+            let mut p = lane.pending.lock();
+            let io = lane.io.lock();
+            let taken = self.take(&mut p);
+            (io, taken)
+        } else {
+            let io = lane.io.lock();
+            let taken = self.take(&mut lane.pending.lock());
+            (io, taken)
+        }
     }
 
     /// Ends every lane (see [`end_lanes`](Self::end_lanes)) at close, so that the close's

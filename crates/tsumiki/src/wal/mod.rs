@@ -27,6 +27,7 @@ pub mod format;
 mod generation;
 mod options;
 pub mod recovery;
+mod resume;
 mod segments;
 /// The storage floor moved to [`crate::storage`]; this name stays for older imports.
 #[doc(hidden)]
@@ -46,7 +47,8 @@ use crate::error::{Error, Poison};
 use crate::storage::{Storage, StorageFile};
 
 use format::{
-    RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_LANE_END, FLAG_SYNCED_BEFORE, PAYLOAD,
+    RecordEncoder, Trailer, BLOCK, FLAG_AFTER_PARTIAL, FLAG_FLUSH_END, FLAG_KEPT_END, FLAG_LANE_END,
+    FLAG_SYNCED_BEFORE, PAYLOAD,
 };
 use segments::{prepare_segment, Prepared, Preparer, Recycled};
 
@@ -70,6 +72,17 @@ struct Pending {
     last_order: u64,
 }
 
+/// How a flush marks the lane's last block.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Not at all: the lane goes on.
+    No,
+    /// As the lane's end in its generation ([`FLAG_LANE_END`]: a checkpoint's switch).
+    Lane,
+    /// As a close's kept end ([`FLAG_KEPT_END`]: the next open may go on after it).
+    Kept,
+}
+
 /// The file side of a lane.
 struct LaneIo {
     /// The generation whose files the lane writes (a checkpoint moves every lane on).
@@ -90,6 +103,8 @@ struct LaneIo {
     /// Whether the lane's last block in this generation is partly filled (the next new
     /// block says so: [`FLAG_AFTER_PARTIAL`]).
     last_partial: bool,
+    /// Whether the lane's last block is a kept end ([`FLAG_KEPT_END`]), nothing after it.
+    kept_end: bool,
     /// Every block the lane wrote in this generation, while the copies stay within
     /// [`Wal::echo_budget`] (see [`Wal::take_echoes`]).
     echo: Option<Vec<Vec<u8>>>,
@@ -260,6 +275,14 @@ pub(crate) struct Wal {
     unsynced_claimed: AtomicBool,
     /// What must be durable before the log's first file (see [`Wal::set_first_write`]).
     first_write: Mutex<Option<FirstWrite>>,
+    /// Records appended (over every lane) when the lanes last switched generations.
+    records_at_switch: AtomicU64,
+    /// A resumed generation's lanes no worker took yet, the lowest last.
+    resumed: Mutex<Vec<Arc<Lane>>>,
+    /// Added to every commit timestamp logged as a record's order (NLR): above the
+    /// orders of a resumed generation's earlier records, so that recovery's merge puts
+    /// this process's commits after them.
+    order_floor: AtomicU64,
     /// Segments of generations before the master record's, kept for reuse (see
     /// [`Recycled`]).
     recycled: Arc<Recycled>,
@@ -338,6 +361,9 @@ impl Wal {
             unsynced: Mutex::new(None),
             unsynced_claimed: AtomicBool::new(false),
             first_write: Mutex::new(None),
+            resumed: Mutex::new(Vec::new()),
+            records_at_switch: AtomicU64::new(0),
+            order_floor: AtomicU64::new(0),
             echo_budget: AtomicUsize::new(0),
             echo_bytes: AtomicUsize::new(0),
             echoes: Mutex::new((0, recovery::Echoes::new())),
@@ -420,15 +446,17 @@ impl Wal {
     fn new_lane(&self) -> Result<Arc<Lane>, Error> {
         self.check()?;
         self.first_write()?;
+        if let Some(lane) = self.resumed.lock().pop() {
+            return Ok(lane);
+        }
         let n = self.lanes.read().len();
         let id = u16::try_from(n)
             .ok()
             .filter(|&i| i < format::RESERVED_LANES)
             .ok_or(Error::Config("too many concurrent workers: at most 65534 log lanes per database".into()))?;
-        let lane = Arc::new(Lane {
+        let lane = self.make_lane(
             id,
-            pending: Mutex::new(Pending::default()),
-            io: Mutex::new(LaneIo {
+            LaneIo {
                 gen: self.generation.load(Ordering::Acquire),
                 file: None,
                 seg: 0,
@@ -439,14 +467,10 @@ impl Wal {
                 next: None,
                 tail: None,
                 last_partial: false,
+                kept_end: false,
                 echo: self.fresh_echo(),
-            }),
-            horizon: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-            synced: AtomicU64::new(0),
-            serialize: self.policy.serialized(),
-            held: Mutex::new(Vec::new()),
-        });
+            },
+        );
         self.lanes.write().push(lane.clone());
         // Its first block durable (whatever the durability: recovery tells a lane zeroed
         // whole from a new one by it), then registered, before its first commit (see
@@ -455,6 +479,20 @@ impl Wal {
         let g = lane.io.lock().gen;
         self.register_lanes(g, u32::from(id) + 1)?;
         Ok(lane)
+    }
+
+    /// A lane `id` whose file side is `io`, with nothing appended yet.
+    fn make_lane(&self, id: u16, io: LaneIo) -> Arc<Lane> {
+        Arc::new(Lane {
+            id,
+            pending: Mutex::new(Pending::default()),
+            io: Mutex::new(io),
+            horizon: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            serialize: self.policy.serialized(),
+            held: Mutex::new(Vec::new()),
+        })
     }
 
     /// The next LSN, by the CAS loop of paper 003 (misses counted).
@@ -485,7 +523,7 @@ impl Wal {
         self.check()?;
         let mut p = lane.pending.lock();
         let order = match self.policy.release {
-            Release::Nlr if !self.opts.lsn_order => ts,
+            Release::Nlr if !self.opts.lsn_order => ts.saturating_add(self.order_floor.load(Ordering::Relaxed)),
             _ => self.take_lsn(),
         };
         let mut enc = RecordEncoder::begin(&mut p.buf, order);
@@ -548,14 +586,14 @@ impl Wal {
     /// file, then the buffer).
     fn flush_locked(&self, lane: &Lane, io: &mut LaneIo, force: bool, sync: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(&mut lane.pending.lock());
-        self.write_taken(lane, io, buf, ends, appended, horizon, force, false, sync)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, End::No, sync)
     }
 
     /// The shared WAL of Algorithm 1: its buffer lock is held through the I/O, so
     /// appends wait (lock order: the buffer, then the file).
     fn flush_held(&self, lane: &Lane, io: &mut LaneIo, p: &mut Pending, force: bool, sync: bool) -> Result<(), Error> {
         let (buf, ends, appended, horizon) = self.take(p);
-        self.write_taken(lane, io, buf, ends, appended, horizon, force, false, sync)
+        self.write_taken(lane, io, buf, ends, appended, horizon, force, End::No, sync)
     }
 
     /// Before a commit on `lane` that a transaction chose not to sync while the database
@@ -679,9 +717,10 @@ impl Wal {
         appended: u64,
         horizon: u64,
         force: bool,
-        closing: bool,
+        mark: End,
         sync: bool,
     ) -> Result<(), Error> {
+        let closing = mark == End::Lane;
         self.check()?;
         let elr = self.policy.elr();
         if buf.is_empty() && !(force || elr && horizon > lane.horizon.load(Ordering::Acquire)) {
@@ -758,9 +797,11 @@ impl Wal {
             };
             if b + 1 == blocks {
                 t.flags |= FLAG_FLUSH_END;
-                if closing {
-                    t.flags |= FLAG_LANE_END;
-                }
+                t.flags |= match mark {
+                    End::No => 0,
+                    End::Lane => FLAG_LANE_END,
+                    End::Kept => FLAG_KEPT_END,
+                };
             } else if let (0, Some((_, w))) = (b, tail_flags) {
                 // A tail written again at the start of a longer flush (see `Tail`).
                 t.flags |= FLAG_FLUSH_END;
@@ -788,7 +829,7 @@ impl Wal {
         }
         let last = (blocks - 1) * PAYLOAD;
         let last_used = buf.len() - last;
-        if !sync && !closing && last_used < PAYLOAD {
+        if !sync && mark == End::No && last_used < PAYLOAD {
             // Kept for the next write to fill (a closing write is synced next). Its flags
             // are those it was written with.
             let at = ends.partition_point(|&(e, _)| e <= last);
@@ -803,6 +844,7 @@ impl Wal {
         }
         io.last_partial = last_used < PAYLOAD;
         io.all_synced = sync;
+        io.kept_end = mark == End::Kept;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
         let added = blocks - usize::from(tail_flags.is_some());

@@ -147,9 +147,12 @@ impl CheckReport {
 /// ([`Error::Locked`]), or a file cannot be read ([`Error::Io`]).
 ///
 /// ```
-/// # use tsumiki::{check, Db, Options};
+/// # use tsumiki::{check, Db, Options, StoreOptions};
 /// let dir = tempfile::tempdir().unwrap();
-/// let db = Db::create(dir.path(), Options::default()).unwrap();
+/// // Every close writes the pages, whose records the report counts (a small database's
+/// // close may otherwise keep its short log: `StoreOptions::close_keeps_short_log`).
+/// let store = StoreOptions { close_keeps_short_log: false, ..StoreOptions::default() };
+/// let db = Db::create(dir.path(), Options { store, ..Options::default() }).unwrap();
 /// db.run(|t| t.put(b"k", b"v")).unwrap();
 /// db.close().unwrap();
 /// let report = check(dir.path()).unwrap();

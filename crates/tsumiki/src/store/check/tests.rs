@@ -10,7 +10,7 @@ use crate::{Db, Options};
 
 fn filled(records: u32, close: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::create(dir.path(), Options::default()).unwrap();
+    let db = Db::create(dir.path(), full_close()).unwrap();
     for chunk in (0..records).collect::<Vec<_>>().chunks(500) {
         db.run(|t| {
             for &i in chunk {
@@ -26,6 +26,13 @@ fn filled(records: u32, close: bool) -> tempfile::TempDir {
         db.abandon_for_tests();
     }
     dir
+}
+
+/// Options whose every close writes the pages (a short log is never kept): the checks of
+/// a clean exit's pages.
+fn full_close() -> Options {
+    let store = crate::StoreOptions { close_keeps_short_log: false, ..crate::StoreOptions::default() };
+    Options { store, ..Options::default() }
 }
 
 fn flip(path: &Path, at: u64) {
@@ -173,8 +180,13 @@ fn healthy_through_checkpoints_cleaning_and_crashes() {
     for release in [Release::Nlr, Release::Elr] {
         let dir = tempfile::tempdir().unwrap();
         let log = LogOptions { release, segment_size: 64 << 10, ..LogOptions::default() };
-        let store =
-            StoreOptions { checkpoint_bytes: 128 << 10, page_segment_size: 32 << 10, ..StoreOptions::default() };
+        let store = StoreOptions {
+            checkpoint_bytes: 128 << 10,
+            page_segment_size: 32 << 10,
+            // Each close writes the pages (their count is checked after it).
+            close_keeps_short_log: false,
+            ..StoreOptions::default()
+        };
         let opts = Options { log, store, ..Options::default() };
         let mut model: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;

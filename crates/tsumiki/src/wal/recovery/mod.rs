@@ -30,6 +30,13 @@ pub struct LaneLog {
     /// Blocks after the last valid one that hold anything: a torn flush, or the old
     /// blocks of a recycled segment.
     pub cut_blocks: u64,
+    /// Whether its last block is marked as the lane's end in its generation.
+    pub ended: bool,
+    /// Whether its last block is marked as a kept end ([`format::FLAG_KEPT_END`]).
+    pub kept: bool,
+    /// Whether a valid block of the lane lies past its torn tail (an older write that a
+    /// torn one hides).
+    pub valid_past_tail: bool,
     /// The generation, which salts its blocks' checksums.
     generation: u64,
     files: Vec<(String, Box<dyn StorageFile>)>,
@@ -164,7 +171,12 @@ pub fn read_lane(
         let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
         files.push((name, f));
     }
-    let mut chunk = vec![0u8; LANE_CHUNK];
+    // No larger than the longest segment: a short-lived handle's open reads small lanes.
+    let mut longest = 0;
+    for (name, f) in &files {
+        longest = longest.max(f.len().map_err(|e| io(name, e))?);
+    }
+    let mut chunk = vec![0u8; (longest as usize).clamp(BLOCK, LANE_CHUNK).next_multiple_of(BLOCK)];
     // Each segment's header (see `format::segment_header`). A lane written since segments
     // have headers has one in every segment under its name: one without is damage. A lane
     // with none was written before them, and is read as it was then (from block 0).
@@ -212,6 +224,9 @@ pub fn read_lane(
         records: Vec::new(),
         watermark: None,
         cut_blocks: 0,
+        ended: false,
+        kept: false,
+        valid_past_tail: false,
         generation,
         files: Vec::new(),
         blocks: Vec::new(),
@@ -222,6 +237,10 @@ pub fn read_lane(
     // Payload bytes of the last block taken (see `format::follows`).
     let mut prev_used: Option<u16> = None;
     let mut ended = false;
+    // The last valid block's flags, and whether a valid block of the lane lies past the
+    // torn tail.
+    let mut last_flags = 0u8;
+    let mut valid_past_tail = false;
     // Stream bytes not parsed yet (a record may span blocks and chunks), from `parsed`.
     let mut pending: Vec<u8> = Vec::new();
     let mut parsed = 0u64;
@@ -263,6 +282,7 @@ pub fn read_lane(
                 match format::open_block(block, generation) {
                     Some(t) if t.lane == lane && t.seq == seq && prev_used.is_none_or(|u| format::follows(u, &t)) => {
                         prev_used = Some(t.used);
+                        last_flags = t.flags;
                         out.blocks.push(BlockSpan {
                             stream: stream_len,
                             file: i as u32,
@@ -291,7 +311,8 @@ pub fn read_lane(
                                 "{name}: block {b} is damaged, and a later segment exists (so it had been synced)"
                             )));
                         }
-                        out.cut_blocks = torn_tail(&**f, name, (generation, lane), seq, b, len, &mut chunk)?;
+                        (out.cut_blocks, valid_past_tail) =
+                            torn_tail(&**f, name, (generation, lane), seq, b, len, &mut chunk)?;
                         break 'segs;
                     }
                 }
@@ -307,11 +328,58 @@ pub fn read_lane(
     }
     take(&mut pending, &mut parsed, &mut out.records, &out.blocks)?;
     out.files = files;
+    out.ended = ended;
+    out.kept = last_flags & format::FLAG_KEPT_END != 0;
+    out.valid_past_tail = valid_past_tail;
     Ok(out)
 }
 
+/// Where one lane's log ends: what a lane needs to append after it (a generation whose
+/// logs a close kept, see [`format::FLAG_KEPT_END`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneEnd {
+    /// The lane.
+    pub lane: u16,
+    /// The segment holding its last block.
+    pub seg: u64,
+    /// The byte after its last block in that segment.
+    pub off: u64,
+    /// The next block's sequence number.
+    pub seq: u32,
+    /// Whether its last block is partly filled (the next one says so).
+    pub last_partial: bool,
+    /// Its largest ordering key (0 if it holds no record).
+    pub max_order: u64,
+    /// Whether its last block is the lane's end in its generation (then it takes no more).
+    pub ended: bool,
+    /// Whether its last block is a kept end (see [`format::FLAG_KEPT_END`]).
+    pub kept: bool,
+    /// Whether a valid block of the lane lies past its torn tail: a later process wrote
+    /// after the kept end (and crashed), whatever the last valid block says.
+    pub valid_past_tail: bool,
+}
+
+impl LaneLog {
+    /// Where the lane ends; `None` if it holds no valid block.
+    fn end(&self, lane: u16) -> Option<LaneEnd> {
+        let last = self.blocks.last()?;
+        Some(LaneEnd {
+            lane,
+            seg: u64::from(last.file),
+            off: (u64::from(last.block) + 1) * BLOCK as u64,
+            seq: self.blocks.len() as u32,
+            last_partial: (last.used as usize) < crate::block::PAYLOAD,
+            max_order: self.records.iter().map(|r| r.0).max().unwrap_or(0),
+            ended: self.ended,
+            kept: self.kept,
+            valid_past_tail: self.valid_past_tail,
+        })
+    }
+}
+
 /// Checks the torn tail of a lane's last segment from its first damaged block `first`,
-/// and returns how many of its blocks hold anything. A torn tail holds only blocks of one
+/// and returns how many of its blocks hold anything and whether one of them is a valid
+/// block of the lane (an older write past a torn one). A torn tail holds only blocks of one
 /// unfinished flush (and, in a recycled segment, old blocks that are not valid in this
 /// generation); a valid block past it that says everything before it was synced means the
 /// damaged block had been durable: corruption.
@@ -323,8 +391,9 @@ fn torn_tail(
     first: u64,
     len: u64,
     chunk: &mut [u8],
-) -> Result<u64, Error> {
+) -> Result<(u64, bool), Error> {
     let mut nonzero = 0;
+    let mut valid = false;
     let mut off = first * BLOCK as u64;
     while off < len {
         let n = (chunk.len() as u64).min(len - off) as usize;
@@ -332,8 +401,9 @@ fn torn_tail(
         for (j, block) in chunk[..n].chunks(BLOCK).enumerate() {
             let b = off / BLOCK as u64 + j as u64;
             if b > first {
-                if let Some(t) = format::open_block(block, generation) {
-                    if t.lane == lane && t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
+                if let Some(t) = format::open_block(block, generation).filter(|t| t.lane == lane) {
+                    valid = true;
+                    if t.seq > seq && t.flags & FLAG_SYNCED_BEFORE != 0 {
                         return Err(corrupt(format!(
                             "{name}: block {first} is damaged but block sequence {} after it was synced later",
                             t.seq
@@ -345,7 +415,7 @@ fn torn_tail(
         }
         off += n as u64;
     }
-    Ok(nonzero)
+    Ok((nonzero, valid))
 }
 
 /// Whether the first block of `f` is the header of segment `seg` of `lane` in
@@ -528,6 +598,23 @@ fn segments_of(storage: &dyn Storage, generation: u64) -> Result<HashMap<u16, Ve
     Ok(lanes)
 }
 
+/// The bytes of the log segment files of `generation` (every lane's that [`replay`] reads:
+/// files under the names of lanes never registered are left out, as there).
+pub fn log_bytes(storage: &dyn Storage, generation: u64) -> Result<u64, Error> {
+    let registered = read_registry(storage, generation)?;
+    let mut total = 0;
+    for (lane, segs) in segments_of(storage, generation)? {
+        if foreign_lane(storage, generation, lane, registered) {
+            continue;
+        }
+        for seg in segs {
+            let name = format::segment_name(generation, lane, seg);
+            total += storage.open(&name, false).and_then(|f| f.len()).map_err(|e| io(&name, e))?;
+        }
+    }
+    Ok(total)
+}
+
 /// How many commit records the logs of `generation` hold. A lane whose files cannot be
 /// opened (a link planted at a log's name, which is never followed) counts none: such a
 /// file was not written by the database.
@@ -557,7 +644,20 @@ pub fn replay(
     generations: &[u64],
     segment_size: u64,
     release: Release,
+    redo: impl FnMut(format::RecordView<'_>) -> Result<(), Error>,
+) -> Result<RecoveryStats, Error> {
+    replay_to_ends(storage, generations, segment_size, release, redo, &mut Vec::new())
+}
+
+/// [`replay`], which also puts in `ends` where each lane of the last generation ends (a
+/// lane that holds no valid block, or one left out as never registered, puts nothing).
+pub fn replay_to_ends(
+    storage: &dyn Storage,
+    generations: &[u64],
+    segment_size: u64,
+    release: Release,
     mut redo: impl FnMut(format::RecordView<'_>) -> Result<(), Error>,
+    ends: &mut Vec<LaneEnd>,
 ) -> Result<RecoveryStats, Error> {
     let start = Instant::now();
     let mut stats = RecoveryStats { replayed: true, ..Default::default() };
@@ -576,6 +676,9 @@ pub fn replay(
                 continue;
             }
             let log = read_lane(storage, generation, id, &lanes[&id], segment_size, closed)?;
+            if i + 1 == generations.len() {
+                ends.extend(log.end(id));
+            }
             stats.cut_blocks += log.cut_blocks;
             stats.records_read += log.records.len() as u64;
             held.push((id, !log.records.is_empty(), !log.blocks.is_empty()));
