@@ -46,7 +46,11 @@ pub fn table(r: &Inspection) -> String {
     let mut s = format!(
         "generation {} ({}), {} logs, {} pages\n",
         r.generation,
-        if r.last_exit { "closed cleanly" } else { "open or crashed: the next open replays the logs" },
+        if r.last_exit {
+            "closed cleanly"
+        } else {
+            "open, crashed, or closed keeping a short log: the next open replays the logs"
+        },
         if r.elr { "ELR" } else { "NLR" },
         r.pages
     );

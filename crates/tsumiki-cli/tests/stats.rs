@@ -5,7 +5,9 @@ use std::process::Command;
 #[test]
 fn stats_shows_the_page_segments_of_a_closed_database() {
     let dir = tempfile::tempdir().unwrap();
-    let db = tsumiki::Db::create(dir.path(), tsumiki::Options::default()).unwrap();
+    // A close that writes the pages (not one that keeps a short log).
+    let store = tsumiki::StoreOptions { close_keeps_short_log: false, ..Default::default() };
+    let db = tsumiki::Db::create(dir.path(), tsumiki::Options { store, ..Default::default() }).unwrap();
     db.run(|t| {
         for i in 0..2000u32 {
             t.put(i.to_be_bytes(), [7u8; 40])?;

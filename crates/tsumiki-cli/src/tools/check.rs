@@ -64,7 +64,7 @@ fn text(dir: &std::path::Path, r: &CheckReport) -> String {
     let state = match (r.generation, r.last_exit) {
         (None, _) => "no valid master record".to_string(),
         (Some(g), true) => format!("generation {g}, closed cleanly"),
-        (Some(g), false) => format!("generation {g}, left open or crashed"),
+        (Some(g), false) => format!("generation {g}, left open, crashed, or closed keeping a short log"),
     };
     s += &format!(
         "checked {} ({state}): {} files, {} bytes; {} blocks verified; {} log lanes with {} commit records; {} pages, {} images; {} records ({} key bytes, {} value bytes)\n",
