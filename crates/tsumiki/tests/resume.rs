@@ -287,5 +287,25 @@ fn kept_logs_are_read_by_read_only_opens_and_check_and_bounded() {
     assert!(r.last_exit && r.files.iter().all(|f| f.log.is_none()), "{r:?}");
     let db = Db::open(dir.path(), Options::default()).unwrap();
     assert_eq!(db.len().unwrap(), 210);
+    db.run(|t| t.put(b"last", b"kept")).unwrap();
+    db.close().unwrap();
+    assert!(!tsumiki::inspect(dir.path()).unwrap().last_exit, "a short log kept");
+    // Opened under ELR, a log kept under NLR is recovered, not appended to (its master
+    // record says how it is replayed), and the close writes the pages.
+    let elr =
+        Options { log: LogOptions { release: tsumiki::Release::Elr, ..LogOptions::default() }, ..Options::default() };
+    let generation = || {
+        let storage = tsumiki::storage::DirStorage::new(dir.path()).unwrap();
+        read_master(&storage).unwrap().unwrap().generation
+    };
+    let before = generation();
+    let db = Db::open(dir.path(), elr).unwrap();
+    assert_eq!(db.len().unwrap(), 211);
+    assert!(generation() > before, "recovered into a new generation, not resumed");
+    db.run(|t| t.put(b"elr", b"x")).unwrap();
+    db.close().unwrap();
+    assert!(tsumiki::inspect(dir.path()).unwrap().last_exit);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.len().unwrap(), 212);
     db.close().unwrap();
 }

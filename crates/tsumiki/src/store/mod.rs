@@ -347,7 +347,10 @@ pub(crate) fn open(
                     // crash left them, for a read-write open to recover the same state.
                     (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
                     (m.generation, table, pages, counted(replay_base(&m), stats.count_delta))
-                } else if let Some((st, changes, ends)) = (pages.live_bytes() <= resume_limit(&budget))
+                } else if let Some((st, changes, ends)) = (pages.live_bytes() <= resume_limit(&budget)
+                    // The logs go on as they were written: NLR (the master record says how
+                    // they are replayed, and nothing rewrites it while they grow).
+                    && log.release == Release::Nlr)
                     .then(|| kept_logs(&*storage, &gens, &m, plants.resume_past_torn_tail))
                     .transpose()?
                     .flatten()
