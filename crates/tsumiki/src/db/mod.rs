@@ -241,7 +241,10 @@ impl Db {
     }
 
     /// Flushes the log and writes the pages a clean exit leaves, so that the next open
-    /// replays nothing. Dropping the database does the same but cannot report an error.
+    /// replays nothing; or, for a small database with a short log since its last
+    /// checkpoint, marks the log's end instead, for the next open to replay and append to
+    /// (see [`StoreOptions::close_keeps_short_log`](crate::StoreOptions)). Dropping the
+    /// database does the same but cannot report an error.
     pub fn close(self) -> Result<(), Error> {
         dispatch!(AnyDb, &self.inner, db => db.eng.close())
     }

@@ -112,8 +112,9 @@ impl<P: Protocol> TypedDb<P> {
         Ok(())
     }
 
-    /// Flushes the log and writes the pages a clean exit leaves (also done on drop, where
-    /// an error cannot be reported).
+    /// Flushes the log and writes the pages a clean exit leaves, or keeps a small
+    /// database's short log (see [`crate::Db::close`]); also done on drop, where an error
+    /// cannot be reported.
     pub fn close(mut self) -> Result<(), Error> {
         if let Some(c) = self.checkpointer.take() {
             c.stop();

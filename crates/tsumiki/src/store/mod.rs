@@ -606,7 +606,8 @@ fn disk_full(e: &Error) -> bool {
 
 impl Durable {
     /// Flushes the log and writes the pages the last generation changed, marked as a clean
-    /// exit (so the next open replays nothing). No transaction may be running.
+    /// exit (so the next open replays nothing); or, when [`Durable::keeps_log`], marks
+    /// each lane's kept end instead. No transaction may be running.
     pub(crate) fn close(&self, state: &dyn CommittedState) -> Result<(), Error> {
         let mut current = self.current.lock();
         if self.closed.swap(true, Ordering::AcqRel) || self.read_only {

@@ -112,8 +112,8 @@ impl<P: Protocol> Engine<P> {
         Ok(())
     }
 
-    /// Flushes the log and writes the pages a clean exit leaves. No transaction may be
-    /// running.
+    /// Flushes the log and writes the pages a clean exit leaves, or keeps a small
+    /// database's short log (`store::Durable::close`). No transaction may be running.
     pub(crate) fn close(&self) -> Result<(), Error> {
         let Some(d) = &self.durable else { return Ok(()) };
         d.close(self)
