@@ -102,11 +102,18 @@ type KeptLogs = (RecoveryStats, Vec<Change>, Vec<LaneEnd>);
 /// The logs of `gens` replayed into memory, with where each lane ends, if a close kept
 /// them for the next open to resume (see `Durable::keeps_log`): one generation, under NLR
 /// with a count recovery may add to, every lane ending with a kept end and nothing valid
-/// past it, and their files small. `None` otherwise (recovery then replays them into the
-/// pages and starts a new generation, as after a crash). `past_torn`: the plant
-/// `resume_past_torn_tail`.
-fn kept_logs(storage: &dyn Storage, gens: &[u64], m: &Master, past_torn: bool) -> Result<Option<KeptLogs>, Error> {
-    if gens.len() != 1
+/// past it, and their files small; `may`: what the caller requires besides. `None`
+/// otherwise (recovery then replays them into the pages and starts a new generation, as
+/// after a crash). `past_torn`: the plant `resume_past_torn_tail`.
+fn kept_logs(
+    storage: &dyn Storage,
+    gens: &[u64],
+    m: &Master,
+    may: bool,
+    past_torn: bool,
+) -> Result<Option<KeptLogs>, Error> {
+    if !may
+        || gens.len() != 1
         || m.elr
         || replay_base(m).is_none()
         || recovery::log_bytes(storage, gens[0])? > RESUME_FILE_BYTES
@@ -347,14 +354,15 @@ pub(crate) fn open(
                     // crash left them, for a read-write open to recover the same state.
                     (stats, lazy) = in_memory(&pages, &gens, &m, load, lazy)?;
                     (m.generation, table, pages, counted(replay_base(&m), stats.count_delta))
-                } else if let Some((st, changes, ends)) = (pages.live_bytes() <= resume_limit(&budget)
+                } else if let Some((st, changes, ends)) = kept_logs(
+                    &*storage,
+                    &gens,
+                    &m,
                     // The logs go on as they were written: NLR (the master record says how
                     // they are replayed, and nothing rewrites it while they grow).
-                    && log.release == Release::Nlr)
-                    .then(|| kept_logs(&*storage, &gens, &m, plants.resume_past_torn_tail))
-                    .transpose()?
-                    .flatten()
-                {
+                    pages.live_bytes() <= resume_limit(&budget) && log.release == Release::Nlr,
+                    plants.resume_past_torn_tail,
+                )? {
                     // A close kept this generation's short log (see `Durable::keeps_log`):
                     // replayed into memory (no page holds it, so the pages are loaded
                     // whole), and its lanes take the next commits after their kept ends.
@@ -621,9 +629,7 @@ impl Durable {
             return self.wal.keep_lanes();
         }
         self.wal.close_lanes()?;
-        // Commits of earlier processes in this generation's logs (resumed at open).
-        let earlier = self.resumed.is_some_and(|(g, _)| g == current.generation);
-        if self.wal.policy.logs() && self.wal.stats().records == 0 && !earlier {
+        if self.wal.policy.logs() && self.wal.stats().records == 0 && !self.holds_earlier_commits(&current) {
             if self.wal.drop_first_write() {
                 // Nothing was written since a clean open: its master record stays true.
                 return Ok(());
@@ -644,6 +650,12 @@ impl Durable {
         recovery::remove_stale(&self.storage, g)
     }
 
+    /// Whether the current generation's logs hold commits of earlier processes (it was
+    /// resumed at open, and no checkpoint moved on since).
+    fn holds_earlier_commits(&self, current: &Current) -> bool {
+        self.resumed.is_some_and(|(g, _)| g == current.generation)
+    }
+
     /// Whether a close keeps the current generation's logs for the next open to resume
     /// (each lane's last block a kept end, `FLAG_KEPT_END`; see `kept_logs`) instead of
     /// writing their changes into the pages: when they are short (the next open replays
@@ -657,14 +669,13 @@ impl Durable {
     /// would cut records that memory holds).
     fn keeps_log(&self, current: &Current) -> bool {
         let log = &self.wal.opts;
-        let earlier = self.resumed.is_some_and(|(g, _)| g == current.generation);
         self.close_keeps_short_log
-            && (self.wal.generation_records() > 0 || earlier)
+            && (self.wal.generation_records() > 0 || self.holds_earlier_commits(current))
             && self.logs_readable
             && log.release == Release::Nlr
             && log.durability == Durability::Sync
             && current.count.is_some()
-            && self.wal.generation_bytes() <= KEEP_LOG_BYTES
+            && self.wal.log_since_checkpoint() <= KEEP_LOG_BYTES
             && current.pages.live_bytes() <= self.resume_limit
     }
 

@@ -63,8 +63,9 @@ impl Wal {
         limit > 0 && self.opts.device == Device::File && self.log_since_checkpoint() >= self.checkpoint_limit()
     }
 
-    /// Log bytes written since the last checkpoint's switch.
-    pub(super) fn log_since_checkpoint(&self) -> u64 {
+    /// Log bytes written since the last checkpoint's switch (with a resumed generation's
+    /// earlier logs): what recovery would read back.
+    pub(crate) fn log_since_checkpoint(&self) -> u64 {
         self.grown.load(Ordering::Relaxed).saturating_sub(self.checkpoint_base.load(Ordering::Relaxed))
     }
 

@@ -66,12 +66,9 @@ impl Wal {
     fn prepared_ahead(&self, gen: u64, lane: u16, seg: u64) -> Option<segments::Prepared> {
         let name = format::segment_name(gen, lane, seg);
         let file = self.storage.open(&name, false).ok()?;
-        if file.len().ok()? != format::segment_len(seg, self.opts.segment_size) {
-            return None;
-        }
-        let mut header = vec![0u8; BLOCK];
-        file.read_at(&mut header, 0).ok().filter(|&n| n == BLOCK)?;
-        if !format::is_segment_header(&header, gen, lane, seg) {
+        if file.len().ok()? != format::segment_len(seg, self.opts.segment_size)
+            || !recovery::has_header(&*file, gen, lane, seg).ok()?
+        {
             return None;
         }
         if self.direct_writes() {
@@ -104,10 +101,5 @@ impl Wal {
     /// Records this process appended in the current generation.
     pub(crate) fn generation_records(&self) -> u64 {
         self.stats().records.saturating_sub(self.records_at_switch.load(Ordering::Relaxed))
-    }
-
-    /// Log bytes written in the current generation, as recovery would read them back.
-    pub(crate) fn generation_bytes(&self) -> u64 {
-        self.log_since_checkpoint()
     }
 }

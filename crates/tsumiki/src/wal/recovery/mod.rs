@@ -420,7 +420,7 @@ fn torn_tail(
 
 /// Whether the first block of `f` is the header of segment `seg` of `lane` in
 /// `generation`.
-fn has_header(f: &dyn StorageFile, generation: u64, lane: u16, seg: u64) -> std::io::Result<bool> {
+pub(crate) fn has_header(f: &dyn StorageFile, generation: u64, lane: u16, seg: u64) -> std::io::Result<bool> {
     let mut b = vec![0u8; BLOCK];
     if f.len()? < BLOCK as u64 {
         return Ok(false);
