@@ -184,6 +184,8 @@ impl Lane {
 
 /// Buffered records beyond which a `Durability::None` lane writes anyway.
 const LAZY_FLUSH_BYTES: usize = 1 << 20;
+/// Blocks a flush seals and writes at a time (1 MiB).
+const FLUSH_CHUNK_BLOCKS: usize = 256;
 
 /// Counters of a log.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -526,6 +528,11 @@ impl Wal {
             Release::Nlr if !self.opts.lsn_order => ts.saturating_add(self.order_floor.load(Ordering::Relaxed)),
             _ => self.take_lsn(),
         };
+        let bytes = writes.iter().fold(RecordEncoder::HEAD_LEN, |n, w| match &w.kind {
+            WriteKind::Value(v) => n + RecordEncoder::write_len(&w.key, v.as_deref()),
+            WriteKind::Gap => n,
+        });
+        p.buf.reserve(bytes);
         let mut enc = RecordEncoder::begin(&mut p.buf, order);
         for w in writes {
             if let WriteKind::Value(v) = &w.kind {
@@ -765,63 +772,69 @@ impl Wal {
             None => (io.all_synced, io.last_partial),
         };
         let mut last_watermark = 0;
-        io.out.clear();
-        io.out.resize(blocks * BLOCK, 0);
         let mut e = 0;
-        for b in 0..blocks {
-            let start = b * PAYLOAD;
-            let end = ((b + 1) * PAYLOAD).min(buf.len());
-            let block = &mut io.out[b * BLOCK..(b + 1) * BLOCK];
-            block[..end - start].copy_from_slice(&buf[start..end]);
-            // Only a flush's first block can say that every block before it was synced:
-            // the blocks before a later one are this flush's own, unsynced (a torn first
-            // block followed by an intact second one is a torn tail, not corruption).
-            let (synced_before, after_partial) = if b == 0 { first_flags } else { (false, false) };
-            let mut t = Trailer {
-                flags: if synced_before { FLAG_SYNCED_BEFORE } else { 0 }
-                    | if after_partial { FLAG_AFTER_PARTIAL } else { 0 },
-                lane: lane.id,
-                used: (end - start) as u16,
-                seq: io.seq,
-                // The last flush of a lane's generation (a checkpoint moved it on) says
-                // that every record the lane will ever hold in it is here: it bounds no
-                // other lane's records at recovery.
-                watermark: if elr && closing {
-                    u64::MAX
-                } else if elr {
-                    horizon
-                } else {
-                    0
-                },
-                ..Trailer::default()
-            };
-            if b + 1 == blocks {
-                t.flags |= FLAG_FLUSH_END;
-                t.flags |= match mark {
-                    End::No => 0,
-                    End::Lane => FLAG_LANE_END,
-                    End::Kept => FLAG_KEPT_END,
+        // Sealed and written a chunk at a time: a big transaction's flush needs no second
+        // copy of its whole record.
+        for chunk in (0..blocks).step_by(FLUSH_CHUNK_BLOCKS) {
+            let chunk_end = (chunk + FLUSH_CHUNK_BLOCKS).min(blocks);
+            io.out.clear();
+            io.out.resize((chunk_end - chunk) * BLOCK, 0);
+            for b in chunk..chunk_end {
+                let start = b * PAYLOAD;
+                let end = ((b + 1) * PAYLOAD).min(buf.len());
+                let block = &mut io.out[(b - chunk) * BLOCK..(b - chunk + 1) * BLOCK];
+                block[..end - start].copy_from_slice(&buf[start..end]);
+                // Only a flush's first block can say that every block before it was synced:
+                // the blocks before a later one are this flush's own, unsynced (a torn first
+                // block followed by an intact second one is a torn tail, not corruption).
+                let (synced_before, after_partial) = if b == 0 { first_flags } else { (false, false) };
+                let mut t = Trailer {
+                    flags: if synced_before { FLAG_SYNCED_BEFORE } else { 0 }
+                        | if after_partial { FLAG_AFTER_PARTIAL } else { 0 },
+                    lane: lane.id,
+                    used: (end - start) as u16,
+                    seq: io.seq,
+                    // The last flush of a lane's generation (a checkpoint moved it on) says
+                    // that every record the lane will ever hold in it is here: it bounds no
+                    // other lane's records at recovery.
+                    watermark: if elr && closing {
+                        u64::MAX
+                    } else if elr {
+                        horizon
+                    } else {
+                        0
+                    },
+                    ..Trailer::default()
                 };
-            } else if let (0, Some((_, w))) = (b, tail_flags) {
-                // A tail written again at the start of a longer flush (see `Tail`).
-                t.flags |= FLAG_FLUSH_END;
-                t.watermark = w;
+                if b + 1 == blocks {
+                    t.flags |= FLAG_FLUSH_END;
+                    t.flags |= match mark {
+                        End::No => 0,
+                        End::Lane => FLAG_LANE_END,
+                        End::Kept => FLAG_KEPT_END,
+                    };
+                } else if let (0, Some((_, w))) = (b, tail_flags) {
+                    // A tail written again at the start of a longer flush (see `Tail`).
+                    t.flags |= FLAG_FLUSH_END;
+                    t.watermark = w;
+                }
+                last_watermark = t.watermark;
+                while e < ends.len() && ends[e].0 <= end {
+                    let o = ends[e].1;
+                    t.lo = if t.records == 0 { o } else { t.lo.min(o) };
+                    t.hi = t.hi.max(o);
+                    t.records += 1;
+                    e += 1;
+                }
+                format::seal_block(block, &t, io.gen);
+                io.seq =
+                    io.seq.checked_add(1).ok_or_else(|| self.poison(Poison::new("lane block sequence overflow")))?;
             }
-            last_watermark = t.watermark;
-            while e < ends.len() && ends[e].0 <= end {
-                let o = ends[e].1;
-                t.lo = if t.records == 0 { o } else { t.lo.min(o) };
-                t.hi = t.hi.max(o);
-                t.records += 1;
-                e += 1;
-            }
-            format::seal_block(block, &t, io.gen);
-            io.seq = io.seq.checked_add(1).ok_or_else(|| self.poison(Poison::new("lane block sequence overflow")))?;
+            let out = std::mem::take(&mut io.out);
+            let r = self.write_blocks(lane, io, &out);
+            io.out = out;
+            r?;
         }
-        let out = std::mem::take(&mut io.out);
-        let r = self.write_blocks(lane, io, &out);
-        io.out = out;
-        r?;
         if sync {
             self.sync(io.file.as_deref().expect("a segment is open after a write"))?;
             io.synced();

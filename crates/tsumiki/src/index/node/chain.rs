@@ -439,7 +439,7 @@ pub(crate) fn consolidate_leaf<'g, V: Clone>(
     guard: &'g Guard,
     new_range: Arc<Range>,
 ) -> Base<V> {
-    if let Some(b) = consolidate_appends(head, range, guard, &new_range) {
+    if let Some(b) = consolidate_splice(head, range, guard, &new_range) {
         return b;
     }
     let mut keys = KeyVecBuilder::default();
@@ -515,12 +515,12 @@ pub(crate) fn consolidate_leaf_with<'g, V: Clone>(
     Base { range: new_range, keys: keys.finish(), vals, children: Vec::new() }
 }
 
-/// The ascending-insert fast path of [`consolidate_leaf`]: when the chain is one base with
-/// only upserts of keys above its last key (a bulk load in key order), the new base is the
-/// old one copied whole (a few `memcpy`s) with the new keys pushed after it, instead of a
-/// merge that pushes every key one by one (the fill profile's largest cost). `None` when
-/// the chain is anything else.
-fn consolidate_appends<'g, V: Clone>(
+/// The fast path of [`consolidate_leaf`]: when the chain is one base with data deltas only
+/// (no split or merge), the new base is the old one with the deltas spliced in
+/// ([`KeyVec::splice`]: the runs between them copied whole, a few `memcpy`s) instead of a
+/// merge that pushes every key one by one (a random insert's largest cost, and an
+/// ascending fill's). `None` when the chain is anything else.
+fn consolidate_splice<'g, V: Clone>(
     head: &'g Node<V>,
     range: &Range,
     guard: &'g Guard,
@@ -531,29 +531,45 @@ fn consolidate_appends<'g, V: Clone>(
     if !g.rights.is_empty() || g.cut.is_some() || g.deltas.len() > 64 {
         return None;
     }
-    let mut ds: SmallVec<[(u64, &'g [u8], &'g V); 16]> = SmallVec::new();
-    for (p, k, v) in newest_data_deltas(&g, |_, _| true) {
-        ds.push((p, k, v?)); // a delete: not an append
-    }
+    let ds = newest_data_deltas(&g, |_, _| true);
     let n = base.len();
     let (&(fp, fk, _), &(lp, lk, _)) = (ds.first()?, ds.last()?);
-    let above_base = n == 0 || cmp_prefixed(fp, fk, base.keys.prefix(n - 1), base.keys.get(n - 1)).is_gt();
     // Every record must lie in the range, as `merge_leaf` would keep it.
     let in_range =
         |p: u64, k: &[u8]| cmp_prefixed(p, k, range.low_p, &range.low).is_ge() && !range.beyond_prefixed(p, k);
     let base_in_range = n == 0
         || (in_range(base.keys.prefix(0), base.keys.get(0)) && in_range(base.keys.prefix(n - 1), base.keys.get(n - 1)));
-    if !above_base || !base_in_range || !in_range(fp, fk) || !in_range(lp, lk) {
+    if !base_in_range || !in_range(fp, fk) || !in_range(lp, lk) {
         return None;
     }
-    let mut keys = base.keys.to_builder(ds.len(), ds.iter().map(|d| d.1.len()).sum());
+    let mut edits: SmallVec<[KeyEdit<'g>; 16]> = SmallVec::new();
     let mut vals = Vec::with_capacity(n + ds.len());
-    vals.extend_from_slice(&base.vals);
+    let mut at = 0;
     for &(_, k, v) in &ds {
-        keys.push(k);
-        vals.push(v.clone());
+        // Ascending, so each search could start at `at`; the fence makes a whole one cheap.
+        match base.keys.search(k) {
+            Ok(i) => {
+                vals.extend_from_slice(&base.vals[at..i]);
+                match v {
+                    Some(v) => vals.push(v.clone()),
+                    None => edits.push((i, None)),
+                }
+                at = i + 1;
+            }
+            Err(i) => {
+                vals.extend_from_slice(&base.vals[at..i]);
+                at = i;
+                // A delete of a key the base lacks leaves nothing.
+                if let Some(v) = v {
+                    vals.push(v.clone());
+                    edits.push((i, Some(k)));
+                }
+            }
+        }
     }
-    Some(Base { range: Arc::clone(new_range), keys: keys.finish(), vals, children: Vec::new() })
+    vals.extend_from_slice(&base.vals[at..]);
+    let keys = if edits.is_empty() { base.keys.clone() } else { base.keys.splice(&edits) };
+    Some(Base { range: Arc::clone(new_range), keys, vals, children: Vec::new() })
 }
 
 /// Every (separator, child) of an inner chain, sorted, restricted to `range`. Index-delete

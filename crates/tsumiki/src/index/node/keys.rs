@@ -3,6 +3,8 @@
 
 use std::cmp::Ordering as CmpOrdering;
 
+use smallvec::SmallVec;
+
 use crate::prefetch::{prefetch, prefetch_span};
 use crate::slab::SlabBytes;
 
@@ -167,15 +169,6 @@ impl KeyVec {
         }
     }
 
-    /// A builder holding these keys, with room for `n` more of `bytes` bytes in all: the
-    /// key bytes and ends copied whole, where pushing them one by one would not be.
-    pub(crate) fn to_builder(&self, n: usize, bytes: usize) -> KeyVecBuilder {
-        let mut b = KeyVecBuilder::with_capacity(self.len() + n, self.data_len() + bytes);
-        b.data.extend_from_slice(&self.block[self.data_start()..]);
-        b.ends.extend((0..self.len()).map(|i| self.end(i) as u32));
-        b
-    }
-
     /// `Ok(i)` if `key` is at `i`, else `Err(i)` where it would be inserted.
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
@@ -274,6 +267,156 @@ impl KeyVec {
     }
 }
 
+/// An edit for [`KeyVec::splice`]: `(i, Some(key))` inserts `key` before old key `i`,
+/// `(i, None)` removes old key `i`.
+pub(crate) type KeyEdit<'k> = (usize, Option<&'k [u8]>);
+
+/// A piece of a [`KeyVec::splice`]d key sequence: old keys `a..b`, or a new key.
+enum Piece<'k> {
+    Old(usize, usize),
+    New(&'k [u8]),
+}
+
+impl KeyVec {
+    /// These keys with `edits` applied, built by copying the runs between the edits whole
+    /// (prefixes, ends shifted by one add, key bytes) instead of pushing every key again:
+    /// a leaf with a few new keys is consolidated every few inserts, and re-pushing its
+    /// whole base was the largest cost of a random insert.
+    ///
+    /// `edits`, sorted by old index: `(i, Some(key))` inserts `key` before old key `i` (several
+    /// at one `i` in key order), `(i, None)` removes old key `i`. The resulting keys must be
+    /// sorted and distinct. The result is the [`KeyVecBuilder::finish`] of those keys.
+    pub(crate) fn splice<'s>(&'s self, edits: &[KeyEdit<'s>]) -> KeyVec {
+        let n = self.len();
+        let mut pieces: SmallVec<[Piece<'s>; 16]> = SmallVec::new();
+        let (mut at, mut new_n, mut data_len) = (0, n, self.data_len());
+        for &(i, key) in edits {
+            if i > at {
+                pieces.push(Piece::Old(at, i));
+                at = i;
+            }
+            match key {
+                Some(k) => {
+                    pieces.push(Piece::New(k));
+                    new_n += 1;
+                    data_len += k.len();
+                }
+                None => {
+                    debug_assert!(i == at && i < n, "one removal per old key, in order");
+                    data_len -= self.key_len(i);
+                    new_n -= 1;
+                    at = i + 1;
+                }
+            }
+        }
+        if n > at {
+            pieces.push(Piece::Old(at, n));
+        }
+        let first_of = |p: &Piece<'s>| -> &'s [u8] {
+            match *p {
+                Piece::Old(a, _) => self.get(a),
+                Piece::New(k) => k,
+            }
+        };
+        let last_of = |p: &Piece<'s>| -> &'s [u8] {
+            match *p {
+                Piece::Old(_, b) => self.get(b - 1),
+                Piece::New(k) => k,
+            }
+        };
+        // As `finish` decides it.
+        let long = pieces.iter().any(|p| match *p {
+            Piece::Old(a, b) => (a..b).any(|i| self.key_len(i) > 8),
+            Piece::New(k) => k.len() > 8,
+        });
+        let skip = match (pieces.first(), pieces.last()) {
+            (Some(f), Some(l)) if new_n >= 2 && long => {
+                first_of(f).iter().zip(last_of(l)).take_while(|(a, b)| a == b).count()
+            }
+            _ => 0,
+        };
+        // The old prefixes stand when the truncation does.
+        let same_skip = skip == self.skip as usize;
+        let shift = stride_shift(new_n);
+        let (old_data, new_data) = (self.data_start(), KeyVec::data_offset(new_n));
+        let block = SlabBytes::new(new_data + data_len, |block| {
+            let (mut j, mut pos) = (0, 0);
+            for p in &pieces {
+                match *p {
+                    Piece::Old(a, b) => {
+                        let start = if a == 0 { 0 } else { self.end(a - 1) };
+                        let end = self.end(b - 1);
+                        if same_skip {
+                            block[8 * j..8 * (j + b - a)].copy_from_slice(&self.block[8 * a..8 * b]);
+                        }
+                        let old_ends = &self.block[KeyVec::end_offset(n, a)..KeyVec::end_offset(n, b)];
+                        let new_ends = &mut block[KeyVec::end_offset(new_n, j)..KeyVec::end_offset(new_n, j + b - a)];
+                        for (o, w) in old_ends.chunks_exact(4).zip(new_ends.chunks_exact_mut(4)) {
+                            let e = u32::from_ne_bytes(o.try_into().expect("4 bytes")) as usize;
+                            w.copy_from_slice(&((e - start + pos) as u32).to_ne_bytes());
+                        }
+                        block[new_data + pos..new_data + pos + end - start]
+                            .copy_from_slice(&self.block[old_data + start..old_data + end]);
+                        j += b - a;
+                        pos += end - start;
+                    }
+                    Piece::New(k) => {
+                        if same_skip {
+                            block[8 * j..8 * j + 8].copy_from_slice(&prefix(&k[skip..]).to_ne_bytes());
+                        }
+                        block[new_data + pos..new_data + pos + k.len()].copy_from_slice(k);
+                        pos += k.len();
+                        let e = KeyVec::end_offset(new_n, j);
+                        block[e..e + 4].copy_from_slice(&(pos as u32).to_ne_bytes());
+                        j += 1;
+                    }
+                }
+            }
+            if !same_skip {
+                let mut start = 0;
+                for i in 0..new_n {
+                    let e = KeyVec::end_offset(new_n, i);
+                    let end = u32::from_ne_bytes(block[e..e + 4].try_into().expect("4 bytes")) as usize;
+                    let p = prefix(&block[new_data + start + skip..new_data + end]);
+                    block[8 * i..8 * i + 8].copy_from_slice(&p.to_ne_bytes());
+                    start = end;
+                }
+            }
+        });
+        let mut kv = KeyVec {
+            fence: [0; FENCE_LEN],
+            fence_at: [0; FENCE_LEN],
+            n: new_n as u32,
+            skip: skip as u32,
+            nf: new_n.div_ceil(1 << shift) as u8,
+            shift: shift as u8,
+            block,
+        };
+        for f in 0..kv.nf as usize {
+            let i = f << shift;
+            kv.fence[f] = kv.stored_prefix(i);
+            kv.fence_at[f] = if i == 0 { 0 } else { kv.end(i - 1) as u32 };
+        }
+        kv
+    }
+
+    /// The length of key `i`.
+    #[inline]
+    fn key_len(&self, i: usize) -> usize {
+        self.end(i) - if i == 0 { 0 } else { self.end(i - 1) }
+    }
+}
+
+/// log2 of the fence stride of `n` keys: the smallest from `MIN_STRIDE_SHIFT` up that needs
+/// at most `FENCE_LEN` fence entries.
+fn stride_shift(n: usize) -> u32 {
+    let mut shift = MIN_STRIDE_SHIFT;
+    while n.div_ceil(1 << shift) > FENCE_LEN {
+        shift += 1;
+    }
+    shift
+}
+
 /// Collects sorted keys for a [`KeyVec`].
 #[derive(Default)]
 pub(crate) struct KeyVecBuilder {
@@ -315,10 +458,7 @@ impl KeyVecBuilder {
             // Sorted keys: what the first and last share, every key shares.
             self.get(0).iter().zip(self.get(n - 1)).take_while(|(a, b)| a == b).count()
         };
-        let mut shift = MIN_STRIDE_SHIFT;
-        while n.div_ceil(1 << shift) > FENCE_LEN {
-            shift += 1;
-        }
+        let shift = stride_shift(n);
         let stride_mask = (1usize << shift) - 1;
         let mut fence = [0u64; FENCE_LEN];
         let mut fence_at = [0u32; FENCE_LEN];
@@ -399,20 +539,65 @@ mod tests {
                 prop_assert_eq!(kv.get(i), &k[..]);
                 prop_assert_eq!(kv.prefix(i), prefix(k));
             }
-            // A copy with more keys pushed after: as if built at once.
-            let more: Vec<u8> = [&common[..], &[255u8; 12][..]].concat();
-            if keys.last().is_none_or(|l| *l < more) {
-                let mut b = kv.to_builder(1, more.len());
-                b.push(&more);
-                let grown = b.finish();
-                prop_assert_eq!(grown.len(), keys.len() + 1);
-                prop_assert_eq!(grown.search(&more), Ok(keys.len()));
-                for (i, k) in keys.iter().enumerate() {
-                    prop_assert_eq!(grown.search(k), Ok(i));
-                }
-            }
             for w in keys.windows(2) {
                 prop_assert_eq!(cmp_prefixed(prefix(&w[0]), &w[0], prefix(&w[1]), &w[1]), CmpOrdering::Less);
+            }
+        }
+
+        /// A splice (inserts anywhere, removals, at the ends too, with the common start
+        /// kept, shortened or lengthened) builds exactly the keys a fresh build of the
+        /// edited list would: same prefixes, ends, bytes, fence and truncation.
+        #[test]
+        fn splice_matches_fresh_build(
+            common in proptest::collection::vec(prop_oneof![Just(0u8), Just(7u8), any::<u8>()], 0..12),
+            keys in proptest::collection::vec(any_key(), 0..300),
+            added in proptest::collection::vec(any_key(), 0..12),
+            removed in proptest::collection::vec(any::<proptest::sample::Index>(), 0..12),
+            bare in proptest::collection::vec(any_key(), 0..3),
+        ) {
+            let mut keys: Vec<Vec<u8>> = keys.into_iter().map(|k| [&common[..], &k].concat()).collect();
+            keys.sort();
+            keys.dedup();
+            let mut b = KeyVecBuilder::default();
+            keys.iter().for_each(|k| b.push(k));
+            let kv = b.finish();
+            // New keys with the common start and some without (which change the truncation).
+            let mut added: Vec<Vec<u8>> =
+                added.into_iter().map(|k| [&common[..], &k].concat()).chain(bare).collect();
+            added.sort();
+            added.dedup();
+            added.retain(|k| keys.binary_search(k).is_err());
+            let mut removed: Vec<usize> =
+                if keys.is_empty() { Vec::new() } else { removed.iter().map(|i| i.index(keys.len())).collect() };
+            removed.sort();
+            removed.dedup();
+            // The edits in key order, as a consolidation makes them.
+            let mut edits: Vec<KeyEdit<'_>> = added
+                .iter()
+                .map(|k| (keys.binary_search(k).unwrap_err(), Some(&k[..])))
+                .chain(removed.iter().map(|&i| (i, None)))
+                .collect();
+            edits.sort_by_key(|&(i, k)| (i, k.is_none()));
+            let spliced = kv.splice(&edits);
+            let mut want: Vec<&[u8]> = keys
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| removed.binary_search(i).is_err())
+                .map(|(_, k)| &k[..])
+                .chain(added.iter().map(|k| &k[..]))
+                .collect();
+            want.sort();
+            let mut b = KeyVecBuilder::default();
+            want.iter().for_each(|k| b.push(k));
+            let fresh = b.finish();
+            prop_assert_eq!(spliced.len(), fresh.len());
+            prop_assert_eq!(spliced.skip, fresh.skip);
+            prop_assert_eq!((spliced.nf, spliced.shift), (fresh.nf, fresh.shift));
+            prop_assert_eq!(spliced.fence, fresh.fence);
+            prop_assert_eq!(spliced.fence_at, fresh.fence_at);
+            prop_assert_eq!(&spliced.block[..], &fresh.block[..]);
+            for (i, k) in want.iter().enumerate() {
+                prop_assert_eq!(spliced.search(k), Ok(i));
             }
         }
     }
