@@ -51,6 +51,37 @@ unsafe impl<R: Send + Sync> Send for RecPtr<R> {}
 // SAFETY: as above.
 unsafe impl<R: Send + Sync> Sync for RecPtr<R> {}
 
+/// Where the last of a series of descents ended (a transaction's puts, a commit's unlinks in
+/// key order): the next starts there when its key falls in that leaf, so keys that follow
+/// each other skip the descent. Past a few misses in a row (random keys) the hint is tried
+/// only now and then, since each miss costs a look at that leaf.
+#[derive(Default)]
+pub(crate) struct LeafTrail {
+    hint: Option<LeafHint>,
+    misses: u32,
+}
+
+impl LeafTrail {
+    /// A cursor at `key`'s leaf, from the hint when it covers `key`.
+    pub(crate) fn cursor<'g, 'k, V: Clone + Send + Sync + 'static>(
+        &mut self,
+        index: &'g BwTree<V>,
+        key: &'k [u8],
+        guard: &'g Guard,
+    ) -> Cursor<'g, 'k, V> {
+        let try_hint = self.misses < 4 || self.misses.is_multiple_of(64);
+        // By reference: a hint holds a descent path of 520 bytes, and its copies were a
+        // twentieth of an ascending fill's commit thread.
+        let (at, hinted) = index.cursor_near(key, self.hint.as_ref().filter(|_| try_hint), guard);
+        if !hinted {
+            // A cursor placed by the hint is where the hint says.
+            self.hint = Some(at.hint());
+        }
+        self.misses = if hinted { 0 } else { self.misses.saturating_add(1) };
+        at
+    }
+}
+
 /// A worker slot: the protocol's per-worker state.
 pub(crate) struct Slot<P: Protocol> {
     pub(crate) worker: P::Worker,
@@ -114,10 +145,7 @@ pub(crate) struct TxnBufs<P: Protocol> {
     scan_walked: u64,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
-    leaf_hint: Option<LeafHint>,
-    /// Puts in a row whose key was not in the hinted leaf: past a few (random keys), the
-    /// hint is tried only now and then, since each miss costs a look at that leaf.
-    hint_misses: u32,
+    put_trail: LeafTrail,
     /// Whether the last put made a new record: the next one then looks for its key's
     /// successor at once (what an insert needs) instead of first looking the key up.
     last_put_new: bool,
@@ -177,8 +205,7 @@ impl<P: Protocol> TxnBufs<P> {
             skips: scan::Skips::default(),
             #[cfg(test)]
             scan_walked: 0,
-            leaf_hint: None,
-            hint_misses: 0,
+            put_trail: LeafTrail::default(),
             last_put_new: false,
             evict_mark: 0,
             key_pos: std::collections::HashMap::new(),
@@ -225,7 +252,13 @@ impl<P: Protocol> TxnBufs<P> {
 
     /// The placeholders this transaction created, with their keys.
     fn created(&self) -> impl Iterator<Item = (&[u8], *const P::Record)> {
-        self.created.iter().map(|&(at, len, rec)| (&self.created_keys[at as usize..(at + len) as usize], rec))
+        (0..self.created.len()).map(|i| self.created_at(i))
+    }
+
+    /// The `i`th placeholder made: its key and record.
+    fn created_at(&self, i: usize) -> (&[u8], *const P::Record) {
+        let (at, len, rec) = self.created[i];
+        (&self.created_keys[at as usize..(at + len) as usize], rec)
     }
 
     fn own(&self, rec: *const P::Record) -> Option<usize> {
@@ -351,13 +384,15 @@ impl<P: Protocol> Engine<P> {
     /// itself), which keeps every record it can load allocated (see [`Engine::retire`]).
     #[inline]
     fn lookup(&self, key: &[u8], guard: &Guard) -> Option<&P::Record> {
+        self.index.get_pinned(key, guard).ok().flatten().map(|p| self.found(p.0))
+    }
+
+    /// The record a lookup found, its lines asked for.
+    fn found(&self, p: *const P::Record) -> &P::Record {
+        self.prefetch_record(p);
         // SAFETY: records are freed only after every transaction that began before they left
         // the index has ended; the caller's transaction is running.
-        self.index.get_pinned(key, guard).ok().flatten().map(|p| {
-            self.prefetch_record(p.0);
-            // SAFETY: as above.
-            unsafe { &*p.0 }
-        })
+        unsafe { &*p }
     }
 
     /// Asks for a record's lines and, where records have tails, its tail's: the value,

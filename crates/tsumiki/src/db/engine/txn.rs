@@ -628,16 +628,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // an insert, the next put is likely one too and goes to the successor search.
             let since = eng.load_count();
             let b = self.b();
-            let try_hint = b.hint_misses < 4 || b.hint_misses.is_multiple_of(64);
-            // By reference: a hint holds a descent path of 520 bytes, and its copies were a
-            // twentieth of an ascending fill's commit thread.
-            let (mut at, hinted) = eng.index.cursor_near(key, b.leaf_hint.as_ref().filter(|_| try_hint), guard);
-            let b = self.b();
-            if !hinted {
-                // A cursor placed by the hint is where the hint says.
-                b.leaf_hint = Some(at.hint());
-            }
-            b.hint_misses = if hinted { 0 } else { b.hint_misses.saturating_add(1) };
+            let mut at = b.put_trail.cursor(&eng.index, key, guard);
             let existing = if b.last_put_new { None } else { at.get() };
             if let Some(r) = existing {
                 // SAFETY: records stay allocated while the transaction runs (`Engine::retire`).

@@ -4,8 +4,16 @@
 use super::*;
 
 impl<P: Protocol> Engine<P> {
-    /// Unlinks a deleted (absent) record, if it can latch it and its follower now.
-    pub(super) fn try_unlink(&self, worker: &P::Worker, key: &[u8], rec: *const P::Record, guard: &Guard) -> bool {
+    /// Unlinks a deleted (absent) record, if it can latch it and its follower now. `trail`:
+    /// where the last unlink of a series in key order ended.
+    pub(super) fn try_unlink(
+        &self,
+        worker: &P::Worker,
+        key: &[u8],
+        rec: *const P::Record,
+        guard: &Guard,
+        trail: &mut LeafTrail,
+    ) -> bool {
         // SAFETY: pinned by `guard`.
         let r = unsafe { &*rec };
         match self.proto.try_latch_absent(r) {
@@ -22,7 +30,7 @@ impl<P: Protocol> Engine<P> {
             let since = self.load_count();
             // One descent: the follower, its check once latched and the delete all start
             // at the key's leaf (three descents per unlink before).
-            let mut at = self.index.cursor(key, guard);
+            let mut at = trail.cursor(&self.index, key, guard);
             let next = if self.proto.gap_protection() {
                 self.found_record(key, at.first_from(true), self.residency.is_some().then_some(&mut nk)).1
             } else {
@@ -90,9 +98,10 @@ impl<P: Protocol> Engine<P> {
             }
             None => return,
         };
+        let mut trail = LeafTrail::default();
         for key in batch {
             if let Some(rec) = self.lookup(&key, guard) {
-                self.try_unlink(worker, &key, rec, guard);
+                self.try_unlink(worker, &key, rec, guard, &mut trail);
             }
         }
     }
