@@ -878,6 +878,18 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         // SAFETY: non-null head from `descend`.
         let h = unsafe { node_ref(head) };
         let range = self.inspect(h, guard).range;
+        if let Some(b) = h.as_base() {
+            // A consolidated leaf (no deltas, its records all in its range): the key `n`
+            // below `end` by index, where the walk below compared every key of the leaf (a
+            // third of a reverse pop).
+            let upto = match end {
+                Some(e) => match b.keys.search(e) {
+                    Ok(i) | Err(i) => i,
+                },
+                None => b.len(),
+            };
+            return if upto >= n { b.keys.get(upto - n).to_vec() } else { range.low.to_vec() };
+        }
         // The last `n` keys below `end`, in a ring.
         let mut ring: Vec<&[u8]> = Vec::with_capacity(n);
         let mut next = 0;

@@ -492,3 +492,50 @@ fn reads_consolidate_an_inner_node_left_with_a_split() {
         assert_eq!(tree.get(&k.to_be_bytes()).unwrap(), Some(k));
     }
 }
+
+/// `tail_low` names the `n`-th record below `end` in the leaf (or the leaf's low key when
+/// it holds fewer), by index on a consolidated leaf and by walking a chain with deltas:
+/// both agree with the leaf's records listed whole.
+#[test]
+fn tail_low_counts_back_from_the_end() {
+    let cfg = BwTreeConfig::default();
+    let tree = Tree::new(cfg.clone());
+    let n = cfg.leaf_max as u64 * 3;
+    for i in 0..n {
+        tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+    }
+    let guard = &epoch::pin();
+    let mut checked = [0, 0];
+    for with_deltas in [false, true] {
+        if with_deltas {
+            // Two deltas on every leaf: an insert and a delete (under the threshold).
+            for i in (0..n).step_by(40) {
+                tree.write(&(i * 2 + 1).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+                tree.write(&(i * 2 + 6).to_be_bytes(), WriteOp::Delete).unwrap();
+            }
+        }
+        for probe in (0..n * 2).step_by(37) {
+            let key = probe.to_be_bytes();
+            if !with_deltas {
+                let mut path = Path::new();
+                let (pid, _) = tree.descend(&key, 0, &mut path, guard, 0).unwrap();
+                tree.consolidate(pid, &path, guard, 0);
+            }
+            let (h, range) = leaf_of(&tree, &key, guard);
+            checked[usize::from(!h.is_base())] += 1;
+            let records: Vec<Vec<u8>> = leaf_entries(h, range, guard).into_iter().map(|(k, _)| k.to_vec()).collect();
+            for end in [None, Some(key.to_vec()), Some((probe + 1).to_be_bytes().to_vec())] {
+                let below = records.iter().filter(|k| end.as_ref().is_none_or(|e| *k < e)).count();
+                for want in [1, 2, 5, below.max(1), below + 1] {
+                    let expected = if below >= want { records[below - want].clone() } else { range.low.to_vec() };
+                    assert_eq!(
+                        tree.tail_low(&key, end.as_deref(), want, guard),
+                        expected,
+                        "probe {probe}, end {end:?}, n {want}, deltas {with_deltas}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(checked[0] > 0 && checked[1] > 0, "both consolidated leaves and chains were met: {checked:?}");
+}
