@@ -11,9 +11,10 @@ Build the three binaries from handles.c as its header says (or as .ci/capi.sh do
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import tempfile
+
+from handles_report import print_table, sync_counts
 
 
 def run(binary, db, cycles, preload, strace=False):
@@ -22,12 +23,7 @@ def run(binary, db, cycles, preload, strace=False):
         # Counts the whole run (the preload too): the preload's calls are taken away below.
         cmd = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync"] + cmd
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    counts = {}
-    for line in out.stderr.splitlines():
-        parts = line.split()
-        if parts and parts[-1] in ("fsync", "fdatasync"):
-            counts[parts[-1]] = int(parts[3] if len(parts) >= 6 else parts[-2])
-    return json.loads(out.stdout.strip().splitlines()[-1]), counts
+    return json.loads(out.stdout.strip().splitlines()[-1]), sync_counts(out.stderr)
 
 
 def main():
@@ -54,15 +50,8 @@ def main():
                 _, a = run(binary, f"{work}/{name}-s1", n, args.preload, strace=True)
                 _, b = run(binary, f"{work}/{name}-s2", 2 * n, args.preload, strace=True)
                 syncs[name] = {k: (b.get(k, 0) - a.get(k, 0)) / n for k in ("fdatasync", "fsync")}
-    base = statistics.median(ms["sqlite"])
-    print(f"open, store one record, close (C): {args.cycles} cycles x {args.rounds} rounds, "
-          f"{args.preload} records preloaded")
-    print(f"{'engine':>8} {'ms/cycle':>9} {'x sqlite':>9} {'fdatasync':>10} {'fsync':>6}  rounds")
-    for name in engines:
-        m = statistics.median(ms[name])
-        s = syncs.get(name, {})
-        print(f"{name:>8} {m:9.3f} {base / m:9.2f} {s.get('fdatasync', 0):10.1f} {s.get('fsync', 0):6.1f}  "
-              + " ".join(f"{x:.3f}" for x in ms[name]))
+    print_table(f"open, store one record, close (C): {args.cycles} cycles x {args.rounds} rounds, "
+                f"{args.preload} records preloaded", engines, ms, syncs, digits=3)
 
 
 if __name__ == "__main__":

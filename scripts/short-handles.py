@@ -12,13 +12,14 @@ Run with the Python that has the tsumiki module installed (see crates/tsumiki-py
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import tsumiki
+
+from handles_report import print_table, sync_counts
 
 
 def engines():
@@ -109,20 +110,9 @@ def main():
                     ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", sys.executable, __file__,
                      "--only", name, "--dir", work, "--cycles", str(n)],
                     capture_output=True, text=True)
-                counts = {}
-                for line in res.stderr.splitlines():
-                    parts = line.split()
-                    if parts and parts[-1] in ("fsync", "fdatasync"):
-                        counts[parts[-1]] = int(parts[3] if len(parts) >= 6 else parts[-2]) / n
-                syncs[name] = counts
-        base = statistics.median(ms["sqlite"])
-        print(f"open, put one record, close: {args.cycles} cycles x {args.rounds} rounds, {args.preload} records preloaded")
-        print(f"{'engine':>8} {'ms/cycle':>9} {'x sqlite':>9} {'fdatasync':>10} {'fsync':>6}  rounds")
-        for name in es:
-            m = statistics.median(ms[name])
-            s = syncs.get(name, {})
-            print(f"{name:>8} {m:9.2f} {base / m:9.2f} {s.get('fdatasync', 0):10.1f} {s.get('fsync', 0):6.1f}  "
-                  + " ".join(f"{x:.2f}" for x in ms[name]))
+                syncs[name] = sync_counts(res.stderr, per=n)
+        print_table(f"open, put one record, close: {args.cycles} cycles x {args.rounds} rounds, "
+                    f"{args.preload} records preloaded", es, ms, syncs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

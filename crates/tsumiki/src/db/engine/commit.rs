@@ -279,11 +279,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         // placeholders the transaction made but did not write. Named by their place (in the
         // write set, or past it among the placeholders): 4 bytes each, since what this list
         // adds to a commit's peak comes on top of what its unlinks retire.
-        let deletes = b.writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(None))).count();
-        let mut gone: Vec<u32> = Vec::with_capacity(deletes);
-        gone.extend(
-            (0..b.writes.len() as u32).filter(|&i| matches!(b.writes[i as usize].kind, WriteKind::Value(None))),
-        );
+        let deletes =
+            (0..b.writes.len() as u32).filter(|&i| matches!(b.writes[i as usize].kind, WriteKind::Value(None)));
+        let mut gone: Vec<u32> = Vec::with_capacity(deletes.clone().count());
+        gone.extend(deletes);
         for (c, (key, rec)) in b.created().enumerate() {
             match b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize) {
                 Ok(i) => {
