@@ -98,3 +98,50 @@ fn a_durable_big_transaction_commits_and_recovers() {
     assert_eq!(txn.iter().count(), n as usize, "recovered every key of the big commit");
     txn.commit().unwrap();
 }
+
+/// Power lost at every storage operation of a commit whose log record spans several flush
+/// chunks (a flush seals and writes 1 MiB of blocks at a time): the recovered database
+/// holds the commit whole or not at all (whole once it was acknowledged), and the commit
+/// before it.
+#[test]
+fn power_lost_inside_a_flush_of_several_chunks_keeps_the_commit_whole_or_out() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tsumiki::storage::SimStorage;
+    use tsumiki::{LogOptions, StoreOptions};
+
+    let log = LogOptions { segment_size: 64 << 20, ..LogOptions::default() };
+    // No checkpoint: the storage operations come in the same order in every run.
+    let store = StoreOptions { checkpoint_bytes: 0, checkpoint_interval: Duration::ZERO, ..StoreOptions::default() };
+    let opts = Options { cc: Cc::TicToc, log, store, ..Options::default() };
+    // About 2.5 MiB of records in one commit: three chunks.
+    let big: Vec<([u8; 4], Vec<u8>)> = (0..2_500u32).map(|i| (i.to_be_bytes(), vec![(i % 251) as u8; 1000])).collect();
+    // Returns the operations before and after the big commit.
+    let run = |disk: &SimStorage| -> (u64, u64) {
+        let Ok(db) = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()) else { return (0, 0) };
+        let _ = db.run(|t| t.put(b"first", b"1"));
+        let before = disk.ops();
+        let _ = db.run(|t| big.iter().try_for_each(|(k, v)| t.put(k, v)));
+        (before, disk.ops())
+    };
+    let (before, after) = run(&SimStorage::new(3));
+    assert!(after > before + 2, "the big commit made several writes ({before} -> {after})");
+    for crash_at in before..=after {
+        let disk = SimStorage::new(3);
+        disk.crash_after(crash_at);
+        run(&disk);
+        let image = disk.crash();
+        let db = Db::open_with_storage(Arc::new(SimStorage::from_image(&image, 3)), opts.clone())
+            .unwrap_or_else(|e| panic!("crash after operation {crash_at}: reopen: {e}"));
+        let txn = db.begin();
+        assert_eq!(txn.get(b"first").unwrap().as_deref(), Some(&b"1"[..]), "crash after {crash_at}");
+        let present = big.iter().filter(|(k, v)| txn.get(k).unwrap().as_deref() == Some(&v[..])).count();
+        // Once the commit returned (synced), power lost after it keeps it.
+        let acked = crash_at >= after;
+        assert!(
+            present == big.len() || present == 0 && !acked,
+            "crash after operation {crash_at} (acknowledged: {acked}): {present} of the big commit's {} records",
+            big.len()
+        );
+    }
+}
