@@ -531,6 +531,11 @@ impl<'g, V: Clone + Send + Sync + 'static> Cursor<'g, '_, V> {
         self.tree.write_at(&mut self.pos, self.key, WriteOp::Insert(val), self.absent_at.get(), self.guard)
     }
 
+    /// Whether the cursor's leaf covers `key` now (a cursor for it would need no descent).
+    pub fn covers(&self, key: &[u8]) -> bool {
+        self.tree.pos_covers(&self.pos, key, self.guard)
+    }
+
     /// Removes the cursor's key, like [`BwTree::delete`]: returns whether it was present.
     /// No descent unless the leaf no longer covers the key.
     pub fn delete(&mut self) -> Result<bool, IndexError> {

@@ -305,11 +305,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             gone.sort_unstable_by(|&x, &y| entry(x).0.cmp(entry(y).0));
         }
         let mut trail = LeafTrail::default();
+        let mut run = LeafRun::default();
         for (unlinked, &i) in gone.iter().enumerate() {
             let (key, rec) = entry(i);
-            eng.try_unlink(worker, key, rec, &pinned, &mut trail);
+            let next = gone.get(unlinked + 1).map(|&j| entry(j).0);
+            eng.try_unlink(worker, key, rec, &pinned, &mut trail, next, Some(&mut run));
             Self::renew_pin(&mut pinned, unlinked + 1);
         }
+        eng.end_run(&mut run, &pinned);
         let guard = &pinned;
         eng.drain_pending_unlinks(worker, guard);
         if logged && eng.checkpoint_due() {
@@ -345,7 +348,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
         let mut trail = LeafTrail::default();
         for (i, (key, rec)) in b.created().enumerate() {
-            eng.try_unlink(worker, key, rec, &pinned, &mut trail);
+            eng.try_unlink(worker, key, rec, &pinned, &mut trail, None, None);
             Self::renew_pin(&mut pinned, i + 1);
         }
     }

@@ -29,6 +29,7 @@ mod scan;
 mod slots;
 mod txn;
 mod unlink;
+use unlink::LeafRun;
 
 pub(crate) use scan::ScanCursor;
 pub use scan::{RowRef, TypedScan};

@@ -551,6 +551,11 @@ impl<V: Clone + Send + Sync + 'static> Tree<V> {
         settled && (seen.surely_inside(prefix(key)) || !(seen.range.below(key) || seen.range.beyond(key)))
     }
 
+    /// Whether `pos`'s leaf covers `key` (see [`covers`](Self::covers)).
+    pub(crate) fn pos_covers(&self, pos: &LeafPos<'_, V>, key: &[u8], guard: &Guard) -> bool {
+        self.covers(pos.head, key, guard)
+    }
+
     /// Where `pos` is, for [`seek_near`](Self::seek_near).
     pub(crate) fn hint_of(pos: &LeafPos<'_, V>) -> LeafHint {
         LeafHint { pid: pos.pid, path: pos.path }
