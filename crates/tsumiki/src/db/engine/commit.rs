@@ -308,8 +308,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let mut run = LeafRun::default();
         for (unlinked, &i) in gone.iter().enumerate() {
             let (key, rec) = entry(i);
-            let next = gone.get(unlinked + 1).map(|&j| entry(j).0);
-            eng.try_unlink(worker, key, rec, &pinned, &mut trail, next, Some(&mut run));
+            run.next = gone.get(unlinked + 1).map(|&j| entry(j).0);
+            eng.try_unlink(worker, key, rec, &pinned, &mut trail, Some(&mut run));
             Self::renew_pin(&mut pinned, unlinked + 1);
         }
         eng.end_run(&mut run, &pinned);
@@ -348,7 +348,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
         let mut trail = LeafTrail::default();
         for (i, (key, rec)) in b.created().enumerate() {
-            eng.try_unlink(worker, key, rec, &pinned, &mut trail, None, None);
+            eng.try_unlink(worker, key, rec, &pinned, &mut trail, None);
             Self::renew_pin(&mut pinned, i + 1);
         }
     }

@@ -14,11 +14,13 @@ const RUN_MAX: usize = 256;
 /// unlink and its delete; the run is short and leaves before the commit returns.
 pub(super) struct LeafRun<'k, R> {
     recs: Vec<(&'k [u8], RecPtr<R>)>,
+    /// The key of the series' next unlink (set by the caller before each).
+    pub(super) next: Option<&'k [u8]>,
 }
 
 impl<R> Default for LeafRun<'_, R> {
     fn default() -> Self {
-        LeafRun { recs: Vec::new() }
+        LeafRun { recs: Vec::new(), next: None }
     }
 }
 
@@ -34,18 +36,22 @@ impl<P: Protocol> Engine<P> {
         // memory: an index error here would be a bug.
         self.index.apply_batch(&batch, &mut unused).expect("keys already in the index are valid");
         for (key, rec) in run.recs.drain(..) {
-            self.retire(rec);
-            if let Some(res) = &self.residency {
-                res.credit(key, -((key.len() + RECORD_OVERHEAD) as i64), guard);
-            }
+            self.left_index(key, rec, guard);
+        }
+    }
+
+    /// An unlinked record that left the index: retired, and its memory taken off its range.
+    fn left_index(&self, key: &[u8], rec: RecPtr<P::Record>, guard: &Guard) {
+        self.retire(rec);
+        if let Some(res) = &self.residency {
+            res.credit(key, -((key.len() + RECORD_OVERHEAD) as i64), guard);
         }
     }
 
     /// Unlinks a deleted (absent) record, if it can latch it and its follower now. `trail`:
-    /// where the last unlink of a series in key order ended. With `run`, and `next` the key
-    /// of the series' next unlink: while the unlinks stay in one leaf the records wait in
-    /// `run` (see [`LeafRun`]); the caller ends the run ([`end_run`](Self::end_run)).
-    #[allow(clippy::too_many_arguments)]
+    /// where the last unlink of a series in key order ended. With `run` (see [`LeafRun`]):
+    /// while the unlinks stay in one leaf the records wait in it; the caller ends it
+    /// ([`end_run`](Self::end_run)).
     pub(super) fn try_unlink<'k>(
         &self,
         worker: &P::Worker,
@@ -53,7 +59,6 @@ impl<P: Protocol> Engine<P> {
         rec: *const P::Record,
         guard: &Guard,
         trail: &mut LeafTrail,
-        next_key: Option<&[u8]>,
         run: Option<&mut LeafRun<'k, P::Record>>,
     ) -> bool {
         // SAFETY: pinned by `guard`.
@@ -107,7 +112,7 @@ impl<P: Protocol> Engine<P> {
             self.proto.unlink(worker, r, next, guard);
             self.counters.unlinked.fetch_add(1, Ordering::Relaxed);
             if let Some(run) = run {
-                let stays = next_key.is_some_and(|k| at.covers(k));
+                let stays = run.next.is_some_and(|k| at.covers(k));
                 if stays || !run.recs.is_empty() {
                     run.recs.push((key, RecPtr(rec)));
                     if !stays || run.recs.len() == RUN_MAX {
@@ -120,10 +125,7 @@ impl<P: Protocol> Engine<P> {
             // (The planted unmarked eviction takes records out from under their holders.)
             let planted = self.residency.as_ref().is_some_and(|r| r.evict_unmarked);
             debug_assert!(removed || planted, "a latched record stays in the index until its unlink");
-            self.retire(RecPtr(rec));
-            if let Some(res) = &self.residency {
-                res.credit(key, -((key.len() + RECORD_OVERHEAD) as i64), guard);
-            }
+            self.left_index(key, RecPtr(rec), guard);
             return true;
         }
     }
@@ -153,7 +155,7 @@ impl<P: Protocol> Engine<P> {
         let mut trail = LeafTrail::default();
         for key in batch {
             if let Some(rec) = self.lookup(&key, guard) {
-                self.try_unlink(worker, &key, rec, guard, &mut trail, None, None);
+                self.try_unlink(worker, &key, rec, guard, &mut trail, None);
             }
         }
     }
