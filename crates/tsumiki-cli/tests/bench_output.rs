@@ -228,6 +228,7 @@ fn kv_output() {
         "batch_writes",
         "nondurable_writes",
         "sorted_load",
+        "append_load",
         "len",
         "random_reads",
         "range_reads",
@@ -270,7 +271,7 @@ fn kv_output() {
         for m in row("removals") {
             assert_eq!(found(m), total - loaded / 2, "{engine}: records left after removals {m}");
         }
-        for name in ["pop_first", "pop_last", "retain", "compact", "sorted_load"] {
+        for name in ["pop_first", "pop_last", "retain", "compact", "sorted_load", "append_load"] {
             for m in row(name) {
                 assert_eq!(m["found"], m["expected"], "{engine}: {name} {m}");
             }

@@ -141,6 +141,21 @@ pub enum Error {
     /// A write through a database opened with [`Options::read_only`](crate::Options::read_only).
     #[error("the database was opened read-only")]
     ReadOnly,
+    /// Input a call cannot take, such as records out of order for
+    /// [`Db::bulk_load`](crate::Db::bulk_load); nothing was written.
+    #[error("{0}")]
+    InvalidInput(String),
+}
+
+/// `key` for a message: its bytes with everything outside printable ASCII escaped, at
+/// most 64 of them.
+pub(crate) fn show_key(key: &[u8]) -> String {
+    let shown = key.iter().take(64).flat_map(|b| b.escape_ascii()).map(char::from).collect::<String>();
+    if key.len() > 64 {
+        format!("{shown}... ({} bytes)", key.len())
+    } else {
+        shown
+    }
 }
 
 /// The largest write set one transaction may log, in encoded bytes ([`Error::TxnTooLarge`]).
@@ -154,7 +169,7 @@ pub const MAX_TXN_BYTES: u64 = crate::limits::MAX_WRITE_SET_BYTES as u64;
 /// | `Conflict`, `TxnFinished` | `TSUMIKI_DBM_CONFLICT` | `EAGAIN` | `tsumiki.ConflictError` |
 /// | `KeyTooLong`, `ValueTooLong` | `TSUMIKI_DBM_TOO_LONG` | `EINVAL` | `tsumiki.error` |
 /// | `TxnTooLarge` | `TSUMIKI_DBM_TXN_TOO_LARGE` | `EFBIG` | `tsumiki.error` |
-/// | `InvalidArgument` | `TSUMIKI_DBM_BAD_ARGUMENT` | `EINVAL` | `tsumiki.error` |
+/// | `InvalidArgument` (also [`Error::InvalidInput`]) | `TSUMIKI_DBM_BAD_ARGUMENT` | `EINVAL` | `tsumiki.error` |
 /// | `Io` | `TSUMIKI_DBM_IO` | the OS error's, else `EIO` | `tsumiki.error` |
 /// | `Poisoned` | `TSUMIKI_DBM_POISONED` | the first failure's, else `EIO` | `tsumiki.error` |
 /// | `Corrupt` | `TSUMIKI_DBM_CORRUPT` | `EIO` | `tsumiki.error` |
@@ -177,7 +192,8 @@ pub enum ErrorKind {
     ValueTooLong,
     /// A write set over the log record limit ([`Error::TxnTooLarge`]).
     TxnTooLarge,
-    /// A bad option or configuration ([`Error::Config`], [`Error::Index`]).
+    /// A bad option or configuration ([`Error::Config`], [`Error::Index`]), or input a call
+    /// cannot take ([`Error::InvalidInput`]).
     InvalidArgument,
     /// An operating-system error ([`Error::Io`]).
     Io,
@@ -343,7 +359,7 @@ impl Error {
             Error::KeyTooLong { .. } => ErrorKind::KeyTooLong,
             Error::ValueTooLong { .. } => ErrorKind::ValueTooLong,
             Error::TxnTooLarge { .. } => ErrorKind::TxnTooLarge,
-            Error::Index(_) | Error::Config(_) => ErrorKind::InvalidArgument,
+            Error::Index(_) | Error::Config(_) | Error::InvalidInput(_) => ErrorKind::InvalidArgument,
             Error::Io { .. } => ErrorKind::Io,
             Error::Poisoned(_) => ErrorKind::Poisoned,
             Error::Corrupt(_) => ErrorKind::Corrupt,
@@ -421,7 +437,8 @@ impl PartialEq for Error {
             (Config(a), Config(b))
             | (Locked(a), Locked(b))
             | (NotFound(a), NotFound(b))
-            | (AlreadyExists(a), AlreadyExists(b)) => a == b,
+            | (AlreadyExists(a), AlreadyExists(b))
+            | (InvalidInput(a), InvalidInput(b)) => a == b,
             _ => false,
         }
     }

@@ -34,6 +34,9 @@ pub struct Plants {
     /// A segment the page store no longer needs is reused before the master record that
     /// stops naming it is durable (the crash tests).
     pub early_segment_reuse: bool,
+    /// A bulk load writes the master record naming its table before the pages and the
+    /// table are synced (the crash tests).
+    pub bulk_load_master_first: bool,
     /// A checkpoint deletes the older logs before the master record naming its table is
     /// durable (the crash tests).
     pub early_log_removal: bool,
@@ -93,6 +96,7 @@ impl Plants {
         repack_drops_tail: false,
         unsynced_no_handoff: false,
         early_segment_reuse: false,
+        bulk_load_master_first: false,
         early_log_removal: false,
         milestone_skips_replay: false,
         first_logged_value: false,

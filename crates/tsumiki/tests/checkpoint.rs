@@ -554,3 +554,56 @@ fn checkpoints_take_direct_lanes_from_memory() {
         db.close().unwrap();
     }
 }
+
+/// Four threads overwrite the same keys, each on its lane; checkpoints with `helpers`
+/// threads (the lanes read back in parallel) and the close write the pages. Returns
+/// whether the reopened database holds what it held before the close.
+fn lanes_read_back(helpers: usize, plants: tsumiki::plants::Plants) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreOptions {
+        checkpoint_bytes: 0,
+        checkpoint_interval: std::time::Duration::ZERO,
+        checkpoint_helpers: helpers,
+        close_keeps_short_log: false,
+        ..StoreOptions::default()
+    };
+    let log = LogOptions { durability: Durability::Buffered, ..LogOptions::default() };
+    let opts = Options { cc: Cc::TicToc, log, store, plants, ..Options::default() };
+    let db = Db::create(dir.path(), opts.clone()).unwrap();
+    for round in 0..3u64 {
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let db = &db;
+                s.spawn(move || {
+                    for i in 0..300u64 {
+                        db.run(|txn| {
+                            for j in 0..5 {
+                                let k = (t * 7 + i * 13 + j * 31 + round) % 200;
+                                txn.put(format!("k{k:03}"), format!("{round}-{t}-{i}-{j}"))?;
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        db.checkpoint().unwrap();
+    }
+    db.run(|txn| (0..50).try_for_each(|k| txn.put(format!("k{k:03}"), "last"))).unwrap();
+    let before: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
+    assert!(db.wal_stats().unwrap().lanes >= 2, "the threads logged on several lanes");
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options { plants: tsumiki::plants::Plants::NONE, ..opts }).unwrap();
+    let after: BTreeMap<Vec<u8>, Vec<u8>> = db.begin().iter().map(|r| r.unwrap()).collect();
+    before == after
+}
+
+#[test]
+fn lanes_read_back_in_parallel_keep_each_keys_last_write() {
+    use tsumiki::plants::Plants;
+    assert!(lanes_read_back(3, Plants::NONE), "with helpers");
+    assert!(lanes_read_back(0, Plants::NONE), "without helpers");
+    let planted = Plants { first_logged_value: true, ..Plants::NONE };
+    assert!(!lanes_read_back(3, planted), "keeping a key's first logged write went unnoticed");
+}

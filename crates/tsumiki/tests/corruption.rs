@@ -588,7 +588,7 @@ fn a_closed_lane_without_its_end_block_is_corrupt() {
     }
     // The checkpoint's (and close's) read of a generation's keys applies the same rule.
     let keys = |seg: Vec<u8>| {
-        recovery::logged_writes(&one_lane(seg), 2, 4 * BLOCK as u64, 1 << 20, false, &Default::default())
+        recovery::logged_writes(&one_lane(seg), 2, 4 * BLOCK as u64, 1 << 20, false, &Default::default(), 0)
             .map(|k| k.len())
     };
     assert_eq!(keys(whole).unwrap(), 3);

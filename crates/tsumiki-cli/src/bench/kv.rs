@@ -9,7 +9,10 @@
 //!
 //! 1. sorted load: a fresh database loaded with the `--records` records in ascending key
 //!    order, 1,000 per durable transaction; then closed and removed (run first, so that
-//!    its memory is not added to the main database's);
+//!    its memory is not added to the main database's); then append load: the same records,
+//!    ascending, into another fresh database in one durable step by each engine's path for
+//!    sorted input ([`KvEngine::append_load`]: tsumiki's `Db::bulk_load`, LMDB's
+//!    `MDB_APPEND`, fjall's ingestion; one transaction for the others), closed, removed;
 //! 2. bulk load: the records in random order, one transaction;
 //! 3. individual writes: 1,000 new records, one durable transaction each;
 //! 4. batch writes: 100 durable transactions of 1,000 new records;
@@ -65,12 +68,13 @@ const POPS: usize = 1_000;
 const POP_TXN: usize = 100;
 
 /// Every row, in report order: (name, label, unit of its rate).
-pub const ROWS: [(&str, &str, &str); 14] = [
+pub const ROWS: [(&str, &str, &str); 15] = [
     ("bulk_load", "bulk load", "records/s"),
     ("individual_writes", "individual writes", "txns/s"),
     ("batch_writes", "batch writes", "records/s"),
     ("nondurable_writes", "non-durable writes", "txns/s"),
     ("sorted_load", "sorted load", "records/s"),
+    ("append_load", "append load", "records/s"),
     ("len", "len()", "calls/s"),
     ("random_reads", "random reads", "keys/s"),
     ("range_reads", "random range reads", "scans/s"),
@@ -366,8 +370,17 @@ fn rows<E: KvEngine>(dir: &Path, data: &Data, args: &KvArgs, step: &dyn Fn(&str)
     let found = db.len()?;
     push("sorted_load", None, secs, n, found, n);
     db.close()?;
-    drop((keys, values, in_order));
     std::fs::remove_dir_all(&sorted_dir).map_err(|e| format!("removing {}: {e}", sorted_dir.display()))?;
+
+    step("append load");
+    let append_dir = mkdir("append")?;
+    let mut db = E::open(&append_dir, &cfg)?;
+    let ((), secs) = timed(|| db.append_load(&Batch { keys: &keys, values: &values, value_size: VALUE }))?;
+    let found = db.len()?;
+    push("append_load", None, secs, n, found, n);
+    db.close()?;
+    std::fs::remove_dir_all(&append_dir).map_err(|e| format!("removing {}: {e}", append_dir.display()))?;
+    drop((keys, values, in_order));
 
     let db_dir = mkdir("db")?;
     let mut db = E::open(&db_dir, &cfg)?;

@@ -28,9 +28,11 @@ Examples:
 /// The text after `--help`'s options: details and examples.
 pub const LOAD_HELP: &str = "\
 Reads a dump written by `tsumiki dump` (from FILE, or standard input when FILE is omitted
-or '-') and stores its records, in transactions of --batch records (each commit is one
-fdatasync of the log). The target must be new, or hold no record; with --merge the
-dump's records are added to an existing database, replacing the values of keys it holds.
+or '-') and stores its records. Into a new or empty database the dump (in key order) is
+bulk-loaded: its records go straight into the page store as pages built bottom-up, past
+the log, in one atomic step (all of them or none, even across a crash) and in memory of a
+few pages. With --merge the dump's records are added to a database that holds records,
+replacing the values of keys it holds, in transactions of --batch records.
 
 A damaged or truncated dump is refused with an error naming the byte where it fails
 (exit code 1). A database that `load` created is then removed again; with --merge, the
@@ -64,7 +66,8 @@ pub struct LoadArgs {
     /// values).
     #[arg(long)]
     pub merge: bool,
-    /// Records per transaction.
+    /// Records per transaction with --merge into a database holding records (otherwise
+    /// the dump, in key order, goes straight into the page store in one step: all or none).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
     /// No progress bar and no summary.
@@ -125,6 +128,14 @@ pub fn dump(a: &DumpArgs) -> Outcome {
     Ok(0)
 }
 
+/// A dump that cannot be read: damaged or truncated (exit code 1), or an I/O error.
+fn invalid(e: DumpError) -> Failure {
+    match e {
+        DumpError::Invalid(m) => Failure { message: m, code: 1 },
+        DumpError::Io(e) => Failure::new(format!("reading the dump: {e}")),
+    }
+}
+
 /// `tsumiki load`.
 pub fn load(a: &LoadArgs) -> Outcome {
     let (input, len): (Box<dyn Read>, Option<u64>) = match stdio(&a.file) {
@@ -135,10 +146,6 @@ pub fn load(a: &LoadArgs) -> Outcome {
         }
         None => (Box::new(std::io::stdin().lock()), None),
     };
-    let invalid = |e: DumpError| match e {
-        DumpError::Invalid(m) => Failure { message: m, code: 1 },
-        DumpError::Io(e) => Failure::new(format!("reading the dump: {e}")),
-    };
     // The header first: something that is not a dump creates no database.
     let mut reader = DumpReader::new(BufReader::with_capacity(1 << 20, input)).map_err(invalid)?;
     let existed = a.dir.exists();
@@ -148,8 +155,10 @@ pub fn load(a: &LoadArgs) -> Outcome {
         Vec::new()
     };
     let had_db = a.dir.join("MASTER").exists();
-    let db = Db::create(&a.dir, Options::default()).map_err(|e| Failure::new(format!("{}: {e}", a.dir.display())))?;
-    if had_db && !a.merge && db.view(|r| Ok(r.iter().next().transpose()?.is_some()))? {
+    let mut db =
+        Db::create(&a.dir, Options::default()).map_err(|e| Failure::new(format!("{}: {e}", a.dir.display())))?;
+    let holds_records = had_db && db.view(|r| Ok(r.iter().next().transpose()?.is_some()))?;
+    if holds_records && !a.merge {
         return Err(Failure::new(format!(
             "{} already holds records: load into a new or empty database, or pass --merge",
             a.dir.display()
@@ -157,24 +166,34 @@ pub fn load(a: &LoadArgs) -> Outcome {
     }
     let bar = progress(a.quiet, len, "load");
     let mut loaded = 0u64;
-    let result = (|| -> Result<(), Failure> {
-        let mut txn = db.begin();
-        let mut in_txn = 0u64;
-        while let Some((k, v)) = reader.next_record().map_err(invalid)? {
-            txn.put(&k, &v).map_err(|e| Failure::new(format!("record {}: {e}", reader.count())))?;
-            in_txn += 1;
-            if in_txn == a.batch {
-                std::mem::replace(&mut txn, db.begin()).commit()?;
-                loaded += in_txn;
-                in_txn = 0;
-                bar.set_position(if len.is_some() { reader.offset() } else { loaded });
+    let result = if holds_records {
+        merge_in_batches(&db, &mut reader, a.batch, &mut loaded, &|n| {
+            bar.set_position(if len.is_some() { n.1 } else { n.0 })
+        })
+    } else {
+        // A dump is in key order: its records go straight into the pages, all or none.
+        let failed: std::cell::Cell<Option<Failure>> = std::cell::Cell::new(None);
+        let records = std::iter::from_fn(|| match reader.next_record() {
+            Ok(Some(r)) => {
+                if reader.count() % 4096 == 0 {
+                    bar.set_position(if len.is_some() { reader.offset() } else { reader.count() });
+                }
+                Some(Ok(r))
             }
+            Ok(None) => None,
+            Err(e) => {
+                failed.set(Some(invalid(e)));
+                Some(Err(tsumiki::Error::InvalidInput("the dump could not be read".into())))
+            }
+        });
+        match db.try_bulk_load(records) {
+            Ok(n) => {
+                loaded = n;
+                Ok(())
+            }
+            Err(e) => Err(failed.take().unwrap_or_else(|| Failure::new(format!("loading the dump: {e}")))),
         }
-        // The last batch commits only once the end record has verified the whole dump.
-        txn.commit()?;
-        loaded += in_txn;
-        Ok(())
-    })();
+    };
     bar.finish_and_clear();
     match result {
         Ok(()) => {
@@ -203,6 +222,34 @@ pub fn load(a: &LoadArgs) -> Outcome {
             Err(f)
         }
     }
+}
+
+/// `tsumiki load --merge` into a database that holds records: `batch` records per
+/// transaction (the dump's keys may fall anywhere among the database's), the last batch
+/// committed only once the end record has verified the whole dump. `progress` gets the
+/// records committed and the dump's offset.
+fn merge_in_batches<R: Read>(
+    db: &Db,
+    reader: &mut DumpReader<R>,
+    batch: u64,
+    loaded: &mut u64,
+    progress: &dyn Fn((u64, u64)),
+) -> Result<(), Failure> {
+    let mut txn = db.begin();
+    let mut in_txn = 0u64;
+    while let Some((k, v)) = reader.next_record().map_err(invalid)? {
+        txn.put(&k, &v).map_err(|e| Failure::new(format!("record {}: {e}", reader.count())))?;
+        in_txn += 1;
+        if in_txn == batch {
+            std::mem::replace(&mut txn, db.begin()).commit()?;
+            *loaded += in_txn;
+            in_txn = 0;
+            progress((*loaded, reader.offset()));
+        }
+    }
+    txn.commit()?;
+    *loaded += in_txn;
+    Ok(())
 }
 
 /// Removes the database `load` created in `dir`: the directory if it made it, else the

@@ -280,6 +280,10 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn set_count(&self, n: u64) {
         let _ = n;
     }
+    /// Adds `n` present keys to the count (a bulk load, while no transaction runs).
+    fn add_count(&self, n: u64) {
+        let _ = n;
+    }
     /// Versions kept for snapshots.
     fn snapshot_stats(&self) -> SnapshotStats {
         SnapshotStats::default()

@@ -365,6 +365,13 @@ impl Snapshots {
         self.base.store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
+    /// Adds `n` keys to the count the database opened with (a bulk load, while no
+    /// transaction runs).
+    pub(crate) fn add_base(&self, n: u64) {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let _ = self.base.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_add(n)));
+    }
+
     /// The number of present keys a snapshot at `t` sees: the count the database opened
     /// with, plus every worker's commits stamped at or below `t`. Waits for the counting
     /// windows open at the call (commits whose stamp may be at or below `t`). `None` if that

@@ -186,6 +186,10 @@ impl Protocol for TicToc {
         self.snaps.set_base(n);
     }
 
+    fn add_count(&self, n: u64) {
+        self.snaps.add_base(n);
+    }
+
     fn snapshot_stats(&self) -> SnapshotStats {
         self.snaps.stats()
     }

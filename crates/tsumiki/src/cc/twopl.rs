@@ -355,6 +355,10 @@ impl Protocol for TwoPl {
         self.snaps.set_base(n);
     }
 
+    fn add_count(&self, n: u64) {
+        self.snaps.add_base(n);
+    }
+
     fn snapshot_stats(&self) -> SnapshotStats {
         self.snaps.stats()
     }

@@ -233,6 +233,67 @@ impl Db {
         dispatch!(AnyDb, &self.inner, db => db.eng.checkpoint_now())
     }
 
+    /// Loads `records`, sorted by key, each key above every key already in the database:
+    /// a new database filled, or one extended past its last key (LMDB's `MDB_APPEND`,
+    /// RocksDB's ingestion). With files, the records go straight into the page store as
+    /// pages built bottom-up, written once, past the log and the index: memory stays at a
+    /// few pages whatever their number, and the records load as transactions read them,
+    /// as after an open. It takes the database to itself (`&mut self`: no transaction is
+    /// open) and is atomic and durable: when it returns every record is stored and synced;
+    /// after a crash, either all are or none. Returns the number of records loaded.
+    ///
+    /// Keys out of order, not above the database's last key, or over the limits are
+    /// refused ([`Error::InvalidInput`], [`Error::KeyTooLong`], [`Error::ValueTooLong`])
+    /// and nothing is loaded. An in-memory database, or one whose records all stay in
+    /// memory ([`LogMode::None`](crate::LogMode)), loads them in one transaction.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Error, Options};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let mut db = Db::create(dir.path().join("db"), Options::default()).unwrap();
+    /// let n = db.bulk_load((0..1000u32).map(|i| (i.to_be_bytes(), b"value"))).unwrap();
+    /// assert_eq!((n, db.len().unwrap()), (1000, 1000));
+    /// // Appending goes on past the last key; a key at or below it is refused.
+    /// db.bulk_load([(2000u32.to_be_bytes(), b"more")]).unwrap();
+    /// assert!(matches!(db.bulk_load([(5u32.to_be_bytes(), b"v")]), Err(Error::InvalidInput(_))));
+    /// assert_eq!(db.begin().get(2000u32.to_be_bytes()).unwrap(), Some(b"more".to_vec()));
+    /// ```
+    pub fn bulk_load<K, V>(&mut self, records: impl IntoIterator<Item = (K, V)>) -> Result<u64, Error>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        self.try_bulk_load(records.into_iter().map(Ok))
+    }
+
+    /// [`bulk_load`](Self::bulk_load) from a source that may fail (a file being read):
+    /// its first error ends the load, which then loads nothing and returns that error.
+    pub fn try_bulk_load<K, V>(
+        &mut self,
+        records: impl IntoIterator<Item = Result<(K, V), Error>>,
+    ) -> Result<u64, Error>
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let records = records.into_iter().map(|r| r.map(|(k, v)| (k.as_ref().to_vec(), v.as_ref().to_vec())));
+        if dispatch!(AnyDb, &self.inner, db => db.eng.bulk_loads_pages()) {
+            return dispatch!(AnyDb, &self.inner, db => db.eng.bulk_load(records));
+        }
+        let mut txn = self.begin();
+        let mut prev = txn.iter().rev().next().transpose()?.map(|(k, _)| k);
+        let mut n = 0u64;
+        for r in records {
+            let (k, v) = r?;
+            crate::store::pages::check_appended(prev.as_deref(), &k, &v, n)?;
+            txn.put(&k, v)?;
+            prev = Some(k);
+            n += 1;
+        }
+        txn.commit()?;
+        Ok(n)
+    }
+
     /// Makes every commit so far durable, whatever durability it chose
     /// ([`Txn::set_durability`]): writes and syncs each log lane that holds unsynced
     /// commits. A no-op without files, or when every commit was synced.

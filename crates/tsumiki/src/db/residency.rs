@@ -490,7 +490,8 @@ impl Residency {
         (range, range.low.to_vec(), map.high(i).map(<[u8]>::to_vec))
     }
 
-    /// Splits the loaded `range` at the keys `cuts` (ascending, inside it). Each piece that
+    /// Splits `range` at the keys `cuts` (ascending, inside it); the pieces are loaded if it
+    /// was (an unloaded range is cut where a bulk load's pages start). Each piece that
     /// ends at a cut is counted `share` of what the range was, the last piece the rest (an
     /// estimate by record count: the total never drifts, since each piece takes back what
     /// it was counted when it leaves). Returns the lowest piece. Called under `lock`.
@@ -500,16 +501,27 @@ impl Residency {
     /// once per piece when maps were copied whole (10M records: 77K copies of up to
     /// 620 KB, gigabytes of garbage waiting for the epoch). The new map shares every chunk
     /// but the split range's (see [`CHUNK`]).
-    pub(crate) fn split(&self, range: &Arc<Range>, cuts: &[Vec<u8>], share: f64, guard: &Guard) -> Arc<Range> {
-        debug_assert!(range.is_loaded() && cuts.first().is_some_and(|at| *range.low < **at));
+    pub(crate) fn split(
+        &self,
+        clock: &mut Clock,
+        range: &Arc<Range>,
+        cuts: &[Vec<u8>],
+        share: f64,
+        guard: &Guard,
+    ) -> Arc<Range> {
+        debug_assert!(cuts.first().is_some_and(|at| *range.low < **at));
         debug_assert!(cuts.windows(2).all(|w| w[0] < w[1]));
         let map = self.current(guard);
         let i = map.find(&range.low);
         debug_assert!(Arc::ptr_eq(map.get(i), range));
         let d = range.dirty();
+        let loaded = range.is_loaded();
+        if !loaded {
+            clock.missing += cuts.len();
+        }
         let pieces: Vec<Arc<Range>> = std::iter::once(range.low.clone())
             .chain(cuts.iter().map(|at| at.as_slice().into()))
-            .map(|low| Range::new(low, true, d))
+            .map(|low| Range::new(low, loaded, d))
             .collect();
         let old = self.map.swap(Owned::new(map.replaced(i, &pieces)), Ordering::SeqCst, guard);
         // Counts made in the old range go with it (none are lost: the total keeps them).
@@ -531,6 +543,13 @@ impl Residency {
         // SAFETY: unreachable from now on; readers that loaded it are pinned.
         unsafe { guard.defer_destroy(old) };
         pieces[0].clone()
+    }
+
+    /// The ranges from the one holding `key` on, each with its high key (`None`: the last).
+    pub(crate) fn ranges_from(&self, key: &[u8], guard: &Guard) -> Vec<(Arc<Range>, Option<Vec<u8>>)> {
+        let ranges: Vec<Arc<Range>> = self.current(guard).iter_from_key(key).cloned().collect();
+        let highs = ranges.iter().skip(1).map(|r| Some(r.low.to_vec())).chain(std::iter::once(None));
+        ranges.iter().cloned().zip(highs).collect()
     }
 
     /// The number of ranges.
@@ -691,7 +710,7 @@ mod tests {
         let all = r.first_missing(b"", None, guard).unwrap().clone();
         r.mark_loaded(&mut r.lock.lock(), &all);
         r.mark_dirty(b"q", 4, guard);
-        let lower = r.split(&all, &[b"k".to_vec()], 0.5, guard);
+        let lower = r.split(&mut r.lock.lock(), &all, &[b"k".to_vec()], 0.5, guard);
         assert_eq!(lower.dirty(), 5);
         assert_eq!(r.bounds(&lower, guard), Some((Vec::new(), Some(b"k".to_vec()))));
         assert_eq!(r.bounds(&all, guard), None, "the split range is only in the old map");

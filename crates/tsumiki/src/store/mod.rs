@@ -723,7 +723,9 @@ impl Durable {
                 self.value_budget,
                 self.wal.plants.first_logged_value,
                 &echoes,
+                pages.helpers(),
             )?;
+            pages.note_helper_cpu(writes.helper_cpu);
             self.wal.recycle_echoes(echoes);
             let delta = writes.count_delta;
             pages.apply(g, &LatestValues { writes, state }, Some(&mut milestone))?;
@@ -870,6 +872,80 @@ impl Durable {
             Device::File => self.wal.retire(g),
             Device::Nvm(_) => recovery::remove_stale(&self.storage, g),
         }
+    }
+
+    /// A bulk load (see `Db::bulk_load`; no transaction may be running): a checkpoint
+    /// first unless this generation logged nothing, so that the pages hold every commit
+    /// and the generation's logs nothing;
+    /// then `records` appended as pages after the last one
+    /// ([`PageStore::append_sorted`]), the table, and a master record naming it with the
+    /// same generation and the count raised by what was appended. Nothing goes through the
+    /// log: a crash before that master record is durable leaves the state of the
+    /// checkpoint (the images written are in no table), after it every record.
+    /// Returns what was appended; the caller makes memory agree (the new key range is in
+    /// no loaded range).
+    pub(crate) fn bulk_load<I>(
+        &self,
+        quiesce: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<(), Error>,
+        state: &dyn CommittedState,
+        records: I,
+    ) -> Result<pages::Appended, Error>
+    where
+        I: Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>,
+    {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mut current = self.current.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Config("bulk load into a closed database".into()));
+        }
+        // Commits kept in memory reach the log first, so that "no log" means "no commit".
+        self.wal.flush_all()?;
+        if recovery::has_logs(&*self.storage, current.generation)? {
+            self.checkpoint_locked(&mut current, quiesce, state)?;
+        } else {
+            // Nothing was committed in this generation: the pages hold everything already.
+            // No checkpoint then, and none may run: its pages (of the next generation)
+            // with no log of this one beside them read, after a crash, as a master record
+            // put back (the open refuses them). The load's images are of this generation.
+            // The deferred master record of a clean open goes first, as before a lane.
+            self.wal.first_write()?;
+        }
+        let g = current.generation;
+        let poison = |e: Error| match e {
+            Error::Poisoned(_) => e,
+            e => self.wal.poison(Poison::caused_by(&format!("bulk load in generation {g} failed"), &e)),
+        };
+        let appended = match current.pages.append_sorted(g, records) {
+            Ok(a) => a,
+            Err(pages::AppendError::Input(e)) => return Err(e),
+            Err(pages::AppendError::Store(e)) => return Err(poison(e)),
+        };
+        if appended.records == 0 {
+            return Ok(appended);
+        }
+        let count = match current.count {
+            Some(c) => {
+                Some(c.checked_add(appended.records).ok_or_else(|| poison(Error::Config("count overflow".into())))?)
+            }
+            None => None,
+        };
+        let m = |t| master(g, Some(t), false, &self.wal.opts, count);
+        let t = if self.wal.plants.bulk_load_master_first {
+            let t = current.pages.write_table_unsynced().map_err(poison)?;
+            write_master(&*self.storage, &m(t)).map_err(poison)?;
+            current.pages.sync_written().map_err(poison)?;
+            t
+        } else {
+            let t = current.pages.write_table().map_err(poison)?;
+            write_master(&*self.storage, &m(t)).map_err(poison)?;
+            t
+        };
+        current.table = Some(t);
+        current.count = count;
+        current.pages.commit();
+        Ok(appended)
     }
 
     /// Marks the database closed without flushing or writing anything (a simulated crash

@@ -200,7 +200,7 @@ impl<P: Protocol> Engine<P> {
             // (CI met a pass that ran out of steps over the budget after many splits).
             steps += 2 * cuts.len();
             let (range, high) = match cuts.first() {
-                Some(at) => (r.split(range, &cuts, split_at as f64 / seen as f64, guard), Some(at.clone())),
+                Some(at) => (r.split(&mut clock, range, &cuts, split_at as f64 / seen as f64, guard), Some(at.clone())),
                 None => (range.clone(), high),
             };
             if range.dirty() > covered {

@@ -22,6 +22,7 @@ use crate::wal::{CommitMode, CommitTicket, Durability, Lane, LogOptions, Wal};
 use super::residency::{Clock, Range, Residency, MAX_PIECES, RECORD_OVERHEAD};
 use super::{Error, MAX_VALUE_LEN};
 
+mod bulk;
 mod cache;
 mod commit;
 mod durable;

@@ -321,14 +321,14 @@ impl PageStore {
 /// at most [`PAGE_TARGET`] leaves each time three times that has gathered (the first keeps the
 /// page's id and low key, the rest get new ids), and [`finish`](Self::finish) splits what
 /// is left evenly, as [`PageStore::write_bases`] does.
-struct Bases {
+pub(super) struct Bases {
     page: Option<Page>,
     piece: Vec<(Vec<u8>, Vec<u8>)>,
     size: usize,
 }
 
 impl Bases {
-    fn new(page: Page) -> Bases {
+    pub(super) fn new(page: Page) -> Bases {
         Bases { page: Some(page), piece: Vec::new(), size: 0 }
     }
 
@@ -340,7 +340,13 @@ impl Bases {
         }
     }
 
-    fn push(&mut self, store: &mut PageStore, k: Vec<u8>, v: Vec<u8>, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
+    pub(super) fn push(
+        &mut self,
+        store: &mut PageStore,
+        k: Vec<u8>,
+        v: Vec<u8>,
+        out: &mut Vec<Arc<Page>>,
+    ) -> Result<(), Error> {
         self.size += entry_len(self.piece.last().map_or(&[], |(p, _)| p.as_slice()), &k, Some(&v));
         self.piece.push((k, v));
         if self.size < 3 * PAGE_TARGET {
@@ -363,7 +369,7 @@ impl Bases {
         store.write_bases(page, first, out)
     }
 
-    fn finish(mut self, store: &mut PageStore, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
+    pub(super) fn finish(mut self, store: &mut PageStore, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
         if self.piece.is_empty() {
             // An emptied page is dropped (its range joins its left neighbour's).
             return Ok(());
@@ -400,7 +406,7 @@ struct Prepared {
 }
 
 /// A live key and its value.
-type Entry = (Vec<u8>, Vec<u8>);
+pub(super) type Entry = (Vec<u8>, Vec<u8>);
 
 /// What preparing reads: the table as the pass found it, the changes, and the pages the
 /// pass touches. Shared by the helpers (nothing in it changes during the pass: a milestone

@@ -1,6 +1,10 @@
 //! What a generation's logs changed, for the checkpoint that ends it: every key its
 //! records write, sorted and unique, with its last logged value.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
 use super::*;
 
 /// Every key the records of generation `generation`'s logs write, sorted and unique,
@@ -9,10 +13,15 @@ use super::*;
 /// to a block marked [`FLAG_LANE_END`]. A damaged or missing block before that end is an
 /// error (a key missed here would be lost with the log), not a tail. Segments are read a
 /// chunk at a time into one buffer, or, for a lane in `echoes`, taken from the copy of
-/// its blocks kept as they were written. Values are kept while
-/// the kept ones (the distinct keys' last values, after each lane) stay within
-/// `value_budget` bytes; past it a key's value is [`Logged::Unknown`], for the caller to
-/// read elsewhere. (`first_for_tests`: each key's first write is kept, a planted bug.)
+/// its blocks kept as they were written. Values are kept while the kept ones (each lane's
+/// distinct keys' last values) stay within the lane's share of `value_budget` bytes; past
+/// it a key's value is [`Logged::Unknown`], for the caller to read elsewhere.
+/// (`first_for_tests`: each key's first write is kept, a planted bug.)
+///
+/// Each lane is read into a list of its own, sorted with each key once, on up to
+/// `helpers` threads besides the caller's when there are several lanes (a 16-thread
+/// checkpoint spent a fifth of its time reading the logs back on one thread); then the
+/// lists are merged, a key's write of the highest order winning.
 pub fn logged_writes(
     storage: &dyn Storage,
     generation: u64,
@@ -20,83 +29,136 @@ pub fn logged_writes(
     value_budget: usize,
     first_for_tests: bool,
     echoes: &Echoes,
+    helpers: usize,
 ) -> Result<LoggedWrites, Error> {
     let lanes = segments_of(storage, generation)?;
     let registered = read_registry(storage, generation)?;
-    let mut writes = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
-    let mut chunk = vec![0u8; LANE_CHUNK];
-    let mut stream: Vec<u8> = Vec::new();
-    let mut held = Vec::with_capacity(lanes.len());
+    let mut mine: Vec<(u16, &[u64])> = Vec::with_capacity(lanes.len());
     for (&lane, segs) in &lanes {
-        if !echoes.contains_key(&lane) && foreign_lane(storage, generation, lane, registered) {
-            continue;
+        if echoes.contains_key(&lane) || !foreign_lane(storage, generation, lane, registered) {
+            mine.push((lane, segs));
         }
-        stream.clear();
-        let before = writes.len();
-        // Room for the lane's writes at once: grown by doubling, the lists of a 1M-record
-        // generation were copied again and again (a realloc of a big block copies it).
-        let echo = echoes.get(&lane);
-        writes.reserve(match echo {
-            Some(copy) => crate::wal::echo_len(copy),
-            None => segs.iter().map(|&s| format::segment_len(s, segment_size) as usize).sum(),
+    }
+    let budget = value_budget / mine.len().max(1);
+    let read = |&(lane, segs): &(u16, &[u64])| {
+        let mut writes = LoggedWrites { value_budget: budget, first_for_tests, ..LoggedWrites::default() };
+        let seq = read_lane(storage, generation, segment_size, lane, segs, echoes.get(&lane), &mut writes)?;
+        Ok((writes, seq))
+    };
+    let helper_cpu = AtomicU64::new(0);
+    let results: Vec<LaneRead> = if helpers == 0 || mine.len() < 2 {
+        mine.iter().map(read).collect()
+    } else {
+        let next = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<LaneRead>>> = mine.iter().map(|_| Mutex::new(None)).collect();
+        let take = |me: bool| {
+            let cpu = crate::background::thread_cpu_time();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(lane) = mine.get(i) else { break };
+                *slots[i].lock() = Some(read(lane));
+            }
+            if !me {
+                let used = crate::background::thread_cpu_time().saturating_sub(cpu);
+                helper_cpu.fetch_add(used.as_micros() as u64, Ordering::Relaxed);
+            }
+        };
+        std::thread::scope(|s| {
+            // A thread the system refuses is one helper fewer.
+            for _ in 0..helpers.min(mine.len() - 1) {
+                let _ = std::thread::Builder::new().spawn_scoped(s, || take(false));
+            }
+            take(true);
         });
-        let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
-        match echo {
-            // The lane's blocks as written (see `Echoes`): the same checks, no read.
-            Some(copy) => {
-                for piece in copy {
-                    for block in piece.chunks(BLOCK) {
-                        if r.block(block, "the in-memory copy")? {
-                            break;
-                        }
-                    }
-                    take_writes(r.stream, &mut writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
-                    if r.ended {
+        slots.into_iter().map(|m| m.into_inner().expect("every lane was read")).collect()
+    };
+    let mut held = Vec::with_capacity(mine.len());
+    let mut lists = Vec::with_capacity(mine.len());
+    for (&(lane, _), r) in mine.iter().zip(results) {
+        let (writes, seq) = r?;
+        held.push((lane, !writes.is_empty(), seq > 0));
+        lists.push(writes);
+    }
+    check_registry(storage, generation, &held)?;
+    let mut writes = LoggedWrites::merged(lists, value_budget, first_for_tests);
+    writes.helper_cpu = std::time::Duration::from_micros(helper_cpu.into_inner());
+    Ok(writes)
+}
+
+/// A lane's writes, sorted with each key once, and the number of blocks it held.
+type LaneRead = Result<(LoggedWrites, u32), Error>;
+
+/// Reads lane `lane` of `generation` (its segments `segs`, or its in-memory copy `echo`)
+/// into `writes`, sorted with each key once; returns the number of blocks it read.
+fn read_lane(
+    storage: &dyn Storage,
+    generation: u64,
+    segment_size: u64,
+    lane: u16,
+    segs: &[u64],
+    echo: Option<&Vec<Vec<u8>>>,
+    writes: &mut LoggedWrites,
+) -> Result<u32, Error> {
+    let mut stream: Vec<u8> = Vec::new();
+    // Room for the lane's writes at once: grown by doubling, the lists of a 1M-record
+    // generation were copied again and again (a realloc of a big block copies it).
+    writes.reserve(match echo {
+        Some(copy) => crate::wal::echo_len(copy),
+        None => segs.iter().map(|&s| format::segment_len(s, segment_size) as usize).sum(),
+    });
+    let mut r = LaneBlocks { generation, lane, seq: 0, prev_used: None, ended: false, stream: &mut stream };
+    match echo {
+        // The lane's blocks as written (see `Echoes`): the same checks, no read.
+        Some(copy) => {
+            for piece in copy {
+                for block in piece.chunks(BLOCK) {
+                    if r.block(block, "the in-memory copy")? {
                         break;
                     }
                 }
-            }
-            None => {
-                'lane: for (i, &seg) in segs.iter().enumerate() {
-                    let name = format::segment_name(generation, lane, seg);
-                    if seg != i as u64 {
-                        return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
-                    }
-                    let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
-                    let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
-                    // The lane's blocks follow the segment's header (a segment written
-                    // before headers has none: its blocks start at 0).
-                    let headered = has_header(&*f, generation, lane, seg).map_err(|e| io(&name, e))?;
-                    let mut off = if headered { format::SEGMENT_HEADER } else { 0 };
-                    while off < len {
-                        let n = (chunk.len() as u64).min(len - off) as usize;
-                        read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
-                        off += n as u64;
-                        for block in chunk[..n].chunks(BLOCK) {
-                            if r.block(block, &name)? {
-                                break 'lane;
-                            }
-                        }
-                        take_writes(r.stream, &mut writes)
-                            .map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
-                    }
+                take_writes(r.stream, writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
+                if r.ended {
+                    break;
                 }
             }
         }
-        let (seq, ended) = (r.seq, r.ended);
-        if !ended {
-            return Err(corrupt(format!(
-                "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
-            )));
+        None => {
+            let mut chunk = vec![0u8; LANE_CHUNK];
+            'lane: for (i, &seg) in segs.iter().enumerate() {
+                let name = format::segment_name(generation, lane, seg);
+                if seg != i as u64 {
+                    return Err(corrupt(format!("log segment {i} of lane {lane} is missing")));
+                }
+                let f = storage.open(&name, false).map_err(|e| io(&name, e))?;
+                let len = format::segment_len(seg, segment_size).min(f.len().map_err(|e| io(&name, e))?);
+                // The lane's blocks follow the segment's header (a segment written
+                // before headers has none: its blocks start at 0).
+                let headered = has_header(&*f, generation, lane, seg).map_err(|e| io(&name, e))?;
+                let mut off = if headered { format::SEGMENT_HEADER } else { 0 };
+                while off < len {
+                    let n = (chunk.len() as u64).min(len - off) as usize;
+                    read_exact_at(&*f, &mut chunk[..n], off).map_err(|e| io(&name, e))?;
+                    off += n as u64;
+                    for block in chunk[..n].chunks(BLOCK) {
+                        if r.block(block, &name)? {
+                            break 'lane;
+                        }
+                    }
+                    take_writes(r.stream, writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
+                }
+            }
         }
-        // The blocks read before the lane's end.
-        take_writes(&mut stream, &mut writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
-        held.push((lane, writes.len() > before, seq > 0));
-        // Sorting per lane keeps the list near the distinct keys, not the writes.
-        writes.sort_dedup();
     }
-    check_registry(storage, generation, &held)?;
-    Ok(writes)
+    let (seq, ended) = (r.seq, r.ended);
+    if !ended {
+        return Err(corrupt(format!(
+            "lane {lane} of generation {generation} ends at block {seq} without its end block: blocks were lost"
+        )));
+    }
+    // The blocks read before the lane's end.
+    take_writes(&mut stream, writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
+    writes.sort_dedup();
+    Ok(seq)
 }
 
 /// Copies of ended lanes' blocks, by lane, kept in memory as they were written (pieces
@@ -261,6 +323,8 @@ pub struct LoggedWrites {
     /// What the records changed in the number of present keys (their inserts less their
     /// removals).
     pub count_delta: i64,
+    /// CPU the threads that helped read the lanes used (the caller's own is its own).
+    pub helper_cpu: std::time::Duration,
 }
 
 impl LoggedWrites {
@@ -318,6 +382,27 @@ impl LoggedWrites {
                 Logged::Value(&self.bytes[v..v + n as usize])
             }
         }
+    }
+
+    /// The lists of several lanes, each sorted with each key once, as one: a key's write of
+    /// the highest order kept.
+    fn merged(mut lists: Vec<LoggedWrites>, value_budget: usize, first_for_tests: bool) -> LoggedWrites {
+        if lists.len() == 1 {
+            let mut one = lists.pop().expect("one list");
+            one.value_budget = value_budget;
+            return one;
+        }
+        let mut all = LoggedWrites { value_budget, first_for_tests, ..LoggedWrites::default() };
+        all.bytes.reserve(lists.iter().map(|l| l.bytes.len()).sum());
+        all.writes.reserve(lists.iter().map(LoggedWrites::len).sum());
+        for l in lists {
+            let base = all.bytes.len() as u64;
+            all.bytes.extend_from_slice(&l.bytes);
+            all.writes.extend(l.writes.iter().map(|w| Write { at: w.at + base, ..*w }));
+            all.count_delta += l.count_delta;
+        }
+        all.sort_dedup();
+        all
     }
 
     /// Sorts by key and keeps each key's last write (and only the bytes it uses).

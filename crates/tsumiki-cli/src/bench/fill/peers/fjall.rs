@@ -94,6 +94,17 @@ impl KvReader for Reader {
 }
 
 impl KvEngine for Fjall {
+    /// fjall's ingestion writes the sorted records as tables, past the journal, then
+    /// persists (as `write_batch`'s synced commit does).
+    fn append_load<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
+        let mut ing = self.ks.start_ingestion().map_err(err("fjall ingestion"))?;
+        for (k, v) in batch.iter() {
+            ing.write(k, v).map_err(err("fjall ingestion"))?;
+        }
+        ing.finish().map_err(err("fjall ingestion"))?;
+        self.db.persist(PersistMode::SyncData).map_err(err("fjall persist"))
+    }
+
     type Reader<'a> = Reader;
 
     fn set_durable(&mut self, durable: bool) -> Result<(), String> {

@@ -105,6 +105,13 @@ impl KvReader for Reader<'_> {
 }
 
 impl KvEngine for Lmdb {
+    fn append_load<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
+        let db = self.db;
+        self.write("lmdb append", |w| {
+            batch.iter().try_for_each(|(k, v)| db.put_with_flags(w, heed::PutFlags::APPEND, k, v))
+        })
+    }
+
     type Reader<'a> = Reader<'a>;
 
     fn set_durable(&mut self, durable: bool) -> Result<(), String> {

@@ -166,6 +166,12 @@ pub trait KvEngine: FillEngine {
     /// Removes, in one transaction, every record for which `keep` is false. Returns how
     /// many were removed.
     fn retain(&mut self, keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64, String>;
+    /// Loads `batch`, in ascending key order, into the empty database in one durable step,
+    /// by the engine's path for sorted input where it has one (tsumiki's `Db::bulk_load`,
+    /// LMDB's `MDB_APPEND`, fjall's ingestion); one transaction otherwise.
+    fn append_load<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
+        self.write_batch(batch)
+    }
     /// Compacts the database in `dir` by the engine's own means and closes it.
     fn compact_and_close(self, dir: &Path) -> Result<(), String>;
 }

@@ -115,6 +115,10 @@ impl KvReader for Reader<'_> {
 }
 
 impl KvEngine for Tsumiki {
+    fn append_load<const K: usize>(&mut self, batch: &Batch<'_, K>) -> Result<(), String> {
+        self.db.bulk_load(batch.iter()).map(|_| ()).map_err(err("tsumiki bulk load"))
+    }
+
     type Reader<'a> = Reader<'a>;
 
     fn set_durable(&mut self, durable: bool) -> Result<(), String> {
