@@ -96,11 +96,64 @@ impl WriteKind {
     }
 }
 
+/// A value a transaction writes: a copy the write set owns, or the bytes it staged in the
+/// tail of a record it created ([`value::ValueCell::stage`]), which the commit then
+/// publishes in place, without copying it again: a big transaction of new keys holds
+/// each value once, not twice (in its record's reserved tail and in the write set).
+pub enum WriteValue {
+    /// The write set's own copy.
+    Owned(Vec<u8>),
+    /// `len` bytes at `at`: the tail of a record this transaction created, which only it
+    /// writes (the record stays allocated while the transaction runs).
+    Staged {
+        /// The tail's first byte.
+        at: std::ptr::NonNull<u8>,
+        /// The value's length.
+        len: usize,
+    },
+}
+
+impl WriteValue {
+    /// The value's bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            WriteValue::Owned(v) => v,
+            // SAFETY: a staged value is in the tail of a record its transaction created;
+            // the record stays allocated while the transaction runs, which outlives its
+            // write set's entries, and no one else writes a staged tail.
+            WriteValue::Staged { at, len } => unsafe { std::slice::from_raw_parts(at.as_ptr(), *len) },
+        }
+    }
+}
+
+impl std::ops::Deref for WriteValue {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for WriteValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
+
+impl PartialEq for WriteValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for WriteValue {}
+
 /// What a write-set entry does to its record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum WriteKind {
     /// Set the value (`None` deletes the key).
-    Value(Option<Vec<u8>>),
+    Value(Option<WriteValue>),
     /// Only the gap before the record changes (an insert just before it): the value stays,
     /// but the record counts as written, so that readers of the gap conflict.
     Gap,

@@ -31,7 +31,8 @@ use super::{snapshot, Protocol};
 pub struct ValueCell {
     /// `UNWRITTEN`, `DELETED`, `REMOVED`, `INLINE | len << 3` (the bytes are in `inline`),
     /// a heap buffer's exposed address (`HeapBuf`, 8-aligned, so its low three bits are 0), or
-    /// the record's tail `| FRESH` (nothing stored yet, the tail unused) or `| EMBEDDED`
+    /// the record's tail `| FRESH` (nothing stored yet, the tail unused), `| STAGED` (the
+    /// same, the tail its creator's, who may have staged its value there) or `| EMBEDDED`
     /// (the value is in the tail); `| TAILED` in every state of a record with a tail.
     state: AtomicUsize,
     inline: AtomicU64,
@@ -58,6 +59,11 @@ const DELETED: usize = 3;
 const EMBEDDED: usize = 4;
 /// Unwritten, and the record's tail (the rest of the state) is free for the first value.
 const FRESH: usize = 5;
+/// As `FRESH`, for a record an insert made ([`alloc_new`]): the tail belongs to the
+/// transaction that created the record, which stages its value there before it commits
+/// ([`ValueCell::stage`]) and publishes it in place. Another writer's value goes to the
+/// heap, so staged bytes are never overwritten by anyone else.
+const STAGED: usize = 6;
 const TAG_MASK: usize = 7;
 /// The record was allocated with a tail ([`free_record`] needs its layout). Set before
 /// the record is published and carried by every later state; user-space addresses never
@@ -247,7 +253,38 @@ impl ValueCell {
     #[inline]
     pub(crate) fn is_unwritten(&self) -> bool {
         let s = self.load(Ordering::Acquire);
-        s == UNWRITTEN || s & TAG_MASK == FRESH
+        s == UNWRITTEN || matches!(s & TAG_MASK, FRESH | STAGED)
+    }
+
+    /// Gives a new record's unused tail to its creator (see `STAGED`). Called before the
+    /// record is published.
+    fn reserve_tail_for_creator(&self) {
+        let s = self.state.load(Ordering::Relaxed);
+        if s & TAG_MASK == FRESH {
+            // Not published yet: a plain store; the publication of the record orders it.
+            self.state.store((s & !TAG_MASK) | STAGED, Ordering::Relaxed);
+        }
+    }
+
+    /// Copies `value` into the tail of a record the calling transaction created
+    /// ([`alloc_new`]) and returns it as staged there, if the tail is still its creator's
+    /// (no commit stored a value yet) and holds it. The commit that installs it
+    /// ([`store`](Self::store) with these very bytes) publishes the tail without a copy.
+    /// Only the record's creator calls this, before it commits: no reader looks at an
+    /// unpublished tail, and no other writer stores into a staged one. If another commit
+    /// stored a value meanwhile (the state left `STAGED` under it), the bytes written
+    /// here are unread, and the creator's install copies them to the heap.
+    pub(crate) fn stage(&self, value: &[u8]) -> Option<super::WriteValue> {
+        let s = self.load(Ordering::Acquire);
+        if s & TAG_MASK != STAGED || value.len() <= INLINE_MAX || value.len() > tail_cap(s) {
+            return None;
+        }
+        let at = tail_bytes(s);
+        // SAFETY: a `STAGED` state names the tail of a record the caller created, `cap`
+        // bytes after the header; only the creator writes them, and nothing reads them
+        // until a state names them (`store` publishes them with release ordering).
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), at, value.len()) };
+        Some(super::WriteValue::Staged { at: NonNull::new(at).expect("a tail is never null"), len: value.len() })
     }
 
     #[inline]
@@ -266,6 +303,14 @@ impl ValueCell {
                 fence(Ordering::Release);
                 self.inline.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
                 INLINE | v.len() << 3
+            }
+            Some(v) if cur & TAG_MASK == STAGED && std::ptr::eq(v.as_ptr(), tail_bytes(cur)) => {
+                let h = (cur & !TAG_MASK) as *mut TailHeader;
+                debug_assert!(v.len() <= tail_cap(cur));
+                // SAFETY: the creator's value, staged in this tail (`stage`), which no
+                // state has named yet; the swap below publishes it (release).
+                unsafe { (*h).len = v.len() as u32 };
+                (cur & !TAG_MASK) | EMBEDDED
             }
             Some(v) if cur & TAG_MASK == FRESH && v.len() <= tail_cap(cur) => {
                 let h = (cur & !TAG_MASK) as *mut TailHeader;
@@ -329,11 +374,19 @@ impl Drop for ValueCell {
     }
 }
 
-/// The capacity of the tail a `FRESH` state names.
+/// The capacity of the tail a `FRESH` or `STAGED` state names.
 #[inline]
 fn tail_cap(s: usize) -> usize {
-    // SAFETY: a `FRESH` state names its record's tail header, written at allocation.
+    // SAFETY: a `FRESH` or `STAGED` state names its record's tail header, written at
+    // allocation.
     unsafe { (*((s & !TAG_MASK) as *const TailHeader)).cap as usize }
+}
+
+/// The first byte of the tail a `FRESH` or `STAGED` state names (after its header).
+#[inline]
+fn tail_bytes(s: usize) -> *mut u8 {
+    // In bounds: the header is followed by its `cap` bytes in the same allocation.
+    ((s & !TAG_MASK) as *mut TailHeader).wrapping_add(1).cast::<u8>()
 }
 
 /// The layout of a record of type `R` with a tail of `cap` bytes, and the tail header's
@@ -415,7 +468,12 @@ pub(crate) fn prefetch_record<R>(p: *const R) {
 /// A record for an insert of a `reserve`-byte value ([`Protocol::new_record`]), with room
 /// for that value in its tail. Free it with [`free_record_of`].
 pub(crate) fn alloc_new<P: Protocol>(proto: &P, st: &mut P::TxnState, reserve: usize) -> *mut P::Record {
-    alloc_record(proto.new_record(st), reserve, P::value_cell)
+    let p = alloc_record(proto.new_record(st), reserve, P::value_cell);
+    // SAFETY: `p` is live and not published yet.
+    if let Some(c) = P::value_cell(unsafe { &*p }) {
+        c.reserve_tail_for_creator();
+    }
+    p
 }
 
 /// A record holding `value` as loaded ([`Protocol::new_loaded`]), the value in its tail
@@ -447,6 +505,7 @@ pub(crate) unsafe fn free_record_of<P: Protocol>(p: *mut P::Record) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::WriteValue;
     use super::*;
 
     struct Rec {
@@ -486,6 +545,50 @@ mod tests {
         assert!(r.cell.is_removed(guard) && r.cell.has_tail());
         assert_eq!(r.word.load(Ordering::Relaxed), 7);
         // SAFETY: allocated above with the same `cell`; not reachable by anyone else.
+        unsafe { free_record(p, cell) };
+    }
+
+    /// A new record's creator stages its value in the tail and its install publishes it
+    /// there, uncopied; a value another writer commits first goes to the heap and leaves
+    /// the staged bytes alone, and the creator's later install copies those.
+    #[test]
+    fn a_creator_stages_its_value_in_the_tail_and_no_one_else_writes_there() {
+        let guard = &crossbeam_epoch::pin();
+        let new = || {
+            let p = alloc_record(Rec { word: AtomicU64::new(0), cell: ValueCell::absent() }, 150, cell);
+            // SAFETY: live and unpublished.
+            unsafe { &*p }.cell.reserve_tail_for_creator();
+            p
+        };
+        // Alone: staged, then published in place.
+        let p = new();
+        // SAFETY: live until freed below.
+        let r = unsafe { &*p };
+        assert!(r.cell.is_unwritten() && read(&r.cell).is_none());
+        assert!(r.cell.stage(&[9; 151]).is_none(), "longer than the tail");
+        assert!(r.cell.stage(b"short").is_none(), "inline");
+        let staged = r.cell.stage(&[4; 150]).expect("fits");
+        assert!(matches!(staged, WriteValue::Staged { .. }));
+        assert!(read(&r.cell).is_none() && r.cell.is_unwritten(), "staged is not visible");
+        let staged = r.cell.stage(&[5; 120]).expect("a second stage by the creator");
+        r.cell.store(Some(&staged), guard);
+        assert!(r.cell.is_embedded());
+        assert_eq!(read(&r.cell), Some(vec![5; 120]));
+        // SAFETY: allocated above; reachable by no one else.
+        unsafe { free_record(p, cell) };
+        // Another writer's commit first: to the heap, the staged bytes untouched.
+        let p = new();
+        // SAFETY: as above.
+        let r = unsafe { &*p };
+        let staged = r.cell.stage(&[6; 150]).expect("fits");
+        r.cell.store(Some(&[7; 150]), guard);
+        assert!(!r.cell.is_embedded(), "a writer other than the creator never uses a staged tail");
+        assert_eq!(read(&r.cell), Some(vec![7; 150]));
+        assert!(r.cell.stage(&[8; 150]).is_none(), "no staging once a commit stored a value");
+        assert_eq!(&*staged, &[6; 150][..]);
+        r.cell.store(Some(&staged), guard);
+        assert_eq!(read(&r.cell), Some(vec![6; 150]));
+        // SAFETY: as above.
         unsafe { free_record(p, cell) };
     }
 

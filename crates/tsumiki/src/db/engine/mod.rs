@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::cc::{
-    Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
+    Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind, WriteValue,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, Leaves, MAX_KEY_LEN};
 use crate::plants::Plants;
@@ -185,6 +185,9 @@ const KEEP_ENTRIES: usize = 1 << 14;
 enum Write<'v> {
     /// Set the value (`None` deletes).
     Value(Option<&'v [u8]>),
+    /// Set the first value of a record this transaction just created: staged in the
+    /// record's tail when it fits ([`WriteValue::Staged`]).
+    New(&'v [u8]),
     /// Write the gap before the record (an insert next to it).
     Gap,
 }
@@ -217,7 +220,7 @@ impl<P: Protocol> TxnBufs<P> {
     fn clear(&mut self) {
         for w in self.writes.drain(..) {
             Self::recycle(&mut self.spare, w.key);
-            if let WriteKind::Value(Some(v)) = w.kind {
+            if let WriteKind::Value(Some(WriteValue::Owned(v))) = w.kind {
                 Self::recycle(&mut self.spare, v);
             }
         }

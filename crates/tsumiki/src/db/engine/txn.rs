@@ -342,18 +342,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let eng = self.eng;
         let own = self.own_rebound(key, rec)?;
         let b = self.b();
-        if let Write::Value(Some(_)) = write {
+        if let Write::Value(Some(_)) | Write::New(_) = write {
             // A record may become visible where a scan found none.
             b.skips = Default::default();
         }
         let kind = |b: &mut TxnBufs<P>| match write {
-            Write::Value(v) => WriteKind::Value(v.map(|v| b.copy_of(v))),
+            Write::Value(v) => WriteKind::Value(v.map(|v| WriteValue::Owned(b.copy_of(v)))),
+            Write::New(v) => {
+                let staged = P::value_cell(rec).and_then(|c| c.stage(v));
+                WriteKind::Value(Some(staged.unwrap_or_else(|| WriteValue::Owned(b.copy_of(v)))))
+            }
             Write::Gap => WriteKind::Gap,
         };
         if let Some(i) = own {
-            if let Write::Value(_) = write {
+            if let Write::Value(_) | Write::New(_) = write {
                 let new = kind(b);
-                if let WriteKind::Value(Some(old)) = std::mem::replace(&mut b.writes[i].kind, new) {
+                if let WriteKind::Value(Some(WriteValue::Owned(old))) = std::mem::replace(&mut b.writes[i].kind, new) {
                     TxnBufs::<P>::recycle(&mut b.spare, old);
                 }
             }
@@ -644,7 +648,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             self.b().last_put_new = matches!(placed, Ok(Place::New(_)));
             let step = match placed {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
-                Ok(Place::New(r)) => self.add_write(key, r, Write::Value(Some(value))),
+                Ok(Place::New(r)) => self.add_write(key, r, Write::New(value)),
                 Ok(Place::Retry) => Err(Access::Removed),
                 Err(e) => Err(e),
             };
@@ -682,7 +686,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     Err(e) => Err(e),
                 },
                 None => match self.place(key, value.map_or(0, <[u8]>::len), guard) {
-                    Ok(Place::New(rec)) => self.add_write(key, rec, Write::Value(value)).map(|()| true),
+                    Ok(Place::New(rec)) => {
+                        let w = value.map_or(Write::Value(None), Write::New);
+                        self.add_write(key, rec, w).map(|()| true)
+                    }
                     Ok(Place::Existing(_) | Place::Retry) => Err(Access::Removed), // look again
                     Err(e) => Err(e),
                 },
