@@ -97,7 +97,7 @@ impl WriteKind {
 }
 
 /// A value a transaction writes: a copy the write set owns, or the bytes it staged in the
-/// tail of a record it created ([`value::ValueCell::stage`]), which the commit then
+/// tail of a record it created (`ValueCell::stage`), which the commit then
 /// publishes in place, without copying it again: a big transaction of new keys holds
 /// each value once, not twice (in its record's reserved tail and in the write set).
 pub enum WriteValue {
