@@ -47,7 +47,7 @@ impl<P: Protocol> Engine<P> {
         let Some(first) = a.first.as_deref() else { return Ok(()) };
         // Cut points out of order would make a range map out of order (reads that miss
         // loaded keys, scans that never end): refused, as a bug.
-        if !a.lows.windows(2).all(|w| w[0] < w[1]) || a.lows.first().is_some_and(|l| l.as_slice() <= first) {
+        if !a.lows.windows(2).all(|w| w[0] < w[1]) {
             return Err(Error::Corrupt("a bulk load's pages do not ascend from its first key".into()));
         }
         self.proto.add_count(a.records);
@@ -68,10 +68,11 @@ impl<P: Protocol> Engine<P> {
             }
         }
         for (range, high) in r.ranges_from(first, guard) {
-            let inside = |l: &&Vec<u8>| l.as_slice() > range.low() && high.as_ref().is_none_or(|h| *l < h);
-            let cuts: Vec<Vec<u8>> = a.lows.iter().filter(inside).cloned().collect();
-            if !cuts.is_empty() {
-                r.split(&mut clock, &range, &cuts, 0.0, guard);
+            // The lows strictly inside the range (they ascend: checked above).
+            let from = a.lows.partition_point(|l| l.as_slice() <= range.low());
+            let to = high.map_or(a.lows.len(), |h| a.lows.partition_point(|l| *l < h));
+            if from < to {
+                r.split(&mut clock, &range, &a.lows[from..to], 0.0, guard);
             }
         }
         Ok(())
