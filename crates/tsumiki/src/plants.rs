@@ -83,6 +83,10 @@ pub struct Plants {
     /// (a later process's unacknowledged flush): its next blocks then sit before that stale
     /// block, which a later recovery reads as theirs (the crash tests).
     pub resume_past_torn_tail: bool,
+    /// A resumed lane writes its next block over a kept end that carries records (the
+    /// pending records of commits that did not sync), not only over an empty one: those
+    /// records are lost (the resume tests).
+    pub overwrite_kept_end_with_records: bool,
 }
 
 impl Plants {
@@ -111,5 +115,6 @@ impl Plants {
         scan_gap_unguarded: false,
         resume_without_order_floor: false,
         resume_past_torn_tail: false,
+        overwrite_kept_end_with_records: false,
     };
 }

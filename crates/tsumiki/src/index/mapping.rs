@@ -3,7 +3,9 @@
 //! Nodes never point at each other physically (except a merge delta at the base it absorbed);
 //! they name page ids, and every structural change is one CAS on a slot here. The table is
 //! two-level (a directory of lazily allocated segments) so it grows with the tree instead of
-//! being a fixed array that can run out.
+//! being a fixed array that can run out. Segment `k` holds `FIRST_SEG << k` slots, so a
+//! small tree's table is a few KiB: fixed segments of 16K slots and a directory of 16K
+//! entries were 256 KiB zeroed for every tree, a short-lived handle's open building three.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,18 +16,32 @@ use crossbeam_queue::SegQueue;
 use super::node::{destroy_chain_now, Kind, Node, TAG_CLAIMED};
 pub(crate) use super::node::{Pid, NO_PID};
 
-const SEG_BITS: u32 = 14;
-const SEG_LEN: usize = 1 << SEG_BITS;
-const DIR_LEN: usize = 1 << 14;
+/// Slots of segment 0 (a power of two); each later segment doubles.
+const FIRST_BITS: u32 = 8;
+const FIRST_SEG: u64 = 1 << FIRST_BITS;
 /// The most pages a tree can have (2^28); allocation beyond it fails and the SMO is skipped.
-pub(crate) const MAX_PIDS: u64 = (SEG_LEN * DIR_LEN) as u64;
+pub(crate) const MAX_PIDS: u64 = 1 << 28;
+/// Segments enough for `MAX_PIDS`: those before segment `k` hold `FIRST_SEG * (2^k - 1)`.
+const SEGMENTS: usize = (64 - ((MAX_PIDS - 1) / FIRST_SEG + 1).leading_zeros()) as usize;
+
+/// The segment of `pid` and its slot in it.
+#[inline]
+fn place(pid: Pid) -> (usize, usize) {
+    let k = 63 - ((pid >> FIRST_BITS) + 1).leading_zeros();
+    (k as usize, (pid + FIRST_SEG - (FIRST_SEG << k)) as usize)
+}
+
+/// The slots of segment `k`.
+const fn seg_len(k: usize) -> usize {
+    (FIRST_SEG as usize) << k
+}
 
 struct Segment<V> {
     slots: Box<[Atomic<Node<V>>]>,
 }
 
 pub(crate) struct MappingTable<V> {
-    dir: Box<[AtomicPtr<Segment<V>>]>,
+    dir: [AtomicPtr<Segment<V>>; SEGMENTS],
     next_pid: AtomicU64,
     /// Page ids whose node was merged away, returned here only after an epoch has passed,
     /// so no thread that could still hold the old id sees it reused.
@@ -34,18 +50,19 @@ pub(crate) struct MappingTable<V> {
 
 impl<V> MappingTable<V> {
     pub(crate) fn new() -> Self {
-        let dir = (0..DIR_LEN).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect();
+        let dir = std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()));
         MappingTable { dir, next_pid: AtomicU64::new(0), free: Arc::new(SegQueue::new()) }
     }
 
     /// The slot of an allocated page id.
     #[inline]
     pub(crate) fn slot(&self, pid: Pid) -> &Atomic<Node<V>> {
-        let seg = self.dir[(pid >> SEG_BITS) as usize].load(Ordering::Acquire);
+        let (k, i) = place(pid);
+        let seg = self.dir[k].load(Ordering::Acquire);
         debug_assert!(!seg.is_null(), "slot of an unallocated pid {pid}");
         // SAFETY: a pid is only handed out after its segment was installed (see `alloc`), and
         // segments are freed only in `Drop`, which has exclusive access.
-        unsafe { &(*seg).slots[(pid as usize) & (SEG_LEN - 1)] }
+        unsafe { &(*seg).slots[i] }
     }
 
     /// Allocates a page id whose slot is null. `None` when the table is full.
@@ -58,9 +75,10 @@ impl<V> MappingTable<V> {
             self.next_pid.store(MAX_PIDS, Ordering::Relaxed);
             return None;
         }
-        let entry = &self.dir[(pid >> SEG_BITS) as usize];
+        let (k, _) = place(pid);
+        let entry = &self.dir[k];
         if entry.load(Ordering::Acquire).is_null() {
-            let seg = Box::into_raw(Box::new(Segment { slots: (0..SEG_LEN).map(|_| Atomic::null()).collect() }));
+            let seg = Box::into_raw(Box::new(Segment { slots: (0..seg_len(k)).map(|_| Atomic::null()).collect() }));
             if entry.compare_exchange(std::ptr::null_mut(), seg, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 // SAFETY: `seg` was never published; another thread installed its own.
                 drop(unsafe { Box::from_raw(seg) });
@@ -82,9 +100,8 @@ impl<V> MappingTable<V> {
 
     /// Bytes of the directory and the segments allocated.
     pub(crate) fn bytes(&self) -> u64 {
-        let segments = self.dir.iter().filter(|e| !e.load(Ordering::Relaxed).is_null()).count();
-        let slot = std::mem::size_of::<Atomic<Node<V>>>();
-        (DIR_LEN * std::mem::size_of::<AtomicPtr<Segment<V>>>() + segments * SEG_LEN * slot) as u64
+        let slots: usize = (0..SEGMENTS).filter(|&k| !self.dir[k].load(Ordering::Relaxed).is_null()).map(seg_len).sum();
+        (std::mem::size_of::<Self>() + slots * std::mem::size_of::<Atomic<Node<V>>>()) as u64
     }
 
     /// Number of pids ever handed out (the high-water mark of the table).
@@ -99,14 +116,16 @@ impl<V> Drop for MappingTable<V> {
         // visits a few, not the whole first segment and directory (two of those were a
         // sixth of a short-lived handle's open and close).
         let allocated = self.allocated() as usize;
-        for (i, entry) in self.dir.iter().enumerate().take(allocated.div_ceil(SEG_LEN)) {
+        let mut first = 0;
+        for (k, entry) in self.dir.iter().enumerate() {
             let seg = entry.load(Ordering::Relaxed);
+            let used = allocated.saturating_sub(first).min(seg_len(k));
+            first += seg_len(k);
             if seg.is_null() {
                 continue;
             }
             // SAFETY: `drop` has exclusive access; the segment came from `Box::into_raw`.
             let seg = unsafe { Box::from_raw(seg) };
-            let used = (allocated - i * SEG_LEN).min(SEG_LEN);
             for slot in &seg.slots[..used] {
                 // SAFETY: no other thread can reach the tree any more; each chain is owned by
                 // exactly one slot (a merge delta does not own the base it points at).
@@ -168,6 +187,45 @@ fn claim_next<'g, V>(node: &Node<V>, guard: &'g Guard) -> Shared<'g, Node<V>> {
             .is_ok()
         {
             return v.with_tag(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pid_has_its_own_slot_within_the_segments() {
+        assert_eq!(place(0), (0, 0));
+        assert_eq!(place(FIRST_SEG - 1), (0, FIRST_SEG as usize - 1));
+        assert_eq!(place(FIRST_SEG), (1, 0));
+        assert_eq!(place(3 * FIRST_SEG - 1), (1, 2 * FIRST_SEG as usize - 1));
+        assert_eq!(place(3 * FIRST_SEG), (2, 0));
+        let (k, i) = place(MAX_PIDS - 1);
+        assert!(k < SEGMENTS && i < seg_len(k), "the last pid is at ({k}, {i})");
+        // Consecutive pids fill each segment in order, then start the next one.
+        let mut at = (0, 0);
+        for pid in 1..40 * FIRST_SEG {
+            let next = place(pid);
+            let expected = if at.1 + 1 == seg_len(at.0) { (at.0 + 1, 0) } else { (at.0, at.1 + 1) };
+            assert_eq!(next, expected, "pid {pid}");
+            at = next;
+        }
+    }
+
+    #[test]
+    fn a_table_of_a_few_pages_is_small_and_grows_by_segments() {
+        let map: MappingTable<u64> = MappingTable::new();
+        let empty = map.bytes();
+        assert!(empty < 1024, "an empty table takes {empty} bytes");
+        let pids: Vec<Pid> = (0..2 * FIRST_SEG).map(|_| map.alloc().expect("room")).collect();
+        assert_eq!(pids, (0..2 * FIRST_SEG).collect::<Vec<_>>());
+        let slot = std::mem::size_of::<Atomic<Node<u64>>>() as u64;
+        assert_eq!(map.bytes(), empty + 3 * FIRST_SEG * slot, "segments 0 and 1");
+        for &pid in &pids {
+            let guard = &crossbeam_epoch::pin();
+            assert!(map.slot(pid).load(Ordering::Acquire, guard).is_null());
         }
     }
 }

@@ -115,9 +115,9 @@ struct LaneIo {
 /// goes back one block and writes it again, its payload followed by the new records, so
 /// that commits that promise no sync share blocks instead of taking one each (the log,
 /// and with it the checkpoint rate, grew by a block per commit). Dropped at every sync of
-/// the lane's file: a block that was synced is never written again. A rewrite torn by a
-/// power loss fails its checksum and is cut as the lane's torn tail, with the unsynced
-/// records in it: what buffered durability allows.
+/// the lane's file: a block that was synced is never written again (but for an empty kept
+/// end, see `Wal::resume`). A rewrite torn by a power loss fails its checksum and is cut as
+/// the lane's torn tail, with the unsynced records in it: what buffered durability allows.
 struct Tail {
     /// The block's payload (its records' bytes; a record may have begun in the block
     /// before).

@@ -18,6 +18,8 @@ impl Wal {
     pub(crate) fn resume(&self, ends: &[LaneEnd]) -> Result<(), Error> {
         let gen = self.generation();
         let mut lanes = Vec::with_capacity(ends.len());
+        // What recovery would read: the checkpoint pacing counts it as this generation's.
+        let mut logged = 0;
         for (i, end) in ends.iter().enumerate() {
             if usize::from(end.lane) != i || end.ended || !end.kept {
                 // (`store::kept_logs` resumes only such lanes.)
@@ -30,17 +32,29 @@ impl Wal {
             if self.direct_writes() {
                 file.set_direct();
             }
+            // A kept end that carries no records is written over by the lane's next block
+            // (the one exception to "a synced block is never written again"): a close then
+            // adds one block to the log, not two, and a short-lived handle's log reaches
+            // the size whose close writes the pages half as often. A write torn there
+            // leaves the blocks before it whole and no kept end: the next open recovers
+            // them as after any crash, and what the torn block held was not acknowledged.
+            let empty = end.last_used == 0 || self.plants.overwrite_kept_end_with_records;
+            let (off, seq, last_partial) = match end.before_last_partial {
+                Some(before_partial) if empty => (end.off - BLOCK as u64, end.seq - 1, before_partial),
+                _ => (end.off, end.seq, end.last_partial),
+            };
+            logged += u64::from(seq) * BLOCK as u64;
             let io = LaneIo {
                 gen,
                 file: Some(file),
                 seg: end.seg,
-                off: end.off,
-                seq: end.seq,
+                off,
+                seq,
                 all_synced: true,
                 out: Vec::new(),
                 next: self.prepared_ahead(gen, end.lane, end.seg + 1),
                 tail: None,
-                last_partial: end.last_partial,
+                last_partial,
                 kept_end: true,
                 echo: None,
             };
@@ -51,8 +65,6 @@ impl Wal {
             self.order_floor.store(floor, Ordering::Relaxed);
         }
         self.next_lsn.fetch_max(floor, Ordering::SeqCst);
-        // What recovery would read: the checkpoint pacing counts it as this generation's.
-        let logged: u64 = ends.iter().map(|e| u64::from(e.seq) * BLOCK as u64).sum();
         self.grown.fetch_add(logged, Ordering::Relaxed);
         *self.lanes.write() = lanes.clone();
         lanes.reverse();

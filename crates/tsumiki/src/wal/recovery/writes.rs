@@ -99,7 +99,10 @@ fn read_lane(
     echo: Option<&Vec<Vec<u8>>>,
     writes: &mut LoggedWrites,
 ) -> Result<u32, Error> {
-    let mut stream: Vec<u8> = Vec::new();
+    // A chunk's blocks at most, and what a record spanning them left: records are taken
+    // out after each chunk, so the stream never grows past that (grown to a whole lane
+    // of 64 MiB, its reallocations took most of a checkpoint's time).
+    let mut stream: Vec<u8> = Vec::with_capacity(LANE_CHUNK + BLOCK);
     // Room for the lane's writes at once: grown by doubling, the lists of a 1M-record
     // generation were copied again and again (a realloc of a big block copies it).
     writes.reserve(match echo {
@@ -110,16 +113,13 @@ fn read_lane(
     match echo {
         // The lane's blocks as written (see `Echoes`): the same checks, no read.
         Some(copy) => {
-            for piece in copy {
-                for block in piece.chunks(BLOCK) {
+            'copy: for chunk in copy.iter().flat_map(|piece| piece.chunks(LANE_CHUNK)) {
+                for block in chunk.chunks(BLOCK) {
                     if r.block(block, "the in-memory copy")? {
-                        break;
+                        break 'copy;
                     }
                 }
                 take_writes(r.stream, writes).map_err(|e| e.corrupt(None, None, &format!("lane {lane}")))?;
-                if r.ended {
-                    break;
-                }
             }
         }
         None => {
