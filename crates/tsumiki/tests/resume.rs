@@ -403,3 +403,26 @@ fn planted_overwrite_of_a_kept_end_with_records_is_caught() {
     let err = unsynced_commits_before_kept_ends(plants, None).expect_err("records of a kept end written over");
     println!("caught: {err}");
 }
+
+/// A bulk load, then a cycle with one put, then one with a transaction of every loaded
+/// key again (`tsumiki load --merge`): the put survives every later open.
+#[test]
+fn a_put_between_a_bulk_load_and_a_rewrite_of_every_key_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let recs: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..3000u32).map(|i| (format!("key{i:06}").into_bytes(), vec![7u8; 20])).collect();
+    let mut db = Db::create(dir.path(), Options::default()).unwrap();
+    db.bulk_load(recs.iter().map(|(k, v)| (k, v))).unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    db.run(|t| t.put(b"extra", b"1")).unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.len().unwrap(), 3001);
+    db.run(|t| recs.iter().try_for_each(|(k, v)| t.put(k, v))).unwrap();
+    assert_eq!(db.len().unwrap(), 3001);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.view(|r| r.get(b"extra")).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.len().unwrap(), 3001);
+}
