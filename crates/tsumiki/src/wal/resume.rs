@@ -41,7 +41,7 @@ impl Wal {
             let empty = end.last_used == 0 || self.plants.overwrite_kept_end_with_records;
             let (off, seq, last_partial) = match end.before_last_partial {
                 Some(before_partial) if empty => (end.off - BLOCK as u64, end.seq - 1, before_partial),
-                _ => (end.off, end.seq, end.last_partial),
+                _ => (end.off, end.seq, usize::from(end.last_used) < PAYLOAD),
             };
             logged += u64::from(seq) * BLOCK as u64;
             let io = LaneIo {

@@ -346,8 +346,6 @@ pub struct LaneEnd {
     pub off: u64,
     /// The next block's sequence number.
     pub seq: u32,
-    /// Whether its last block is partly filled (the next one says so).
-    pub last_partial: bool,
     /// Its largest ordering key (0 if it holds no record).
     pub max_order: u64,
     /// Whether its last block is the lane's end in its generation (then it takes no more).
@@ -357,7 +355,8 @@ pub struct LaneEnd {
     /// Whether a valid block of the lane lies past its torn tail: a later process wrote
     /// after the kept end (and crashed), whatever the last valid block says.
     pub valid_past_tail: bool,
-    /// Stream bytes the last block carries.
+    /// Stream bytes the last block carries (fewer than a block's payload: the block is
+    /// partly filled, and the next one says so).
     pub last_used: u16,
     /// When the last block follows another block of the lane in the same segment: whether
     /// that block is partly filled (a resumed lane may write over an empty kept end, see
@@ -378,7 +377,6 @@ impl LaneLog {
             seg: u64::from(last.file),
             off: (u64::from(last.block) + 1) * BLOCK as u64,
             seq: self.blocks.len() as u32,
-            last_partial: (last.used as usize) < crate::block::PAYLOAD,
             max_order: self.records.iter().map(|r| r.0).max().unwrap_or(0),
             ended: self.ended,
             kept: self.kept,
