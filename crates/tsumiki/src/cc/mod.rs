@@ -76,13 +76,49 @@ pub enum UnlinkLatch {
 pub struct WriteEntry<R> {
     /// The record; it stays allocated while the transaction runs.
     pub rec: *const R,
-    /// The key (for logging and unlinking).
-    pub key: Vec<u8>,
+    /// The key (for logging and unlinking), in the write set's key arena.
+    pub key: KeyAt,
     /// What the transaction writes.
     pub kind: WriteKind,
     /// Whether the record's committed value is present: set by [`Protocol::commit`] with
     /// the write locked, before logging (the log and the record count need it).
     pub present: bool,
+    /// Whether the transaction put the record into the index (a placeholder it unlinks if
+    /// the record ends absent).
+    pub created: bool,
+}
+
+/// Where a key lies in a write set's key arena: one buffer holds every key of the write
+/// set, so that a write costs no heap buffer of its own (a 1M-record transaction held a
+/// 24-byte `Vec` header and a heap block per key). Offset and length share one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyAt(u64);
+
+const _: () = assert!(crate::limits::MAX_KEY_LEN < 1 << KeyAt::LEN_BITS);
+
+/// The most entries a protocol's per-transaction sets keep for the next transaction
+/// (a huge transaction's sets are dropped, not pooled).
+pub(crate) const KEEP_SET: usize = 1 << 14;
+
+impl KeyAt {
+    /// Bits of the length: enough for the longest key.
+    const LEN_BITS: u32 = 13;
+
+    /// Appends `key` (at most [`crate::limits::MAX_KEY_LEN`] bytes) to `arena`.
+    #[inline]
+    pub fn push(arena: &mut Vec<u8>, key: &[u8]) -> KeyAt {
+        debug_assert!(key.len() <= crate::limits::MAX_KEY_LEN);
+        let at = KeyAt(((arena.len() as u64) << Self::LEN_BITS) | key.len() as u64);
+        arena.extend_from_slice(key);
+        at
+    }
+
+    /// The key's bytes in the `arena` it was pushed to.
+    #[inline]
+    pub fn of(self, arena: &[u8]) -> &[u8] {
+        let at = (self.0 >> Self::LEN_BITS) as usize;
+        &arena[at..at + (self.0 & ((1 << Self::LEN_BITS) - 1)) as usize]
+    }
 }
 
 impl WriteKind {
@@ -489,14 +525,33 @@ impl std::hash::Hasher for AddrHasher {
 
     #[inline]
     fn write_usize(&mut self, n: usize) {
-        // Records are 8-byte aligned: drop the zero bits, then spread the rest.
-        self.0 = ((n as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+        self.0 = addr_hash(n);
     }
+}
+
+/// The hash of a record's address (see [`AddrMap`]).
+#[inline]
+pub(crate) fn addr_hash(n: usize) -> u64 {
+    // Records are 8-byte aligned: drop the zero bits, then spread the rest.
+    ((n as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys pushed to one arena come back whole, the empty and the longest included.
+    #[test]
+    fn keys_in_the_arena_come_back_whole() {
+        let mut arena = Vec::new();
+        let long = vec![7u8; crate::limits::MAX_KEY_LEN];
+        let keys: [&[u8]; 4] = [b"", b"a", &long, b"zz"];
+        let at: Vec<KeyAt> = keys.iter().map(|k| KeyAt::push(&mut arena, k)).collect();
+        for (k, a) in keys.iter().zip(&at) {
+            assert_eq!(a.of(&arena), *k);
+        }
+        assert_eq!(arena.len(), 3 + crate::limits::MAX_KEY_LEN);
+    }
 
     /// The locked reads validation collects are all the transaction's own writes, or it
     /// fails: duplicates and any order allowed, one foreign record enough to fail.
@@ -504,7 +559,13 @@ mod tests {
     fn locked_reads_are_checked_against_the_write_set() {
         let writes: Vec<WriteEntry<u64>> = [8usize, 16, 32]
             .iter()
-            .map(|&a| WriteEntry { rec: a as *const u64, key: Vec::new(), kind: WriteKind::Gap, present: false })
+            .map(|&a| WriteEntry {
+                rec: a as *const u64,
+                key: KeyAt(0),
+                kind: WriteKind::Gap,
+                present: false,
+                created: false,
+            })
             .collect();
         assert!(all_in_sorted_writes(&writes, &mut []));
         assert!(all_in_sorted_writes(&writes, &mut [16, 8, 16, 32]));

@@ -18,7 +18,7 @@ use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     all_in_sorted_writes, count_delta, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
-    WriteEntry, WriteKind,
+    WriteEntry, WriteKind, KEEP_SET,
 };
 
 const DELTA_SHIFT: u32 = 48;
@@ -61,6 +61,9 @@ unsafe impl Send for TicTocState {}
 /// Per-transaction state of TicToc: the read set, and the write-set locks taken at commit.
 pub struct TicTocState {
     reads: Vec<ReadEntry>,
+    /// Placeholders the transaction made, each read absent at [0, 0]: kept apart from
+    /// `reads`, at 8 bytes instead of 24, since a transaction of 1M new keys makes 1M.
+    created: Vec<*const TicTocRecord>,
     /// The word of each write-set record as locked, in write-set order.
     locked: Vec<u64>,
     /// Read records validation found locked: they must be the transaction's own writes.
@@ -98,12 +101,17 @@ impl Protocol for TicToc {
     }
 
     fn new_txn_state(&self) -> TicTocState {
-        TicTocState { reads: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
+        TicTocState { reads: Vec::new(), created: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
     }
 
     fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TicTocState) {
         st.reads.clear();
+        st.created.clear();
         st.locked.clear();
+        // A huge transaction does not leave its read set's memory behind in the pool.
+        if st.reads.capacity() + st.created.capacity() + st.locked.capacity() > KEEP_SET {
+            *st = self.new_txn_state();
+        }
     }
 
     fn new_record(&self, _st: &mut TicTocState) -> TicTocRecord {
@@ -138,7 +146,7 @@ impl Protocol for TicToc {
 
     fn created(&self, st: &mut TicTocState, rec: &TicTocRecord) {
         // The creator read the key absent: at the placeholder's initial [0, 0].
-        st.reads.push(ReadEntry { rec, wts: 0, rts: 0 });
+        st.created.push(rec);
     }
 
     fn read(
@@ -255,6 +263,7 @@ impl Protocol for TicToc {
         for r in &st.reads {
             commit_ts = commit_ts.max(r.wts);
         }
+        // (`created` read at wts 0.)
         // Above every open snapshot's `T` (read with the write locks held: see
         // `cc::snapshot`). A read-only transaction installs nothing a snapshot could see.
         if !writes.is_empty() {
@@ -262,7 +271,8 @@ impl Protocol for TicToc {
         }
         if !self.skip_validation {
             st.locked_reads.clear();
-            for r in &st.reads {
+            let created = st.created.iter().map(|&rec| ReadEntry { rec, wts: 0, rts: 0 });
+            for r in st.reads.iter().map(|r| ReadEntry { ..*r }).chain(created) {
                 if r.rts >= commit_ts {
                     continue;
                 }

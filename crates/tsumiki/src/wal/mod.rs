@@ -512,14 +512,16 @@ impl Wal {
         }
     }
 
-    /// Appends a commit record for `writes` to `lane`. Called with the write locks held.
-    /// Returns `(sequence number in the lane, LSN or timestamp)`.
-    /// `level` is the commit's durability: the shared WAL flushes its group in here.
+    /// Appends a commit record for `writes` (their keys in the arena `keys`) to `lane`.
+    /// Called with the write locks held. Returns `(sequence number in the lane, LSN or
+    /// timestamp)`. `level` is the commit's durability: the shared WAL flushes its group
+    /// in here.
     pub(crate) fn append<R>(
         &self,
         lane: &Lane,
         ts: u64,
         writes: &[WriteEntry<R>],
+        keys: &[u8],
         level: Durability,
     ) -> Result<(u64, u64), Error> {
         self.check()?;
@@ -529,14 +531,14 @@ impl Wal {
             _ => self.take_lsn(),
         };
         let bytes = writes.iter().fold(RecordEncoder::HEAD_LEN, |n, w| match &w.kind {
-            WriteKind::Value(v) => n + RecordEncoder::write_len(&w.key, v.as_deref()),
+            WriteKind::Value(v) => n + RecordEncoder::write_len(w.key.of(keys), v.as_deref()),
             WriteKind::Gap => n,
         });
         p.buf.reserve(bytes);
         let mut enc = RecordEncoder::begin(&mut p.buf, order);
         for w in writes {
             if let WriteKind::Value(v) = &w.kind {
-                enc.write_counted(&w.key, v.as_deref(), w.flips() && !self.plants.log_without_count);
+                enc.write_counted(w.key.of(keys), v.as_deref(), w.flips() && !self.plants.log_without_count);
             }
         }
         if enc.finish().is_none() {

@@ -11,6 +11,8 @@ struct LogHook<'w> {
     residency: Option<&'w Residency>,
     guard: &'w Guard,
     lane: &'w Arc<Lane>,
+    /// The write set's key arena.
+    keys: &'w [u8],
     private: bool,
     /// NLR group commit: locks stay held until the group is durable.
     hold: bool,
@@ -37,7 +39,7 @@ impl<R> CommitLog<R> for LogHook<'_> {
             // generation is the one its record goes to.
             let generation = self.wal.generation();
             for w in writes.iter().filter(|w| matches!(w.kind, WriteKind::Value(_))) {
-                res.mark_dirty(&w.key, generation, self.guard);
+                res.mark_dirty(w.key.of(self.keys), generation, self.guard);
             }
         }
         let r = self.append(ts, writes);
@@ -58,7 +60,7 @@ impl LogHook<'_> {
     fn append<R>(&mut self, ts: u64, writes: &[WriteEntry<R>]) -> Result<(), Error> {
         let wal = self.wal;
         if !wal.policy.flushes_each_commit() {
-            self.done = Some(wal.append(self.lane, ts, writes, wal.policy.durability)?);
+            self.done = Some(wal.append(self.lane, ts, writes, self.keys, wal.policy.durability)?);
             return Ok(());
         }
         let unsynced = wal.policy.syncs() && self.level != Durability::Sync;
@@ -70,7 +72,7 @@ impl LogHook<'_> {
             }
             None
         };
-        let (seq, order) = wal.append(self.lane, ts, writes, self.level)?;
+        let (seq, order) = wal.append(self.lane, ts, writes, self.keys, self.level)?;
         drop(claim);
         self.done = Some((seq, order));
         wal.flush_to_as(self.lane, seq, self.private, self.level)
@@ -175,11 +177,13 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let relaxed = wal.policy.elr() && level != db_level && level != Durability::Sync;
             let asked_deferred = deferred;
             let deferred = deferred || relaxed;
+            let b = self.bufs.as_mut().expect("buffers");
             let mut hook = LogHook {
                 wal,
                 residency: eng.residency.as_ref(),
                 guard,
                 lane: &lane,
+                keys: &b.keys,
                 private,
                 hold,
                 level,
@@ -187,7 +191,6 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 done: None,
                 err: None,
             };
-            let b = self.bufs.as_mut().expect("buffers");
             eng.enter_commit(slot);
             let r = eng.proto.commit(worker, &mut b.st, &mut b.writes, guard, &mut hook);
             slot.committing.store(false, Ordering::Release);
@@ -283,19 +286,31 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             (0..b.writes.len() as u32).filter(|&i| matches!(b.writes[i as usize].kind, WriteKind::Value(None)));
         let mut gone: Vec<u32> = Vec::with_capacity(deletes.clone().count());
         gone.extend(deletes);
-        for (c, (key, rec)) in b.created().enumerate() {
+        if let Some(res) = &eng.residency {
+            for w in b.writes.iter().filter(|w| w.created) {
+                if let Some(v) = w.kind.value() {
+                    res.credit(w.key.of(&b.keys), v.len() as i64, &pinned);
+                }
+            }
+        }
+        // Placeholders with no write-set entry of their own (see `add_write`): the written
+        // ones are credited, the others leave.
+        for (c, &(key, rec)) in b.created.iter().enumerate() {
             match b.writes.binary_search_by_key(&(rec as usize), |w| w.rec as usize) {
                 Ok(i) => {
                     if let (Some(res), Some(v)) = (&eng.residency, b.writes[i].kind.value()) {
-                        res.credit(key, v.len() as i64, &pinned);
+                        res.credit(key.of(&b.keys), v.len() as i64, &pinned);
                     }
                 }
                 Err(_) => gone.push((b.writes.len() + c) as u32),
             }
         }
         let entry = |i: u32| match b.writes.get(i as usize) {
-            Some(w) => (&w.key[..], w.rec),
-            None => b.created_at(i as usize - b.writes.len()),
+            Some(w) => (w.key.of(&b.keys), w.rec),
+            None => {
+                let (key, rec) = b.created[i as usize - b.writes.len()];
+                (key.of(&b.keys), rec)
+            }
         };
         // In key order, so that the unlinks of one leaf follow each other and skip the
         // descent (a retain's 500K unlinks in the write set's order each descended to a
@@ -347,8 +362,9 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         // SAFETY: the slot outlives the transaction (see `worker`).
         unsafe { &*self.slot }.aborts.fetch_add(1, Ordering::Relaxed);
         let mut trail = LeafTrail::default();
-        for (i, (key, rec)) in b.created().enumerate() {
-            eng.try_unlink(worker, key, rec, &pinned, &mut trail, None);
+        let created = b.writes.iter().filter(|w| w.created).map(|w| (w.key, w.rec));
+        for (i, (key, rec)) in created.chain(b.created.iter().copied()).enumerate() {
+            eng.try_unlink(worker, key.of(&b.keys), rec, &pinned, &mut trail, None);
             Self::renew_pin(&mut pinned, i + 1);
         }
     }

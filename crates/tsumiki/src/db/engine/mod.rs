@@ -8,8 +8,11 @@ use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
+use hashbrown::HashTable;
+
 use crate::cc::{
-    Access, AddrMap, CommitFail, CommitLog, Conflict, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind, WriteValue,
+    addr_hash, Access, CommitFail, CommitLog, Conflict, KeyAt, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
+    WriteValue,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, Leaves, MAX_KEY_LEN};
 use crate::plants::Plants;
@@ -118,14 +121,18 @@ const SLOT_SHARDS: usize = 32;
 pub(crate) struct TxnBufs<P: Protocol> {
     st: P::TxnState,
     writes: Vec<WriteEntry<P::Record>>,
-    /// Position in `writes` by record address, kept once `writes` outgrows a linear scan.
-    write_pos: AddrMap<usize>,
-    /// Placeholders this transaction put into the index (unlinked if they end absent):
-    /// the record and its key's range in `created_keys`.
-    created: Vec<(u32, u32, *const P::Record)>,
-    created_keys: Vec<u8>,
-    /// Key and value buffers of earlier write sets, reused so that a write allocates
-    /// nothing in the steady state.
+    /// The keys of `writes` and `created`, each once (see [`KeyAt`]).
+    keys: Vec<u8>,
+    /// Position in `writes` by record address, kept once `writes` outgrows a linear scan:
+    /// a table of positions hashed by their entries' records, 5 bytes a slot where a map
+    /// from address to position took 17.
+    write_pos: HashTable<u32>,
+    /// Placeholders this transaction put into the index that have no write-set entry
+    /// marked [`WriteEntry::created`] (unlinked if they end absent): the key and the
+    /// record. A put's placeholder moves to its entry at once.
+    created: Vec<(KeyAt, *const P::Record)>,
+    /// Value buffers of earlier write sets, reused so that a write allocates nothing in the
+    /// steady state.
     spare: Vec<Vec<u8>>,
     /// A follower's key, copied out of the index without allocating.
     key_buf: Vec<u8>,
@@ -197,9 +204,9 @@ impl<P: Protocol> TxnBufs<P> {
         TxnBufs {
             st: proto.new_txn_state(),
             writes: Vec::new(),
-            write_pos: AddrMap::default(),
+            keys: Vec::new(),
+            write_pos: HashTable::new(),
             created: Vec::new(),
-            created_keys: Vec::new(),
             spare: Vec::new(),
             key_buf: Vec::new(),
             scan_recs: Vec::new(),
@@ -219,23 +226,22 @@ impl<P: Protocol> TxnBufs<P> {
 
     fn clear(&mut self) {
         for w in self.writes.drain(..) {
-            Self::recycle(&mut self.spare, w.key);
             if let WriteKind::Value(Some(WriteValue::Owned(v))) = w.kind {
                 Self::recycle(&mut self.spare, v);
             }
         }
+        self.keys.clear();
         self.write_pos.clear();
         self.key_pos.clear();
         self.created.clear();
-        self.created_keys.clear();
         self.skips = scan::Skips::default();
         // A huge transaction does not leave its write set's memory behind in the pool.
-        if self.writes.capacity() > KEEP_ENTRIES {
+        if self.writes.capacity() > KEEP_ENTRIES || self.created.capacity() > KEEP_ENTRIES {
             self.writes = Vec::new();
-            self.write_pos = AddrMap::default();
+            self.keys = Vec::new();
+            self.write_pos = HashTable::new();
             self.key_pos = std::collections::HashMap::new();
             self.created = Vec::new();
-            self.created_keys = Vec::new();
         }
     }
 
@@ -255,23 +261,26 @@ impl<P: Protocol> TxnBufs<P> {
         b
     }
 
-    /// The placeholders this transaction created, with their keys.
-    fn created(&self) -> impl Iterator<Item = (&[u8], *const P::Record)> {
-        (0..self.created.len()).map(|i| self.created_at(i))
-    }
-
-    /// The `i`th placeholder made: its key and record.
-    fn created_at(&self, i: usize) -> (&[u8], *const P::Record) {
-        let (at, len, rec) = self.created[i];
-        (&self.created_keys[at as usize..(at + len) as usize], rec)
+    /// The key of the write-set entry `i`.
+    fn key_of(&self, i: usize) -> &[u8] {
+        self.writes[i].key.of(&self.keys)
     }
 
     fn own(&self, rec: *const P::Record) -> Option<usize> {
         if self.writes.len() <= WRITE_SCAN_MAX {
             self.writes.iter().position(|w| w.rec == rec)
         } else {
-            self.write_pos.get(&(rec as usize)).copied()
+            let writes = &self.writes;
+            self.write_pos.find(addr_hash(rec as usize), |&i| writes[i as usize].rec == rec).map(|&i| i as usize)
         }
+    }
+
+    /// Records that the write-set entry `i` is at its place (see `write_pos`).
+    fn index_write(&mut self, i: usize) {
+        let writes = &self.writes;
+        self.write_pos.insert_unique(addr_hash(writes[i].rec as usize), i as u32, |&j| {
+            addr_hash(writes[j as usize].rec as usize)
+        });
     }
 }
 

@@ -196,7 +196,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let b = self.bufs.as_mut().expect("buffers");
             return eng.proto.snapshot_read(&mut b.st, rec, t, out, guard);
         }
-        if let Some(i) = self.own_rebound(key, rec)? {
+        if let Some((i, _)) = self.own_rebound(key, rec)? {
             if let WriteKind::Value(v) = &self.b().writes[i].kind {
                 if let (Some(out), Some(v)) = (out, v) {
                     out.extend_from_slice(v);
@@ -269,13 +269,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     /// may have left memory since (eviction takes records that are not locked, and the
     /// optimistic protocols lock only at commit) and `rec` be its reloaded successor: the
     /// entry then moves to `rec` (by key), so that the transaction reads its own write and
-    /// writes the key once. Only when an eviction happened since the first write.
-    pub(super) fn own_rebound(&mut self, key: &[u8], rec: &P::Record) -> Result<Option<usize>, Access> {
+    /// writes the key once. Only when an eviction happened since the first write. Says
+    /// the entry's place, and whether it moved.
+    pub(super) fn own_rebound(&mut self, key: &[u8], rec: &P::Record) -> Result<Option<(usize, bool)>, Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
         let b = self.bufs.as_mut().expect("buffers");
         if let Some(i) = b.own(p) {
-            return Ok(Some(i));
+            return Ok(Some((i, false)));
         }
         if b.writes.is_empty()
             || eng.residency.is_none()
@@ -285,11 +286,11 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             return Ok(None);
         }
         let found = if b.writes.len() <= WRITE_SCAN_MAX {
-            b.writes.iter().position(|w| w.key == key)
+            (0..b.writes.len()).find(|&i| b.key_of(i) == key)
         } else {
             if b.key_pos.is_empty() {
-                for (i, w) in b.writes.iter().enumerate() {
-                    b.key_pos.insert(w.key.clone(), i);
+                for i in 0..b.writes.len() {
+                    b.key_pos.insert(b.key_of(i).to_vec(), i);
                 }
             }
             b.key_pos.get(key).copied()
@@ -297,11 +298,17 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let Some(i) = found else { return Ok(None) };
         eng.proto.write(&mut b.st, rec)?;
         let old = std::mem::replace(&mut b.writes[i].rec, p);
-        if b.writes.len() > WRITE_SCAN_MAX {
-            b.write_pos.remove(&(old as usize));
-            b.write_pos.insert(p as usize, i);
+        if std::mem::take(&mut b.writes[i].created) {
+            // The placeholder stays this transaction's to unlink.
+            b.created.push((b.writes[i].key, old));
         }
-        Ok(Some(i))
+        if b.writes.len() > WRITE_SCAN_MAX {
+            if let Ok(e) = b.write_pos.find_entry(addr_hash(old as usize), |&j| j as usize == i) {
+                e.remove();
+            }
+            b.index_write(i);
+        }
+        Ok(Some((i, true)))
     }
 
     /// Moves the write-set entries whose records left memory since they were written to
@@ -312,15 +319,16 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         if eng.residency.is_none() || eng.counters.ranges_evicted.load(Ordering::Acquire) == self.b().evict_mark {
             return Ok(());
         }
+        let mut key = Vec::new();
         for i in 0..self.b().writes.len() {
-            let key = std::mem::take(&mut self.b().writes[i].key);
+            key.clear();
+            key.extend_from_slice(self.b().key_of(i));
             let r = loop {
                 match eng.lookup(&key, guard) {
                     Some(rec) if std::ptr::eq(rec, self.b().writes[i].rec) => break Ok(()),
                     Some(rec) => {
                         // SAFETY: records stay allocated while the transaction runs.
                         let rec: &'a P::Record = unsafe { &*(rec as *const P::Record) };
-                        self.b().writes[i].key = key.clone();
                         break self.own_rebound(&key, rec).map(|_| ());
                     }
                     None => match self.loaded(&key, Some(&key)) {
@@ -330,14 +338,14 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     },
                 }
             };
-            self.b().writes[i].key = key;
             r?;
         }
         Ok(())
     }
 
-    /// Adds (or upgrades) a write-set entry.
-    pub(super) fn add_write(&mut self, key: &[u8], rec: &P::Record, write: Write<'_>) -> Result<(), Access> {
+    /// Adds (or upgrades) a write-set entry; says whether the record had one already (not
+    /// counting an entry that moved to it, see [`own_rebound`](Self::own_rebound)).
+    pub(super) fn add_write(&mut self, key: &[u8], rec: &P::Record, write: Write<'_>) -> Result<bool, Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
         let own = self.own_rebound(key, rec)?;
@@ -354,33 +362,42 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             Write::Gap => WriteKind::Gap,
         };
-        if let Some(i) = own {
+        if let Some((i, moved)) = own {
             if let Write::Value(_) | Write::New(_) = write {
                 let new = kind(b);
                 if let WriteKind::Value(Some(WriteValue::Owned(old))) = std::mem::replace(&mut b.writes[i].kind, new) {
                     TxnBufs::<P>::recycle(&mut b.spare, old);
                 }
             }
-            return Ok(());
+            return Ok(!moved);
         }
         eng.proto.write(&mut b.st, rec)?;
         if b.writes.is_empty() {
             b.evict_mark = eng.counters.ranges_evicted.load(Ordering::Acquire);
         }
-        let (key, kind) = (b.copy_of(key), kind(b));
+        let kind = kind(b);
+        // A put's placeholder, made just before: its entry takes the key already in the
+        // arena and the placeholder's place in `created`.
+        let (key, created) = match b.created.last() {
+            Some(&(at, rec)) if rec == p => {
+                b.created.pop();
+                (at, true)
+            }
+            _ => (KeyAt::push(&mut b.keys, key), false),
+        };
         if !b.key_pos.is_empty() {
-            b.key_pos.insert(key.clone(), b.writes.len());
+            b.key_pos.insert(key.of(&b.keys).to_vec(), b.writes.len());
         }
-        b.writes.push(WriteEntry { rec: p, key, kind, present: false });
+        b.writes.push(WriteEntry { rec: p, key, kind, present: false, created });
         let n = b.writes.len();
         if n == WRITE_SCAN_MAX + 1 {
-            for (i, w) in b.writes.iter().enumerate() {
-                b.write_pos.insert(w.rec as usize, i);
+            for i in 0..n {
+                b.index_write(i);
             }
         } else if n > WRITE_SCAN_MAX + 1 {
-            b.write_pos.insert(p as usize, n - 1);
+            b.index_write(n - 1);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Finds the record of `key`, or puts a placeholder for it into the index: one descent
@@ -464,8 +481,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             let r: &'a P::Record = unsafe { &*rec };
             eng.proto.created(&mut self.b().st, r);
             let b = self.b();
-            b.created.push((b.created_keys.len() as u32, key.len() as u32, rec));
-            b.created_keys.extend_from_slice(key);
+            let at = KeyAt::push(&mut b.keys, key);
+            b.created.push((at, rec));
             if let Some(res) = &eng.residency {
                 res.credit(key, (key.len() + RECORD_OVERHEAD) as i64, guard);
             }
@@ -475,8 +492,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             // A follower this transaction already wrote had the records beyond it written
             // then (see `gap_write_beyond`): walking them again made big transactions of
             // new keys quadratic.
-            let walked = self.b().own(next as *const P::Record).is_some();
-            self.add_write(nk, next, Write::Gap)?;
+            let walked = self.add_write(nk, next, Write::Gap)?;
             if !walked && eng.proto.is_fresh(next) && !eng.is_sentinel(next) {
                 self.gap_write_beyond(nk, guard)?;
             }
@@ -648,7 +664,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             self.b().last_put_new = matches!(placed, Ok(Place::New(_)));
             let step = match placed {
                 Ok(Place::Existing(r)) => self.write_existing(key, r, Some(value), guard),
-                Ok(Place::New(r)) => self.add_write(key, r, Write::New(value)),
+                Ok(Place::New(r)) => self.add_write(key, r, Write::New(value)).map(|_| ()),
                 Ok(Place::Retry) => Err(Access::Removed),
                 Err(e) => Err(e),
             };
@@ -688,7 +704,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 None => match self.place(key, value.map_or(0, <[u8]>::len), guard) {
                     Ok(Place::New(rec)) => {
                         let w = value.map_or(Write::Value(None), Write::New);
-                        self.add_write(key, rec, w).map(|()| true)
+                        self.add_write(key, rec, w).map(|_| true)
                     }
                     Ok(Place::Existing(_) | Place::Retry) => Err(Access::Removed), // look again
                     Err(e) => Err(e),
