@@ -19,7 +19,7 @@ use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     all_in_sorted_writes, count_delta, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
-    WriteEntry, WriteKind,
+    WriteEntry, WriteKind, KEEP_SET,
 };
 
 const EPOCH_SHIFT: u32 = 32;
@@ -37,6 +37,9 @@ struct ReadEntry {
 /// Per-transaction state of Silo.
 pub struct SiloState {
     reads: Vec<ReadEntry>,
+    /// Placeholders the transaction made, each read absent at TID 0: kept apart from
+    /// `reads`, at 8 bytes instead of 16 (a transaction of 1M new keys makes 1M).
+    created: Vec<*const SiloRecord>,
     locked: Vec<u64>,
     /// Read records validation found locked: they must be the transaction's own writes.
     locked_reads: Vec<usize>,
@@ -119,12 +122,17 @@ impl Protocol for Silo {
     }
 
     fn new_txn_state(&self) -> SiloState {
-        SiloState { reads: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
+        SiloState { reads: Vec::new(), created: Vec::new(), locked: Vec::new(), locked_reads: Vec::new() }
     }
 
     fn begin(&self, _worker: &SiloWorker, st: &mut SiloState) {
         st.reads.clear();
+        st.created.clear();
         st.locked.clear();
+        // A huge transaction does not leave its read set's memory behind in the pool.
+        if st.reads.capacity() + st.created.capacity() + st.locked.capacity() > KEEP_SET {
+            *st = self.new_txn_state();
+        }
     }
 
     fn new_record(&self, _st: &mut SiloState) -> SiloRecord {
@@ -155,7 +163,7 @@ impl Protocol for Silo {
 
     fn created(&self, st: &mut SiloState, rec: &SiloRecord) {
         // The creator read the key absent: the placeholder's initial TID.
-        st.reads.push(ReadEntry { rec, tid: 0 });
+        st.created.push(rec);
     }
 
     fn read(
@@ -265,7 +273,8 @@ impl Protocol for Silo {
         let mut floor = 0;
         if !self.skip_validation {
             st.locked_reads.clear();
-            for r in &st.reads {
+            let created = st.created.iter().map(|&rec| ReadEntry { rec, tid: 0 });
+            for r in st.reads.iter().map(|r| ReadEntry { ..*r }).chain(created) {
                 // SAFETY: records stay allocated while the transaction runs (the engine's retire).
                 let cur = unsafe { &*r.rec }.word.load(Ordering::Acquire);
                 if cur & !LOCK != r.tid {

@@ -16,7 +16,7 @@ use crossbeam_epoch::Guard;
 use super::snapshot::{Chained, Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     count_delta, Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
-    WriteEntry, WriteKind,
+    WriteEntry, WriteKind, KEEP_SET,
 };
 
 const WRITER: u64 = 1 << 63;
@@ -215,6 +215,11 @@ impl TwoPl {
         }
         st.held.clear();
         st.by_rec.clear();
+        // A huge transaction does not leave its lock set's memory behind in the pool.
+        if st.held.capacity() > KEEP_SET {
+            st.held = Vec::new();
+            st.by_rec = AddrMap::default();
+        }
     }
 }
 
