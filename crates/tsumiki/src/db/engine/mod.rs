@@ -236,13 +236,18 @@ impl<P: Protocol> TxnBufs<P> {
         self.created.clear();
         self.skips = scan::Skips::default();
         // A huge transaction does not leave its write set's memory behind in the pool.
-        if self.writes.capacity() > KEEP_ENTRIES || self.created.capacity() > KEEP_ENTRIES {
+        if self.is_huge() {
             self.writes = Vec::new();
             self.keys = Vec::new();
             self.write_pos = HashTable::new();
             self.key_pos = std::collections::HashMap::new();
             self.created = Vec::new();
         }
+    }
+
+    /// Whether the write set outgrew what the pool keeps (see [`clear`](Self::clear)).
+    fn is_huge(&self) -> bool {
+        self.writes.capacity() > KEEP_ENTRIES || self.created.capacity() > KEEP_ENTRIES
     }
 
     /// Keeps a small buffer for the next write set (bounded: a huge transaction does not
