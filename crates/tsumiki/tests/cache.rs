@@ -382,3 +382,45 @@ fn records_leave_room_for_the_checkpoint_buffers() {
     assert!(c.evictions > 0 && c.resident_bytes <= c.budget as i64, "{c:?}");
     db.close().unwrap();
 }
+
+/// A transaction whose write set is past the size it scans (it then finds a key's entry
+/// by hashing the key) reads its own writes back after every record it wrote left memory
+/// under it, rewrites them, and commits each key's last value.
+#[test]
+fn a_big_write_set_keeps_its_writes_of_evicted_records() {
+    let n = 40u64;
+    for cc in [Cc::TicToc, Cc::Silo] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::create(dir.path(), opts(cc, 1, false)).unwrap();
+        db.run(|t| (0..n).try_for_each(|i| t.put(key(i), value(i, 0, 100)))).unwrap();
+        let (written, evicted) = (Barrier::new(2), Barrier::new(2));
+        let evictions = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let mut t = db.begin();
+                for i in 0..n {
+                    t.put(key(i), value(i, 1, 100)).unwrap();
+                }
+                written.wait();
+                evicted.wait();
+                for i in 0..n {
+                    assert_eq!(t.get(key(i)).unwrap(), Some(value(i, 1, 100)), "{cc:?}: own write of key {i}");
+                    t.put(key(i), value(i, 2, 100)).unwrap();
+                    assert_eq!(t.get(key(i)).unwrap(), Some(value(i, 2, 100)), "{cc:?}: rewrite of key {i}");
+                }
+                t.commit().unwrap();
+            });
+            written.wait();
+            let before = db.cache_stats().unwrap().evictions;
+            db.checkpoint().unwrap();
+            db.run(|t| t.get(key(n + 1))).unwrap();
+            let evictions = db.cache_stats().unwrap().evictions - before;
+            evicted.wait();
+            writer.join().unwrap();
+            evictions
+        });
+        assert!(evictions > 0, "{cc:?}: nothing left memory under the writer");
+        let want: BTreeMap<_, _> = (0..n).map(|i| (key(i), value(i, 2, 100))).collect();
+        assert_eq!(dump(&db), want, "{cc:?}");
+        db.close().unwrap();
+    }
+}

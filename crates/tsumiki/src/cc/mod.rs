@@ -97,7 +97,7 @@ pub struct KeyAt(u64);
 const _: () = assert!(crate::limits::MAX_KEY_LEN < 1 << KeyAt::LEN_BITS);
 
 /// The most entries a protocol's per-transaction sets keep for the next transaction
-/// (a huge transaction's sets are dropped, not pooled).
+/// (a huge transaction's sets are dropped, not pooled: [`Protocol::state_capacity`]).
 pub(crate) const KEEP_SET: usize = 1 << 14;
 
 impl KeyAt {
@@ -293,6 +293,11 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_txn_state(&self) -> Self::TxnState;
     /// Starts a transaction on `st` (cleared by the engine's last commit or abort).
     fn begin(&self, worker: &Self::Worker, st: &mut Self::TxnState);
+    /// The entries `st`'s sets have room for: past [`KEEP_SET`] the engine drops the state
+    /// at the transaction's end instead of pooling it.
+    fn state_capacity(&self, _st: &Self::TxnState) -> usize {
+        0
+    }
 
     /// A record for a key that is being inserted: absent, and already owned by `st` where
     /// the protocol locks at write time.

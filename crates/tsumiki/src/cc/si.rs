@@ -364,6 +364,10 @@ impl Protocol for Si {
         }
     }
 
+    fn state_capacity(&self, st: &SiState) -> usize {
+        st.installed.capacity() + st.chain.capacity()
+    }
+
     fn snapshot_open(&self, worker: &SiWorker, st: &mut SiState) -> u64 {
         // Every MVCC-SI transaction reads a snapshot already: the one it began at.
         self.begin(worker, st);

@@ -19,7 +19,7 @@ use super::occ::{unlock_prefix, OccRecord, LOCK};
 use super::snapshot::{Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     all_in_sorted_writes, count_delta, Access, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
-    WriteEntry, WriteKind, KEEP_SET,
+    WriteEntry, WriteKind,
 };
 
 const EPOCH_SHIFT: u32 = 32;
@@ -129,10 +129,10 @@ impl Protocol for Silo {
         st.reads.clear();
         st.created.clear();
         st.locked.clear();
-        // A huge transaction does not leave its read set's memory behind in the pool.
-        if st.reads.capacity() + st.created.capacity() + st.locked.capacity() > KEEP_SET {
-            *st = self.new_txn_state();
-        }
+    }
+
+    fn state_capacity(&self, st: &SiloState) -> usize {
+        st.reads.capacity() + st.created.capacity() + st.locked.capacity()
     }
 
     fn new_record(&self, _st: &mut SiloState) -> SiloRecord {

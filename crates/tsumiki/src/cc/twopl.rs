@@ -16,7 +16,7 @@ use crossbeam_epoch::Guard;
 use super::snapshot::{Chained, Order, SnapWorker, SnapshotStats, Snapshots};
 use super::{
     count_delta, Access, AddrMap, Backoff, CommitFail, CommitLog, Conflict, Protocol, UnlinkLatch, ValueCell,
-    WriteEntry, WriteKind, KEEP_SET,
+    WriteEntry, WriteKind,
 };
 
 const WRITER: u64 = 1 << 63;
@@ -215,11 +215,6 @@ impl TwoPl {
         }
         st.held.clear();
         st.by_rec.clear();
-        // A huge transaction does not leave its lock set's memory behind in the pool.
-        if st.held.capacity() > KEEP_SET {
-            st.held = Vec::new();
-            st.by_rec = AddrMap::default();
-        }
     }
 }
 
@@ -257,6 +252,10 @@ impl Protocol for TwoPl {
     fn begin(&self, _worker: &Arc<SnapWorker>, st: &mut TwoPlState) {
         st.ts = self.clock.fetch_add(1, Ordering::Relaxed) & TS_MASK;
         debug_assert!(st.held.is_empty());
+    }
+
+    fn state_capacity(&self, st: &TwoPlState) -> usize {
+        st.held.capacity()
     }
 
     fn new_record(&self, st: &mut TwoPlState) -> TwoPlRecord {

@@ -387,7 +387,7 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
         self.eng.leave(slot);
         // A huge write set's buffers go now, not when the slot's next transaction begins
         // (a committed 1M-record transaction kept about 90 MB resident until then).
-        let bufs = self.bufs.take().filter(|b| !b.is_huge());
+        let bufs = self.bufs.take().filter(|b| !b.is_huge(&self.eng.proto));
         match self.home.take() {
             Some(Home::Worker(slot)) => *slot = bufs,
             Some(Home::Pool(s)) => self.eng.return_slot(s, bufs),

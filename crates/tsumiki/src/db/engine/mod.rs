@@ -1,6 +1,7 @@
 //! The generic engine: one index of records, any [`Protocol`], monomorphized.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -12,7 +13,7 @@ use hashbrown::HashTable;
 
 use crate::cc::{
     addr_hash, Access, CommitFail, CommitLog, Conflict, KeyAt, NoLog, Protocol, UnlinkLatch, WriteEntry, WriteKind,
-    WriteValue,
+    WriteValue, KEEP_SET,
 };
 use crate::index::{BwTree, BwTreeBuilder, BwTreeConfig, Cursor, LeafHint, Leaves, MAX_KEY_LEN};
 use crate::plants::Plants;
@@ -161,9 +162,11 @@ pub(crate) struct TxnBufs<P: Protocol> {
     /// [`Counters::ranges_evicted`] at the transaction's first write: while it is
     /// unchanged, no record of the write set left memory.
     evict_mark: u64,
-    /// Position in `writes` by key, built only once a record of the write set may have
-    /// left memory (see [`TypedTxn::own_rebound`]).
-    key_pos: std::collections::HashMap<Vec<u8>, usize>,
+    /// Position in `writes` by key (hashed on the arena's bytes, not copied), built only
+    /// once a record of the write set may have left memory (see
+    /// [`TypedTxn::own_rebound`]).
+    key_pos: HashTable<u32>,
+    key_hasher: std::hash::RandomState,
 }
 
 /// Where [`TypedTxn::place`] found or put a key's record.
@@ -184,8 +187,6 @@ const WRITE_SCAN_MAX: usize = 8;
 /// Spare write-set buffers kept between transactions, and the largest one kept.
 const SPARE_MAX: usize = 4096;
 const SPARE_BYTES: usize = 4096;
-/// The largest write set whose buffers are kept for the next transaction.
-const KEEP_ENTRIES: usize = 1 << 14;
 
 /// A write as the engine's callers ask for it (the write set keeps its own copies).
 #[derive(Clone, Copy)]
@@ -220,7 +221,8 @@ impl<P: Protocol> TxnBufs<P> {
             put_trail: LeafTrail::default(),
             last_put_new: false,
             evict_mark: 0,
-            key_pos: std::collections::HashMap::new(),
+            key_pos: HashTable::new(),
+            key_hasher: std::hash::RandomState::new(),
         }
     }
 
@@ -235,19 +237,15 @@ impl<P: Protocol> TxnBufs<P> {
         self.key_pos.clear();
         self.created.clear();
         self.skips = scan::Skips::default();
-        // A huge transaction does not leave its write set's memory behind in the pool.
-        if self.is_huge() {
-            self.writes = Vec::new();
-            self.keys = Vec::new();
-            self.write_pos = HashTable::new();
-            self.key_pos = std::collections::HashMap::new();
-            self.created = Vec::new();
-        }
     }
 
-    /// Whether the write set outgrew what the pool keeps (see [`clear`](Self::clear)).
-    fn is_huge(&self) -> bool {
-        self.writes.capacity() > KEEP_ENTRIES || self.created.capacity() > KEEP_ENTRIES
+    /// Whether the transaction's sets outgrew what the pool keeps: such buffers are
+    /// dropped when their transaction ends, so that a huge transaction leaves no memory
+    /// behind.
+    fn is_huge(&self, proto: &P) -> bool {
+        self.writes.capacity() > KEEP_SET
+            || self.created.capacity() > KEEP_SET
+            || proto.state_capacity(&self.st) > KEEP_SET
     }
 
     /// Keeps a small buffer for the next write set (bounded: a huge transaction does not
@@ -278,6 +276,29 @@ impl<P: Protocol> TxnBufs<P> {
             let writes = &self.writes;
             self.write_pos.find(addr_hash(rec as usize), |&i| writes[i as usize].rec == rec).map(|&i| i as usize)
         }
+    }
+
+    /// Records entry `i` under its key in `key_pos` (a later entry of the same key
+    /// replaces an earlier one).
+    fn index_key(&mut self, i: usize) {
+        let (writes, keys, hasher) = (&self.writes, &self.keys, &self.key_hasher);
+        let key = writes[i].key.of(keys);
+        let entry = self.key_pos.entry(
+            hasher.hash_one(key),
+            |&j| writes[j as usize].key.of(keys) == key,
+            |&j| hasher.hash_one(writes[j as usize].key.of(keys)),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(mut o) => *o.get_mut() = i as u32,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(i as u32);
+            }
+        }
+    }
+
+    /// The write-set entry of `key`, from `key_pos`.
+    fn find_key(&self, key: &[u8]) -> Option<usize> {
+        self.key_pos.find(self.key_hasher.hash_one(key), |&j| self.key_of(j as usize) == key).map(|&j| j as usize)
     }
 
     /// Records that the write-set entry `i` is at its place (see `write_pos`).

@@ -164,35 +164,44 @@ mod tests {
         assert_eq!(db.eng.slots.lock().len(), slots, "no slot made for the later thread");
     }
 
-    /// A transaction's buffers go back to the pool with its slot, unless its write set
-    /// outgrew what the pool keeps: those are freed when it ends, committed or not, not
-    /// when the slot's next transaction begins.
+    /// A transaction's buffers go back to the pool with its slot, unless its write set or
+    /// its protocol's sets (here TicToc's read set) outgrew what the pool keeps: those are
+    /// freed when it ends, committed or not, not when the slot's next transaction begins.
     #[test]
     fn a_huge_write_set_is_freed_when_its_transaction_ends() {
+        use crate::cc::KEEP_SET;
         let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
-        let pooled = |db: &TypedDb<TicToc>| -> Vec<usize> {
+        // The buffers each pooled slot holds (`None`: dropped).
+        let pooled = |db: &TypedDb<TicToc>| -> Vec<bool> {
             let shards = db.eng.free_slots.iter().map(|s| s.lock());
-            shards
-                .flat_map(|s| s.iter().map(|(_, b)| b.as_ref().map_or(0, |b| b.writes.capacity())).collect::<Vec<_>>())
-                .collect()
+            shards.flat_map(|s| s.iter().map(|(_, b)| b.is_some()).collect::<Vec<_>>()).collect()
         };
-        let mut txn = db.begin();
-        txn.put(b"small", b"v").unwrap();
-        txn.commit().unwrap();
-        assert!(pooled(&db).iter().any(|&c| c > 0), "a small write set's buffers are pooled");
-        let n = super::super::KEEP_ENTRIES as u32 + 1;
-        for commit in [true, false] {
+        let small = |db: &TypedDb<TicToc>| {
+            let mut txn = db.begin();
+            txn.put(b"small", b"v").unwrap();
+            txn.get(b"small").unwrap();
+            txn.commit().unwrap();
+            assert!(pooled(db).iter().any(|&b| b), "a small transaction's buffers are pooled");
+        };
+        small(&db);
+        let n = KEEP_SET as u32 + 1;
+        for (commit, write) in [(true, true), (false, true), (true, false)] {
             let mut txn = db.begin();
             for i in 0..n {
-                txn.put(&i.to_be_bytes(), b"v").unwrap();
+                if write {
+                    txn.put(&i.to_be_bytes(), b"v").unwrap();
+                } else {
+                    txn.get(&i.to_be_bytes()).unwrap();
+                }
             }
             if commit {
                 txn.commit().unwrap()
             } else {
                 txn.abort()
             }
-            let caps = pooled(&db);
-            assert!(caps.iter().all(|&c| c <= super::super::KEEP_ENTRIES), "commit {commit}: pooled {caps:?}");
+            let pool = pooled(&db);
+            assert!(pool.iter().all(|&b| !b), "commit {commit}, write {write}: buffers pooled: {pool:?}");
+            small(&db);
         }
     }
 }

@@ -290,10 +290,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         } else {
             if b.key_pos.is_empty() {
                 for i in 0..b.writes.len() {
-                    b.key_pos.insert(b.key_of(i).to_vec(), i);
+                    b.index_key(i);
                 }
             }
-            b.key_pos.get(key).copied()
+            b.find_key(key)
         };
         let Some(i) = found else { return Ok(None) };
         eng.proto.write(&mut b.st, rec)?;
@@ -385,10 +385,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             }
             _ => (KeyAt::push(&mut b.keys, key), false),
         };
-        if !b.key_pos.is_empty() {
-            b.key_pos.insert(key.of(&b.keys).to_vec(), b.writes.len());
-        }
         b.writes.push(WriteEntry { rec: p, key, kind, present: false, created });
+        if !b.key_pos.is_empty() {
+            b.index_key(b.writes.len() - 1);
+        }
         let n = b.writes.len();
         if n == WRITE_SCAN_MAX + 1 {
             for i in 0..n {
