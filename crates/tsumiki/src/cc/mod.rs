@@ -293,8 +293,8 @@ pub trait Protocol: Send + Sync + Sized + 'static {
     fn new_txn_state(&self) -> Self::TxnState;
     /// Starts a transaction on `st` (cleared by the engine's last commit or abort).
     fn begin(&self, worker: &Self::Worker, st: &mut Self::TxnState);
-    /// The entries `st`'s sets have room for: past [`KEEP_SET`] the engine drops the state
-    /// at the transaction's end instead of pooling it.
+    /// The entries `st`'s sets have room for: past a limit (`KEEP_SET`, 16,384) the engine
+    /// drops the state at the transaction's end instead of pooling it.
     fn state_capacity(&self, _st: &Self::TxnState) -> usize {
         0
     }
