@@ -74,8 +74,8 @@ pub mod wal;
 
 pub use cc::SnapshotStats;
 pub use db::{
-    CacheStats, Cc, Db, KeyRange, LockWait, OpenOptions, Options, OwnedReadTxn, OwnedTxn, ReadTxn, Resolved, RowRef,
-    Scan, Txn, DEFAULT_CACHE_BYTES,
+    CacheStats, Cc, Db, KeyRange, LockWait, OpenOptions, Options, OwnedReadTxn, OwnedTxn, ReadTxn, Resolved, Row,
+    RowRef, Scan, Txn, DEFAULT_CACHE_BYTES,
 };
 pub use error::{Conflict, Corruption, Error, ErrorKind, Poison, MAX_TXN_BYTES, MAX_VALUE_LEN};
 pub use index::MAX_KEY_LEN;

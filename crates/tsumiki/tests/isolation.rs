@@ -8,7 +8,8 @@
 //! - insert keys: absent at the start, inserted at most once, never deleted;
 //! - delete keys: present at the start, updated, deleted at most once, never re-inserted.
 //!
-//! Scans read every key of their range: a key they did not return was read absent. The
+//! Scans (and retains, which delete some of the delete keys they read) read every key of
+//! their range: a key they did not return was read absent. The
 //! checker builds write-write, write-read and read-write (anti-dependency) edges between
 //! committed transactions and reports a cycle (serializability), or for snapshot isolation
 //! a cycle without two consecutive anti-dependencies. It also reports reads of versions no
@@ -127,6 +128,42 @@ fn run_txn(txn: &mut tsumiki::Txn<'_>, rng: &mut StdRng, rec: &mut TxnRecord) ->
                         written.push(key);
                     }
                     _ => {}
+                }
+            }
+            8 if rng.random_bool(0.4) => {
+                // A retain: a scan of the range that deletes, through what it read, the
+                // present delete keys a random mask names (and never its own writes).
+                let a = rng.random_range(0..KEYS);
+                let b = rng.random_range(a + 1..=KEYS);
+                let mask: u64 = rng.random();
+                let own = written.clone();
+                let doomed = |key: u64| kind(key) == KeyKind::Delete && mask & (1 << key) != 0 && !own.contains(&key);
+                let mut seen: HashMap<u64, Vec<u8>> = HashMap::new();
+                let removed = txn.retain_in(&kb(a)..&kb(b), |k, v| {
+                    let key = u64::from_be_bytes(k.try_into().unwrap());
+                    seen.insert(key, v.to_vec());
+                    !doomed(key)
+                })?;
+                let mut deleted = 0;
+                for key in a..b {
+                    let v = seen.remove(&key);
+                    if written.contains(&key) {
+                        continue;
+                    }
+                    let present = v.is_some();
+                    let version = observed(key, v, &none).unwrap_or(NEVER_WRITTEN);
+                    rec.reads.push((key, version));
+                    if present && doomed(key) {
+                        rec.writes.push((key, version, true));
+                        written.push(key);
+                        deleted += 1;
+                    }
+                }
+                assert!(seen.is_empty(), "retain met keys outside its range: {seen:?}");
+                if removed != deleted {
+                    // A record read present was deleted meanwhile by a committed
+                    // transaction: the read is stale and validation will fail.
+                    return Err(Error::Conflict(Conflict::ReadValidation));
                 }
             }
             _ => {

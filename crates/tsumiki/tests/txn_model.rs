@@ -1,6 +1,6 @@
-//! One transaction at a time against a `BTreeMap`: puts, deletes, pops from either end,
-//! forward and reverse range scans that stop early, commits and aborts, under every
-//! protocol. Each read must show the committed state with the transaction's own writes
+//! One transaction at a time against a `BTreeMap`: puts, deletes, pops from either end
+//! (a scan and a delete, or `pop_first`/`pop_last`), retains over ranges, forward and
+//! reverse range scans that stop early, commits and aborts, under every protocol. Each read must show the committed state with the transaction's own writes
 //! over it, however the scans before it left their skips (`db/engine/scan.rs`: ranges a
 //! scan found empty to the transaction, gone past by the next scan from there).
 
@@ -16,6 +16,15 @@ enum Op {
     Delete(u16),
     /// Pop the first (`false`) or last record: a scan, then a delete of what it returned.
     Pop(bool),
+    /// The same through `pop_first`/`pop_last`.
+    PopNative(bool),
+    /// `retain_in` over `[start, end)`, keeping the records whose value's first byte is
+    /// not a multiple of `m`.
+    Retain {
+        start: Option<u16>,
+        end: Option<u16>,
+        m: u8,
+    },
     /// A scan of `[start, end)` taking at most `take` records, reversed or not.
     Scan {
         start: Option<u16>,
@@ -32,6 +41,9 @@ fn op(keys: u16) -> impl Strategy<Value = Op> {
         3 => (0..keys).prop_map(Op::Put),
         2 => (0..keys).prop_map(Op::Delete),
         5 => any::<bool>().prop_map(Op::Pop),
+        5 => any::<bool>().prop_map(Op::PopNative),
+        1 => (proptest::option::of(0..keys), proptest::option::of(0..keys), 2..6u8)
+            .prop_map(|(start, end, m)| Op::Retain { start, end, m }),
         2 => (proptest::option::of(0..keys), proptest::option::of(0..keys), 1..12usize, any::<bool>())
             .prop_map(|(start, end, take, rev)| Op::Scan { start, end, take, rev }),
         1 => Just(Op::Commit),
@@ -111,6 +123,23 @@ fn run(cc: Cc, ops: &[Op], initial: u16, dir: Option<&std::path::Path>) {
                 if let Some(key) = got.first() {
                     assert!(t.delete(key).unwrap(), "op {i} {op:?}");
                     own.remove(key);
+                }
+            }
+            Op::PopNative(last) => {
+                let got = if last { t.pop_last() } else { t.pop_first() }.unwrap();
+                let want = if last { own.pop_last() } else { own.pop_first() };
+                assert_eq!(got, want, "op {i} {op:?}");
+            }
+            Op::Retain { start, end, m } => {
+                let keep = |v: &[u8]| !v[0].is_multiple_of(m);
+                let got = t.retain_in((bound(start, true), bound(end, false)), |_, v| keep(v)).unwrap();
+                let doomed: Vec<Vec<u8>> = model_scan(&own, start, end, usize::MAX, false)
+                    .into_iter()
+                    .filter(|key| !keep(&own[key]))
+                    .collect();
+                assert_eq!(got, doomed.len() as u64, "op {i} {op:?}");
+                for key in doomed {
+                    own.remove(&key);
                 }
             }
             Op::Scan { start, end, take, rev } => {

@@ -113,6 +113,12 @@ impl KeyAt {
         at
     }
 
+    /// Orders keys by when they were pushed to their arena.
+    #[inline]
+    pub fn pushed(self) -> u64 {
+        self.0
+    }
+
     /// The key's bytes in the `arena` it was pushed to.
     #[inline]
     pub fn of(self, arena: &[u8]) -> &[u8] {

@@ -52,7 +52,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::sync::Arc;
 
-pub use engine::{Engine, RowRef, TypedScan, TypedTxn};
+pub use engine::{Engine, Row, RowRef, TypedScan, TypedTxn};
 use engine::{Home, ScanCursor, Slot, TxnBufs};
 pub use open::OpenOptions;
 pub use options::{CacheStats, Cc, LockWait, Options, Resolved, DEFAULT_CACHE_BYTES};

@@ -273,6 +273,67 @@ impl<'a> Txn<'a> {
         dispatch!(AnyTxn, self.inner.get_mut(), t => t.delete(key.as_ref()))
     }
 
+    /// Deletes every record for which `keep(key, value)` returns false, in one pass in key
+    /// order; returns how many it deleted (redb's `retain`). Each record is deleted through
+    /// what the pass read, with no second lookup, so this is cheaper than a scan followed
+    /// by [`delete`](Self::delete)s. Serializable as a scan of every key is.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for (k, v) in [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")] {
+    ///     txn.put(k, v).unwrap();
+    /// }
+    /// let odd = |_: &[u8], v: &[u8]| v[0] % 2 == 1;
+    /// assert_eq!(txn.retain(odd).unwrap(), 2);
+    /// assert_eq!(txn.iter().map(|r| r.unwrap().0).collect::<Vec<_>>(), [b"a", b"c"]);
+    /// ```
+    pub fn retain(&mut self, keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64, Error> {
+        self.retain_in(.., keep)
+    }
+
+    /// [`retain`](Self::retain) over the keys in `range` only (redb's `retain_in`).
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// for k in ["a", "b", "c", "d"] {
+    ///     txn.put(k, "v").unwrap();
+    /// }
+    /// assert_eq!(txn.retain_in("b"..="c", |_, _| false).unwrap(), 2);
+    /// assert_eq!(txn.iter().map(|r| r.unwrap().0).collect::<Vec<_>>(), [b"a", b"d"]);
+    /// ```
+    pub fn retain_in(&mut self, range: impl KeyRange, keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64, Error> {
+        let (start, end) = bounds(&range);
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.retain_in(&start, end.as_deref(), keep))
+    }
+
+    /// Deletes the record with the smallest key and returns it (`None` when there is
+    /// none): one scan step and a delete of the record it read. Pops in one transaction
+    /// skip its earlier pops' deletes instead of walking them again.
+    ///
+    /// ```
+    /// # use tsumiki::{Db, Options};
+    /// # let db = Db::open_in_memory(Options::default()).unwrap();
+    /// let mut txn = db.begin();
+    /// txn.put("a", "1").unwrap();
+    /// txn.put("b", "2").unwrap();
+    /// assert_eq!(txn.pop_first().unwrap(), Some((b"a".to_vec(), b"1".to_vec())));
+    /// assert_eq!(txn.pop_last().unwrap(), Some((b"b".to_vec(), b"2".to_vec())));
+    /// assert_eq!(txn.pop_first().unwrap(), None);
+    /// ```
+    pub fn pop_first(&mut self) -> Result<Option<Row>, Error> {
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.pop(false))
+    }
+
+    /// Deletes the record with the largest key and returns it (see
+    /// [`pop_first`](Self::pop_first)).
+    pub fn pop_last(&mut self) -> Result<Option<Row>, Error> {
+        dispatch!(AnyTxn, self.inner.get_mut(), t => t.pop(true))
+    }
+
     /// The records whose keys are in `range` (any Rust range of `AsRef<[u8]>` keys:
     /// `a..b`, `a..=b`, `a..`, `..b`), in ascending key order, as `(key, value)`;
     /// [`.rev()`](Scan::rev) makes it descending. Reads (a `get`) may run while the scan
@@ -299,16 +360,7 @@ impl<'a> Txn<'a> {
     /// }
     /// ```
     pub fn range(&self, range: impl KeyRange) -> Scan<'_, 'a> {
-        let start = match range.start_bound() {
-            Bound::Included(k) => k.to_vec(),
-            Bound::Excluded(k) => successor(k),
-            Bound::Unbounded => Vec::new(),
-        };
-        let end = match range.end_bound() {
-            Bound::Included(k) => Some(successor(k)),
-            Bound::Excluded(k) => Some(k.to_vec()),
-            Bound::Unbounded => None,
-        };
+        let (start, end) = bounds(&range);
         Scan { txn: self, cursor: ScanCursor::new(start, end, false) }
     }
 
@@ -509,6 +561,21 @@ impl KeyRange for std::ops::RangeFull {
 }
 
 /// The smallest key after `k`.
+/// The start and (exclusive) end of `range` as a scan takes them.
+fn bounds(range: &impl KeyRange) -> (Vec<u8>, Option<Vec<u8>>) {
+    let start = match range.start_bound() {
+        Bound::Included(k) => k.to_vec(),
+        Bound::Excluded(k) => successor(k),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(k) => Some(successor(k)),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    (start, end)
+}
+
 fn successor(k: &[u8]) -> Vec<u8> {
     let mut s = Vec::with_capacity(k.len() + 1);
     s.extend_from_slice(k);

@@ -30,6 +30,7 @@ mod bulk;
 mod cache;
 mod commit;
 mod durable;
+mod remove;
 mod scan;
 mod slots;
 mod txn;
@@ -37,7 +38,7 @@ mod unlink;
 use unlink::LeafRun;
 
 pub(crate) use scan::ScanCursor;
-pub use scan::{RowRef, TypedScan};
+pub use scan::{Row, RowRef, TypedScan};
 pub(crate) use txn::Home;
 pub use txn::TypedTxn;
 use txn::{collect_garbage, IndexEdit, LOAD_BATCH};

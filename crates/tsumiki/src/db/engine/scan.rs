@@ -108,7 +108,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                 let k = &keys[at as usize..(at + len) as usize];
                 let row = out.begin_row(k);
                 match self.read_rec_into(k, rec, Some(&mut out.bytes), guard) {
-                    Ok(true) => out.end_row(row, k.len()),
+                    Ok(true) => out.end_row(row, k.len(), rec as *const P::Record as usize),
                     Ok(false) => out.drop_row(row),
                     Err(Access::Removed) => continue 'retry,
                     Err(Access::Conflict(c)) => return self.fail(c),
@@ -203,15 +203,22 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     }
 
     /// The row buffer the last scan left, for a scan starting now.
-    fn lend_rows(&mut self) -> Rows {
+    pub(super) fn lend_rows(&mut self) -> Rows {
         self.bufs.as_mut().map(|b| std::mem::take(&mut b.scan_rows)).unwrap_or_default()
     }
 
     /// A scan ended after returning `taken` records: the next one reads that many first,
     /// in `rows` (kept if it is not too big).
-    fn end_scan(&mut self, taken: usize, mut rows: Rows) {
+    fn end_scan(&mut self, taken: usize, rows: Rows) {
         if let Some(b) = self.bufs.as_mut() {
             b.scan_first = taken.clamp(MIN_FIRST_CHUNK, SCAN_CHUNK);
+        }
+        self.keep_rows(rows);
+    }
+
+    /// Keeps `rows` for the next scan if it is not too big.
+    pub(super) fn keep_rows(&mut self, mut rows: Rows) {
+        if let Some(b) = self.bufs.as_mut() {
             if rows.bytes.capacity() <= KEEP_ROW_BYTES && rows.bytes.capacity() > b.scan_rows.bytes.capacity() {
                 rows.clear();
                 b.scan_rows = rows;
@@ -324,8 +331,8 @@ struct Met<P: Protocol> {
     leaves: Leaves,
 }
 
-/// A record a scan returns: its key and value.
-pub(crate) type Row = (Vec<u8>, Vec<u8>);
+/// A record a scan returns or a pop takes: its key and value, owned.
+pub type Row = (Vec<u8>, Vec<u8>);
 
 /// A record a scan lends ([`Scan::next_ref`](crate::Scan::next_ref)): its key and value,
 /// borrowed until the scan's next step.
@@ -337,17 +344,18 @@ pub type RowRef<'s> = (&'s [u8], &'s [u8]);
 pub(crate) struct Rows {
     bytes: Vec<u8>,
     /// Per record: where its key starts in `bytes`, the key's and the value's lengths
-    /// (the value follows the key).
-    at: Vec<(usize, u32, u32)>,
+    /// (the value follows the key), and the record's address (a delete of what a scan
+    /// returned writes that record without looking its key up again).
+    at: Vec<(usize, u32, u32, usize)>,
 }
 
 impl Rows {
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.bytes.clear();
         self.at.clear();
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.at.len()
     }
 
@@ -359,7 +367,7 @@ impl Rows {
 
     /// The record `i`: its key and value.
     pub(crate) fn get(&self, i: usize) -> (&[u8], &[u8]) {
-        let (at, k, v) = self.at[i];
+        let (at, k, v, _) = self.at[i];
         let (k, v) = (k as usize, v as usize);
         (&self.bytes[at..at + k], &self.bytes[at + k..at + k + v])
     }
@@ -380,9 +388,14 @@ impl Rows {
         at
     }
 
-    fn end_row(&mut self, at: usize, key_len: usize) {
+    fn end_row(&mut self, at: usize, key_len: usize, rec: usize) {
         let value_len = self.bytes.len() - at - key_len;
-        self.at.push((at, key_len as u32, value_len as u32));
+        self.at.push((at, key_len as u32, value_len as u32, rec));
+    }
+
+    /// The address of record `i`'s record.
+    pub(super) fn rec(&self, i: usize) -> usize {
+        self.at[i].3
     }
 
     fn drop_row(&mut self, at: usize) {
@@ -501,11 +514,24 @@ impl ScanCursor {
 
     /// The next record of the scan, borrowed from the cursor until its next step.
     pub(crate) fn next_ref<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<RowRef<'_>, Error>> {
+        self.next_row(txn).map(|r| r.map(|i| self.buf.get(i)))
+    }
+
+    /// The next record of the scan and its record's address (see [`Rows::rec`]).
+    pub(super) fn next_with_rec<P: Protocol>(
+        &mut self,
+        txn: &mut TypedTxn<'_, P>,
+    ) -> Option<Result<(RowRef<'_>, usize), Error>> {
+        self.next_row(txn).map(|r| r.map(|i| (self.buf.get(i), self.buf.rec(i))))
+    }
+
+    /// Steps to the next record: its place in the cursor's rows.
+    fn next_row<P: Protocol>(&mut self, txn: &mut TypedTxn<'_, P>) -> Option<Result<usize, Error>> {
         loop {
             if self.pos < self.buf.len() {
                 self.pos += 1;
                 self.taken += 1;
-                return Some(Ok(self.buf.get(self.pos - 1)));
+                return Some(Ok(self.pos - 1));
             }
             if self.done {
                 return None;

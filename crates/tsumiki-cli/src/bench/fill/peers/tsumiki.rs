@@ -148,10 +148,12 @@ impl KvEngine for Tsumiki {
         self.write("tsumiki pop", |t| {
             let mut popped = 0;
             for _ in 0..n {
-                // The transaction reads its own deletes, so the scan starts past them.
-                let first = if last { t.iter().rev().next() } else { t.iter().next() };
-                let Some(row) = first else { break };
-                t.delete(row?.0)?;
+                // One scan step and a delete of the record it read (the transaction's
+                // earlier pops are skipped, not walked again).
+                let row = if last { t.pop_last()? } else { t.pop_first()? };
+                if row.is_none() {
+                    break;
+                }
                 popped += 1;
             }
             Ok(popped)
@@ -159,20 +161,8 @@ impl KvEngine for Tsumiki {
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64, String> {
-        self.write("tsumiki retain", |t| {
-            // A scan borrows the transaction: collect, then delete.
-            let mut gone = Vec::new();
-            for row in t.iter() {
-                let (k, v) = row?;
-                if !keep(&k, &v) {
-                    gone.push(k);
-                }
-            }
-            for k in &gone {
-                t.delete(k)?;
-            }
-            Ok(gone.len() as u64)
-        })
+        // One pass that deletes through the records it reads (redb's `retain`).
+        self.write("tsumiki retain", |t| t.retain(&mut keep))
     }
 
     fn compact_and_close(self, dir: &Path) -> Result<(), String> {
