@@ -393,7 +393,7 @@ impl Rows {
         self.at.push((at, key_len as u32, value_len as u32, rec));
     }
 
-    /// The address of record `i`'s record.
+    /// The address of row `i`'s record.
     pub(super) fn rec(&self, i: usize) -> usize {
         self.at[i].3
     }
