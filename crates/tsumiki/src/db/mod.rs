@@ -52,8 +52,8 @@ use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::sync::Arc;
 
+use engine::{successor_key, Home, ScanCursor, Slot, TxnBufs};
 pub use engine::{Engine, Row, RowRef, TypedScan, TypedTxn};
-use engine::{Home, ScanCursor, Slot, TxnBufs};
 pub use open::OpenOptions;
 pub use options::{CacheStats, Cc, LockWait, Options, Resolved, DEFAULT_CACHE_BYTES};
 pub use owned::{OwnedReadTxn, OwnedTxn};

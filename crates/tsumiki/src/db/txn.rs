@@ -560,27 +560,19 @@ impl KeyRange for std::ops::RangeFull {
     }
 }
 
-/// The smallest key after `k`.
 /// The start and (exclusive) end of `range` as a scan takes them.
 fn bounds(range: &impl KeyRange) -> (Vec<u8>, Option<Vec<u8>>) {
     let start = match range.start_bound() {
         Bound::Included(k) => k.to_vec(),
-        Bound::Excluded(k) => successor(k),
+        Bound::Excluded(k) => successor_key(k),
         Bound::Unbounded => Vec::new(),
     };
     let end = match range.end_bound() {
-        Bound::Included(k) => Some(successor(k)),
+        Bound::Included(k) => Some(successor_key(k)),
         Bound::Excluded(k) => Some(k.to_vec()),
         Bound::Unbounded => None,
     };
     (start, end)
-}
-
-fn successor(k: &[u8]) -> Vec<u8> {
-    let mut s = Vec::with_capacity(k.len() + 1);
-    s.extend_from_slice(k);
-    s.push(0);
-    s
 }
 
 /// The smallest key above every key that starts with `prefix` (`None`: no such key).

@@ -37,7 +37,7 @@ mod txn;
 mod unlink;
 use unlink::LeafRun;
 
-pub(crate) use scan::ScanCursor;
+pub(crate) use scan::{successor_key, ScanCursor};
 pub use scan::{Row, RowRef, TypedScan};
 pub(crate) use txn::Home;
 pub use txn::TypedTxn;

@@ -295,7 +295,8 @@ pub(super) fn key_at_or_above_all_below(end: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-pub(super) fn successor_key(k: &[u8]) -> Vec<u8> {
+/// The smallest key after `k`.
+pub(crate) fn successor_key(k: &[u8]) -> Vec<u8> {
     let mut s = Vec::with_capacity(k.len() + 1);
     s.extend_from_slice(k);
     s.push(0);
