@@ -62,6 +62,9 @@ pub struct Plants {
     /// Key ranges written since the last checkpoint may leave memory: their newest writes
     /// are then lost until recovery (the cache tests).
     pub evict_dirty: bool,
+    /// The pages an open loaded with a kept log's writes over them count as clean: they
+    /// may leave memory before a checkpoint, and those writes with them (the resume tests).
+    pub kept_pages_clean: bool,
     /// Evicted records are not marked: a transaction that read one can still validate it
     /// (the isolation tests under a tiny cache).
     pub evict_unmarked: bool,
@@ -109,6 +112,7 @@ impl Plants {
         no_throttle: false,
         lazy_gaps_unchecked: false,
         evict_dirty: false,
+        kept_pages_clean: false,
         evict_unmarked: false,
         load_count_unchecked: false,
         lookup_pause: false,

@@ -426,3 +426,91 @@ fn a_put_between_a_bulk_load_and_a_rewrite_of_every_key_survives() {
     assert_eq!(db.view(|r| r.get(b"extra")).unwrap().as_deref(), Some(&b"1"[..]));
     assert_eq!(db.len().unwrap(), 3001);
 }
+
+/// An open that resumes a kept log over a store of many pages loads only the pages that
+/// log wrote, with its writes over them; the others load as they are used. Under a cache
+/// that cannot hold every range, reading everything before any checkpoint evicts ranges,
+/// but not the ones the kept log wrote (they hold writes no page has): every value read,
+/// then and after the next close, is the last one written.
+#[test]
+fn a_resumed_open_loads_only_the_pages_its_kept_log_wrote() {
+    resumed_open_over_pages(Plants::NONE);
+}
+
+/// The planted bug: the pages loaded at open count as clean, so the reads evict the one
+/// the kept log wrote, and its writes are read from the page without them.
+#[test]
+fn planted_clean_kept_pages_are_caught() {
+    let plants = Plants { kept_pages_clean: true, ..Plants::NONE };
+    let caught = std::panic::catch_unwind(|| resumed_open_over_pages(plants)).expect_err("a kept log's write lost");
+    let msg = caught.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("pass 1: key"), "caught by the second pass of reads, not: {msg}");
+}
+
+fn resumed_open_over_pages(plants: Plants) {
+    let key = |i: u32| i.to_be_bytes().to_vec();
+    let disk = SimStorage::new(7);
+    let open = |opts: &Options| Db::open_with_storage(Arc::new(disk.clone()), opts.clone()).unwrap();
+    let mut model = Model::new();
+    // Pages first: a checkpoint writes them, and the close after it keeps nothing.
+    let db = open(&options(Plants::NONE));
+    db.run(|t| (0..16_000u32).try_for_each(|i| t.put(key(i), i.to_le_bytes()))).unwrap();
+    model.extend((0..16_000u32).map(|i| (key(i), i.to_le_bytes().to_vec())));
+    db.checkpoint().unwrap();
+    let live = db.store_stats().unwrap().live_bytes as usize;
+    db.close().unwrap();
+    // A cache whose records' share (13/16 of it) is five times the pages: a close keeps
+    // its log (at most a quarter of that share), and the records (about 150 bytes each
+    // in memory against 16 in the pages) do not all fit.
+    let small = Options { cache_bytes: 5 * live * 16 / 13, ..options(plants) };
+    let db = open(&small);
+    let writes: [(Vec<u8>, Option<Vec<u8>>); 3] =
+        [(key(100), Some(b"new".to_vec())), (key(101), None), ([key(100), vec![1]].concat(), Some(b"added".to_vec()))];
+    db.run(|t| {
+        for (k, v) in &writes {
+            match v {
+                Some(v) => t.put(k, v)?,
+                None => t.delete(k).map(|_| ())?,
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    for (k, v) in &writes {
+        match v {
+            Some(v) => model.insert(k.clone(), v.clone()),
+            None => model.remove(k),
+        };
+    }
+    db.close().unwrap();
+    assert!(kept(&disk), "the close kept its log");
+
+    let db = open(&small);
+    let stats = db.cache_stats().unwrap();
+    assert!(stats.ranges >= 8, "{} ranges: too few pages for the test", stats.ranges);
+    assert_eq!(stats.ranges_loaded, 1, "only the page the kept log wrote is loaded at open: {stats:?}");
+    // Everything read, twice in opposite orders, so that CLOCK passes every range.
+    for pass in 0..2 {
+        let mut keys: Vec<&Vec<u8>> = model.keys().collect();
+        if pass == 1 {
+            keys.reverse();
+        }
+        let txn = db.begin();
+        for k in keys {
+            assert_eq!(txn.get(k).unwrap().as_ref(), model.get(k), "pass {pass}: key {k:?}");
+        }
+        for (k, _) in &writes {
+            assert_eq!(txn.get(k).unwrap().as_ref(), model.get(k), "pass {pass}: written key {k:?}");
+        }
+        drop(txn);
+    }
+    let stats = db.cache_stats().unwrap();
+    assert!(stats.evictions > 0, "the reads evicted ranges: {stats:?}");
+    assert_eq!(dump(&db).unwrap(), model);
+    db.run(|t| t.put(key(7), b"last")).unwrap();
+    model.insert(key(7), b"last".to_vec());
+    db.close().unwrap();
+    let db = open(&options(Plants::NONE));
+    assert_eq!(dump(&db).unwrap(), model);
+    assert_eq!(db.len().unwrap(), model.len() as u64);
+}

@@ -287,18 +287,40 @@ pub(crate) struct Residency {
 impl Residency {
     /// Nothing loaded yet, over the ranges starting at `lows` (sorted; empty for an empty
     /// store).
+    #[cfg(test)]
     pub(crate) fn new(lows: Vec<Vec<u8>>, budget: usize, unchecked_gaps: bool) -> Self {
+        Self::with_loaded(lows, &[], None, budget, unchecked_gaps)
+    }
+
+    /// [`new`](Self::new), with the ranges at the places `loaded` names (in `lows`) in the
+    /// index already, each with the memory counted for it, and written in `generation`
+    /// (recovery replayed commits of that generation over them; `None`: clean, the planted
+    /// `Plants::kept_pages_clean`).
+    pub(crate) fn with_loaded(
+        lows: Vec<Vec<u8>>,
+        loaded: &[(usize, i64)],
+        generation: Option<u64>,
+        budget: usize,
+        unchecked_gaps: bool,
+    ) -> Self {
         let mut ranges: Vec<Arc<Range>> = lows.into_iter().map(|l| Range::new(l.into(), false, 0)).collect();
+        let mut resident = 0;
+        for &(i, bytes) in loaded {
+            let r = Range::new(ranges[i].low.clone(), true, generation.map_or(0, |g| g + 1));
+            r.bytes.store(bytes, Ordering::Relaxed);
+            resident += bytes;
+            ranges[i] = r;
+        }
         if ranges.first().is_none_or(|r| !r.low.is_empty()) {
             ranges.insert(0, Range::new(Box::default(), false, 0));
         }
-        let n = ranges.len();
+        let missing = ranges.iter().filter(|r| !r.is_loaded()).count();
         Residency {
             map: Atomic::new(RangeMap::new(ranges)),
-            all: AtomicBool::new(false),
-            lock: Mutex::new(Clock { hand: 0, missing: n }),
+            all: AtomicBool::new(missing == 0),
+            lock: Mutex::new(Clock { hand: 0, missing }),
             budget,
-            resident: AtomicI64::new(0),
+            resident: AtomicI64::new(resident),
             loads: AtomicU64::new(0),
             unchecked_gaps,
             evict_dirty: false,

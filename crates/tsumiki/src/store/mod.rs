@@ -63,6 +63,9 @@ pub(crate) struct Durable {
     /// Whether the pages were left on disk at open, to be loaded as their keys are first
     /// used ([`Durable::page_lows`], [`Durable::load_range`]).
     pub(crate) lazy: bool,
+    /// The pages a lazy open loaded whole, with the kept log replayed over them (see
+    /// `kept_logs`): they are in memory, written in the open's generation.
+    pub(crate) preloaded: Vec<pages::PageLoad>,
     /// The generation whose starting state the pages hold: the commits of every earlier
     /// generation are in them.
     covered: std::sync::atomic::AtomicU64,
@@ -237,6 +240,8 @@ pub(crate) fn open(
     // from memory, which needs them all there.
     let logs_readable = policy.logs() && log.device == Device::File;
     let mut lazy = logs_readable;
+    // The pages a lazy open loaded (see `Durable::preloaded`).
+    let mut preloaded = Vec::new();
     let open_pages = |table: Option<ImageRef>| -> Result<PageStore, Error> {
         let mut p = PageStore::open(storage.clone(), seg_bytes, table, early_reuse)?;
         p.set_helpers(settings.checkpoint_helpers);
@@ -368,9 +373,13 @@ pub(crate) fn open(
                     // whole), and its lanes take the next commits after their kept ends.
                     // MASTER says the logs are to be replayed already.
                     stats = st;
-                    if !(lazy && changes.is_empty()) {
+                    if lazy {
+                        // Only the pages it wrote, with its writes over them: the others
+                        // hold nothing it changed, and load as they are used (loading
+                        // all of them was most of a short-lived handle's open).
+                        (stats.keys, preloaded) = pages.load_touched(&changes, load)?;
+                    } else {
                         stats.keys = pages.load_all(&changes, load)?;
-                        lazy = false;
                     }
                     resumed = Some((ends, stats.count_delta));
                     // Older generations' segments a checkpoint kept for reuse: obsolete.
@@ -490,6 +499,7 @@ pub(crate) fn open(
         logs_readable,
         value_budget: budget.checkpoint_buffer,
         lazy,
+        preloaded,
         covered: std::sync::atomic::AtomicU64::new(generation),
         _lock: lock,
         closed: AtomicBool::new(false),

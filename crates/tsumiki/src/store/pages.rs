@@ -488,6 +488,17 @@ impl Changes for &[Change] {
 /// Receives live keys and their values, in key order.
 pub type Sink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), Error> + 'a;
 
+/// A page loaded whole at open (see [`PageStore::load_touched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLoad {
+    /// Its place among the pages, in key order.
+    pub page: usize,
+    /// The records it gave.
+    pub records: u64,
+    /// Their keys' and values' bytes.
+    pub bytes: u64,
+}
+
 impl PageStore {
     /// Opens the store whose translation table is `table` (none: an empty store, whose one
     /// page is empty). Reads only the table; pages are read when loaded.
@@ -718,6 +729,33 @@ impl PageStore {
             at = end;
         }
         Ok(n)
+    }
+
+    /// Streams the pages `changes` (sorted) fall in, with the changes applied over them, to
+    /// `load`, in key order (a lazy open's kept log: the other pages hold nothing it wrote,
+    /// and load as they are used). Returns the records streamed and, for each page loaded,
+    /// its place in [`page_lows`](Self::page_lows), its records and their keys' and
+    /// values' bytes.
+    pub fn load_touched(&self, changes: &[Change], load: &mut Sink<'_>) -> Result<(u64, Vec<PageLoad>), Error> {
+        let (mut n, mut touched, mut at) = (0, Vec::new(), 0);
+        for i in 0..self.pages.len() {
+            if at == changes.len() {
+                break;
+            }
+            let end = range_end(&self.pages, i, &changes, at);
+            if end > at {
+                let mut page = PageLoad { page: i, records: 0, bytes: 0 };
+                self.page_entries(i, &changes[at..end], |k, v| {
+                    page.records += 1;
+                    page.bytes += (k.len() + v.len()) as u64;
+                    load(k, v)
+                })?;
+                n += page.records;
+                touched.push(page);
+            }
+            at = end;
+        }
+        Ok((n, touched))
     }
 
     /// Each segment the table names: its number, the bytes of live images in it, and the

@@ -66,7 +66,7 @@ impl<P: Protocol> Engine<P> {
         let (unchecked_gaps, evict_dirty, evict_unmarked) =
             (plants.lazy_gaps_unchecked, plants.evict_dirty, plants.evict_unmarked);
         let (load_count_unchecked, lookup_pause) = (plants.load_count_unchecked, plants.lookup_pause);
-        let scan_gap_unguarded = plants.scan_gap_unguarded;
+        let (scan_gap_unguarded, kept_pages_clean) = (plants.scan_gap_unguarded, plants.kept_pages_clean);
         let proto = &self.proto;
         let mut builder = BwTreeBuilder::new(self.index.config().clone()).map_err(Error::Index)?;
         let opened = store::open(
@@ -102,7 +102,15 @@ impl<P: Protocol> Engine<P> {
         // (`Error::ReadOnly`), before the poisoned log would refuse its commit.
         self.read_only |= durable.read_only;
         if durable.lazy {
-            let mut r = Residency::new(durable.page_lows(), budget.records, unchecked_gaps);
+            // The pages recovery loaded (a kept log's): in memory, written in this generation.
+            let loaded: Vec<(usize, i64)> = durable
+                .preloaded
+                .iter()
+                .map(|p| (p.page, (p.bytes + p.records * RECORD_OVERHEAD as u64) as i64))
+                .collect();
+            let generation = (!kept_pages_clean).then(|| durable.wal.generation());
+            let mut r =
+                Residency::with_loaded(durable.page_lows(), &loaded, generation, budget.records, unchecked_gaps);
             (r.evict_dirty, r.evict_unmarked) = (evict_dirty, evict_unmarked);
             (r.load_count_unchecked, r.lookup_pause) = (load_count_unchecked, lookup_pause);
             r.scan_gap_unguarded = scan_gap_unguarded;
