@@ -238,9 +238,14 @@ fn bulk_loaded_tree_under_concurrent_writes() {
                         barrier.wait();
                         for i in 0..scale(60_000) {
                             let k = key(rng.random_range(0..2 * n / THREADS as u64) * THREADS as u64 + t, 8);
+                            // More upserts than deletes: the tree grows (present keys from
+                            // half to about 5/8), so that its leaves, loaded 7/8 full, split
+                            // under every configuration. With as many of each, the default
+                            // one's splits came from chance alone (6 to 279 a run; once 0,
+                            // which failed CI).
                             match rng.random_range(0..10) {
-                                0..=3 => assert_eq!(tree.upsert(&k, i).unwrap(), model.insert(k, i).is_none()),
-                                4..=7 => assert_eq!(tree.delete(&k).unwrap(), model.remove(&k).is_some()),
+                                0..=4 => assert_eq!(tree.upsert(&k, i).unwrap(), model.insert(k, i).is_none()),
+                                5..=7 => assert_eq!(tree.delete(&k).unwrap(), model.remove(&k).is_some()),
                                 _ => assert_eq!(tree.get(&k).unwrap(), model.get(&k).copied()),
                             }
                         }
