@@ -82,8 +82,8 @@ pub(crate) struct Durable {
 /// replayed at that open, a few hundred single-record commits cost about what a
 /// checkpoint at close would.
 const KEEP_LOG_BYTES: u64 = 128 << 10;
-/// The largest page store (live bytes) whose close keeps its log: the next open loads it
-/// whole. Never more than a quarter of the cache's share for records either (see
+/// The largest page store (live bytes) whose close keeps its log: the next open loads the
+/// pages the log wrote (all of them, when it replays into memory only). Never more than a quarter of the cache's share for records either (see
 /// [`resume_limit`]).
 const KEEP_STORE_BYTES: u64 = 1 << 20;
 
@@ -369,8 +369,9 @@ pub(crate) fn open(
                     plants.resume_past_torn_tail,
                 )? {
                     // A close kept this generation's short log (see `Durable::keeps_log`):
-                    // replayed into memory (no page holds it, so the pages are loaded
-                    // whole), and its lanes take the next commits after their kept ends.
+                    // replayed into memory (no page holds it, so the pages it wrote are
+                    // loaded with it), and its lanes take the next commits after their
+                    // kept ends.
                     // MASTER says the logs are to be replayed already.
                     stats = st;
                     if lazy {
@@ -669,8 +670,8 @@ impl Durable {
     /// Whether a close keeps the current generation's logs for the next open to resume
     /// (each lane's last block a kept end, `FLAG_KEPT_END`; see `kept_logs`) instead of
     /// writing their changes into the pages: when they are short (the next open replays
-    /// them) and the database small (that open loads it whole, the replayed writes being in
-    /// no page). The next open, one commit and a close then write two log blocks, each
+    /// them) and the database small (that open loads the pages they wrote, the replayed
+    /// writes being in no page). The next open, one commit and a close then write two log blocks, each
     /// synced once, where a checkpoint at each close synced the lane's end, the pages and
     /// the master record, and the next open's first commit the master record and a new
     /// lane (its segment, its first block, its registry).
