@@ -718,17 +718,7 @@ impl PageStore {
     /// Streams the whole state to `load`, in key order, with `changes` (sorted) applied
     /// over the pages (recovery's replayed writes).
     pub fn load_all(&self, changes: &[Change], load: &mut Sink<'_>) -> Result<u64, Error> {
-        let mut n = 0;
-        let mut at = 0;
-        for i in 0..self.pages.len() {
-            let end = range_end(&self.pages, i, &changes, at);
-            self.page_entries(i, &changes[at..end], |k, v| {
-                n += 1;
-                load(k, v)
-            })?;
-            at = end;
-        }
-        Ok(n)
+        Ok(self.load_pages(changes, true, load)?.0)
     }
 
     /// Streams the pages `changes` (sorted) fall in, with the changes applied over them, to
@@ -737,13 +727,18 @@ impl PageStore {
     /// its place in [`page_lows`](Self::page_lows), its records and their keys' and
     /// values' bytes.
     pub fn load_touched(&self, changes: &[Change], load: &mut Sink<'_>) -> Result<(u64, Vec<PageLoad>), Error> {
-        let (mut n, mut touched, mut at) = (0, Vec::new(), 0);
+        self.load_pages(changes, false, load)
+    }
+
+    /// [`load_all`](Self::load_all) (`every`), or [`load_touched`](Self::load_touched).
+    fn load_pages(&self, changes: &[Change], every: bool, load: &mut Sink<'_>) -> Result<(u64, Vec<PageLoad>), Error> {
+        let (mut n, mut loaded, mut at) = (0, Vec::new(), 0);
         for i in 0..self.pages.len() {
-            if at == changes.len() {
+            if !every && at == changes.len() {
                 break;
             }
             let end = range_end(&self.pages, i, &changes, at);
-            if end > at {
+            if every || end > at {
                 let mut page = PageLoad { page: i, records: 0, bytes: 0 };
                 self.page_entries(i, &changes[at..end], |k, v| {
                     page.records += 1;
@@ -751,11 +746,11 @@ impl PageStore {
                     load(k, v)
                 })?;
                 n += page.records;
-                touched.push(page);
+                loaded.push(page);
             }
             at = end;
         }
-        Ok((n, touched))
+        Ok((n, loaded))
     }
 
     /// Each segment the table names: its number, the bytes of live images in it, and the
