@@ -29,9 +29,16 @@ fn fill_prints_one_json_object_per_engine() {
         assert_eq!(p["sync"], true);
         assert_eq!(m["tx_per_s_runs"].as_array().unwrap().len(), 2);
         assert_eq!(row["throughput"], m["rec_per_s"]);
-        for field in
-            ["tx_per_s", "rec_per_s", "bytes_per_commit", "peak_rss_bytes", "close_s", "reopen_s", "disk_bytes"]
-        {
+        for field in [
+            "tx_per_s",
+            "rec_per_s",
+            "tx_per_s_whole",
+            "bytes_per_commit",
+            "peak_rss_bytes",
+            "close_s",
+            "reopen_s",
+            "disk_bytes",
+        ] {
             assert!(m[field].as_f64().is_some_and(|v| v > 0.0), "{engine} {field}: {row}");
         }
     }

@@ -3,7 +3,8 @@
 //! `SECS` seconds, and every 10 s prints the page store's files against the data, its live
 //! images, the whole directory (pages, logs and all) and the logs alone against the data, and
 //! the page store's write amplification so far (page-store bytes written per byte of
-//! updates; the log excluded). The directory is sampled every quarter second for the
+//! updates; the log excluded), and the parts of it that were deltas, cleaning and translation tables
+//! (the rest: consolidated bases). The directory is sampled every quarter second for the
 //! highest (each sample printed to stderr when `OVERWRITE_TRACE` is set).
 //!
 //!     cargo run --release -p tsumiki --example overwrite -- 1000000 600
@@ -36,15 +37,15 @@ fn main() {
     }
     db.checkpoint().expect("checkpoint");
     let data = u64::from(keys) * (4 + VALUE as u64);
-    let written_at_start = db.store_stats().expect("a store").written_bytes;
+    let at_start = db.store_stats().expect("a store");
     let trace = std::env::var_os("OVERWRITE_TRACE").is_some();
     let updates = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     println!("{keys} keys, {data} bytes of data; then single-key overwrites from 2 threads for {secs} s");
     println!(
-        "{:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "secs", "updates", "files/x", "live/x", "disk/x", "logs/x", "WA"
+        "{:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "secs", "updates", "files/x", "live/x", "disk/x", "logs/x", "WA", "deltas", "cleaning", "tables"
     );
     std::thread::scope(|s| {
         for t in 0..2u64 {
@@ -84,20 +85,38 @@ fn main() {
             let u = updates.load(Ordering::Relaxed);
             let files = st.file_bytes as f64 / data as f64;
             peak = peak.max(files);
-            let wa = (st.written_bytes - written_at_start) as f64 / (u.max(1) * (4 + VALUE as u64)) as f64;
+            let updated = (u.max(1) * (4 + VALUE as u64)) as f64;
+            let wa = (st.written_bytes - at_start.written_bytes) as f64 / updated;
+            let deltas = (st.delta_bytes - at_start.delta_bytes) as f64 / updated;
+            let cleaning = (st.relocated_bytes - at_start.relocated_bytes) as f64 / updated;
+            let tables = (st.table_bytes - at_start.table_bytes) as f64 / updated;
             println!(
-                "{:>6.0} {:>10} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                "{:>6.0} {:>10} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
                 start.elapsed().as_secs_f64(),
                 u,
                 files,
                 st.live_bytes as f64 / data as f64,
                 all as f64 / data as f64,
                 logs as f64 / data as f64,
-                wa
+                wa,
+                deltas,
+                cleaning,
+                tables
             );
         }
         stop.store(true, Ordering::Relaxed);
         println!("highest sample: page store {peak:.2}x the data; whole directory (4 samples a second) {peak_dir:.2}x, at {peak_at:.1} s");
+        let st = db.store_stats().expect("a store");
+        let (bases, deltas) = (st.bases_written - at_start.bases_written, st.deltas_written - at_start.deltas_written);
+        let delta_bytes = st.delta_bytes - at_start.delta_bytes;
+        let base_bytes = (st.written_bytes - at_start.written_bytes)
+            .saturating_sub(delta_bytes + st.table_bytes - at_start.table_bytes);
+        println!(
+            "{} pages; {bases} bases written ({} bytes each, cleaning's included), {deltas} deltas ({} bytes each)",
+            st.pages,
+            base_bytes / bases.max(1),
+            delta_bytes / deltas.max(1)
+        );
         let w = db.wal_stats().expect("a log");
         println!(
             "{} checkpoints; {} commits held back ({} ms in all) while the log ran ahead of them",

@@ -388,6 +388,9 @@ pub struct FillResult {
     pub records: u64,
     pub txns: u64,
     pub fill_s: f64,
+    /// The open of the empty database (a fresh directory).
+    #[serde(default)]
+    pub open_s: f64,
     /// `write_bytes` of /proc/self/io over the timed fill.
     pub write_bytes: u64,
     /// `wchar` of /proc/self/io over the timed fill: bytes handed to write calls.
@@ -435,7 +438,7 @@ pub fn fill_engine(
     match_engine!(engine, E => fill::<E>(dir, cfg, records, bar))
 }
 
-/// The one runner: open (untimed), the timed batch loop, close, size on disk, reopen and
+/// The one runner: open, the batch loop, close (each timed), size on disk, reopen and
 /// read back the last key written (timed), then check the first and last records.
 fn fill<E: FillEngine>(
     dir: &Path,
@@ -445,7 +448,9 @@ fn fill<E: FillEngine>(
 ) -> Result<FillResult, String> {
     let db_dir = dir.join("db");
     std::fs::create_dir(&db_dir).map_err(|e| format!("creating {}: {e}", db_dir.display()))?;
+    let t_open = Instant::now();
     let mut db = E::open(&db_dir, cfg)?;
+    let open_s = t_open.elapsed().as_secs_f64();
     // Progress is counted in steps, so that a tiny transaction does not pay for the bar.
     let step = 1024u64.max(cfg.per_txn as u64);
     let (mut done, mut shown, mut txns) = (0u64, 0u64, 0u64);
@@ -474,6 +479,7 @@ fn fill<E: FillEngine>(
         records: done,
         txns,
         fill_s,
+        open_s,
         write_bytes: io_after.saturating_sub(io_before),
         wchar: wchar_after.saturating_sub(wchar_before),
         close_s,
@@ -551,6 +557,8 @@ struct FillMetrics {
     txns: u64,
     tx_per_s: f64,
     rec_per_s: f64,
+    /// Transactions per second over the open, the fill and the close together.
+    tx_per_s_whole: f64,
     tx_per_s_runs: Vec<f64>,
     rec_per_s_runs: Vec<f64>,
     /// Device bytes (`write_bytes` of /proc/self/io) per commit.
@@ -573,6 +581,7 @@ fn summarize(engine: &str, per_txn: usize, runs: &[FillResult], args: &FillArgs)
     let median = |xs: &[f64]| report::mean_median(xs).1;
     let tx = col(&|r| r.txns as f64 / r.fill_s);
     let rec = col(&|r| r.records as f64 / r.fill_s);
+    let whole = col(&|r| r.txns as f64 / (r.open_s + r.fill_s + r.close_s));
     let bpc = col(&|r| r.write_bytes as f64 / r.txns as f64);
     let wpc = col(&|r| r.wchar as f64 / r.txns as f64);
     let lpc: Option<Vec<f64>> = runs.iter().map(|r| Some(r.log_blocks? as f64 / r.txns as f64)).collect();
@@ -591,6 +600,7 @@ fn summarize(engine: &str, per_txn: usize, runs: &[FillResult], args: &FillArgs)
         txns: runs.first().map_or(0, |r| r.txns),
         tx_per_s: median(&tx),
         rec_per_s: median(&rec),
+        tx_per_s_whole: median(&whole),
         tx_per_s_runs: tx,
         rec_per_s_runs: rec,
         bytes_per_commit: median(&bpc),
@@ -620,6 +630,7 @@ fn print_table(rows: &[FillRow], args: &FillArgs) {
         "per txn",
         "tx/s",
         "rec/s",
+        "tx/s open+close",
         "bytes/commit",
         "wchar/commit",
         "log blocks/commit",
@@ -641,6 +652,7 @@ fn print_table(rows: &[FillRow], args: &FillArgs) {
                 r.params.per_txn.to_string(),
                 format!("{:.0}", m.tx_per_s),
                 format!("{:.0}", m.rec_per_s),
+                format!("{:.0}", m.tx_per_s_whole),
                 format!("{:.0}", m.bytes_per_commit),
                 format!("{:.0}", m.wchar_per_commit),
                 m.log_blocks_per_commit.map_or_else(|| "-".into(), |l| format!("{l:.3}")),
@@ -697,7 +709,10 @@ mod tests {
                 };
                 let r = fill_engine(engine, tmp.path(), &cfg, &records, &ProgressBar::hidden()).unwrap();
                 assert_eq!((r.records, r.txns), (2_000, 20), "{engine} {order}");
-                assert!(r.fill_s > 0.0 && r.peak_rss_bytes > 0 && r.disk_bytes > 0, "{engine}: {r:?}");
+                assert!(
+                    r.fill_s > 0.0 && r.open_s > 0.0 && r.peak_rss_bytes > 0 && r.disk_bytes > 0,
+                    "{engine}: {r:?}"
+                );
             }
         }
     }

@@ -58,10 +58,14 @@ pub const STORE_LANE: u16 = 0xFFFE;
 pub const PAGE_TARGET: usize = 8 << 10;
 /// Images in a chain beyond which the next change consolidates the page.
 pub const MAX_CHAIN: usize = 8;
-/// A page is consolidated once its deltas would exceed its base divided by this: the
-/// deltas cost at most a quarter of the live bytes (and of a read of the page).
-pub const DELTA_SHARE: u64 = 4;
-/// The deltas page `pid` may carry on a base of `base_bytes`: the base over
+/// A page is consolidated once its deltas would exceed its base times this fraction
+/// (numerator, denominator). The deltas then cost at most two thirds of a page's bytes
+/// (a third on average) and of a read of it, and a base is written once per about two
+/// thirds of a page of changes: ten minutes of uniform overwrites wrote 4.9x the updated
+/// bytes with a quarter (most of it bases), 3.2-3.3x with two thirds, for about 10% more
+/// live bytes (`docs/bench/writes-issue37.md`).
+pub const DELTA_SHARE: (u64, u64) = (2, 3);
+/// The deltas page `pid` may carry on a base of `base_bytes`: the base's
 /// [`DELTA_SHARE`], scaled by a factor between 1/2 and 3/2 drawn from the page id. Pages
 /// filled together and changed at the same rate (uniform overwrites after a fill) would
 /// otherwise all consolidate in the same checkpoint, writing a second copy of the data
@@ -69,11 +73,14 @@ pub const DELTA_SHARE: u64 = 4;
 /// a second into `examples/overwrite`).
 fn delta_limit(pid: u64, base_bytes: u64) -> u64 {
     let spread = pid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1024
-    ((base_bytes / DELTA_SHARE) * (512 + spread) / 1024).max(PAGE_TARGET as u64 / 8)
+    ((base_bytes * DELTA_SHARE.0 / DELTA_SHARE.1) * (512 + spread) / 1024).max(PAGE_TARGET as u64 / 8)
 }
 /// Cleaning runs while the segment files hold more than this times the live images
-/// (plus two segments of slack, so a small store never churns).
-pub const SPACE_GOAL: f64 = 1.1;
+/// (plus two segments of slack, so a small store never churns). Under uniform overwrites
+/// most segments empty by themselves as their pages consolidate: at 1.1 cleaning wrote
+/// about half the updated bytes again to hold the files at 1.45-1.49x the data, at 1.2
+/// under a tenth for 1.53-1.57x.
+pub const SPACE_GOAL: f64 = 1.2;
 /// Cleaning rewrites at most this fraction (1/n) of the live data per checkpoint.
 const RELOCATION_SHARE: u64 = 8;
 /// Segments relocated by one checkpoint at most (cleaning is incremental).
@@ -173,6 +180,13 @@ pub struct StoreStats {
     pub bases_written: u64,
     /// Delta images written since open.
     pub deltas_written: u64,
+    /// Bytes of the delta images written since open (the rest of `written_bytes` is
+    /// bases, tables and block trailers).
+    pub delta_bytes: u64,
+    /// Bytes cleaning wrote since open (pages relocated without a change).
+    pub relocated_bytes: u64,
+    /// Bytes of translation tables written since open (bases and deltas).
+    pub table_bytes: u64,
     /// Pages relocated by cleaning since open.
     pub relocated_pages: u64,
     /// Bytes the translation table takes in memory (each page's entry, low key and
@@ -647,6 +661,7 @@ impl PageStore {
         s.free_segments = self.free.len() as u64;
         s.segments = (self.segs.len() + self.free.len()) as u64;
         s.live_bytes = self.live_bytes();
+        s.relocated_bytes = self.relocated_bytes;
         let each = std::mem::size_of::<Page>() + 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Arc<Page>>();
         s.table_memory = self
             .pages
@@ -946,6 +961,7 @@ impl PageStore {
                 })?
             }
         };
+        self.stats.table_bytes += u64::from(r.len);
         self.table_chain.insert(0, r);
         self.table_pages = pages;
         self.started = false;

@@ -210,6 +210,7 @@ impl PageStore {
             let (count, body) = encode_entries(mine.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
             let r = self.append_image(KIND_DELTA, page.pid, page.chain[0], count, &body)?;
             self.stats.deltas_written += 1;
+            self.stats.delta_bytes += u64::from(r.len);
             let mut p = Arc::unwrap_or_clone(page);
             p.chain.insert(0, r);
             out.push(Arc::new(p));

@@ -80,7 +80,7 @@ fn passes_prepared_by_helpers_agree_with_a_model() {
 #[test]
 fn delta_limits_spread_over_consecutive_pages() {
     let base = 8 * PAGE_TARGET as u64;
-    let nominal = base / DELTA_SHARE;
+    let nominal = base * DELTA_SHARE.0 / DELTA_SHARE.1;
     let limits: Vec<u64> = (1..=1000).map(|pid| delta_limit(pid, base)).collect();
     assert!(limits.iter().all(|&l| l >= nominal / 2 && l < nominal * 3 / 2), "{limits:?}");
     // Each tenth of the range holds some pages (a constant factor fails this).
