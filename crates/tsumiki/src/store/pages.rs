@@ -49,7 +49,10 @@ mod entries;
 pub mod fuzz;
 mod table;
 
-use entries::{encode_entries, entries_len, entry_len, for_each_entry, merge_newest_first, Decoded, Layer};
+use entries::{
+    encode_entries, encode_entries_into, entries_len, entry_len, for_each_entry, merge_newest_first, Decoded, Entries,
+    Layer,
+};
 
 /// The trailer lane id of page-store blocks.
 pub const STORE_LANE: u16 = 0xFFFE;

@@ -3,7 +3,7 @@
 //! ingestion build their pages and files): no delta, no other page read, memory bounded
 //! by a few pages whatever the number of records.
 
-use super::apply::{Bases, Entry};
+use super::apply::Bases;
 use super::*;
 
 /// What [`PageStore::append_sorted`] appended.
@@ -73,7 +73,7 @@ impl PageStore {
         // past it go: their low keys may lie above the first record (a load over keys
         // deleted since their pages were written), and a table's lows must ascend.
         let (last, old) = self.last_entries(&before).map_err(AppendError::Store)?;
-        let max = old.last().map(|(k, _)| k.clone());
+        let max = (!old.is_empty()).then(|| old.key(old.len() - 1).to_vec());
         let mut out: Vec<Arc<Page>> = before[..last].to_vec();
         let page = Page { low: before[last].low.clone(), pid: before[last].pid, chain: Vec::new() };
         let mut bases = Bases::new(page);
@@ -107,11 +107,12 @@ impl PageStore {
         &mut self,
         bases: &mut Bases,
         out: &mut Vec<Arc<Page>>,
-        old: Vec<(Vec<u8>, Vec<u8>)>,
+        old: Entries,
         records: &mut dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>,
         max: Option<Vec<u8>>,
     ) -> Result<Appended, AppendError> {
-        for (k, v) in old {
+        for i in 0..old.len() {
+            let (k, v) = old.get(i);
             bases.push(self, k, v, out).map_err(AppendError::Store)?;
         }
         let mut a = Appended::default();
@@ -130,18 +131,18 @@ impl PageStore {
                 a.first = Some(k.clone());
             }
             a.records += 1;
-            bases.push(self, k, v, out).map_err(AppendError::Store)?;
+            bases.push(self, &k, &v, out).map_err(AppendError::Store)?;
         }
         Ok(a)
     }
 
     /// The index of the last page of `pages` that holds a key (0 if none does), and its
     /// entries.
-    fn last_entries(&self, pages: &[Arc<Page>]) -> Result<(usize, Vec<Entry>), Error> {
+    fn last_entries(&self, pages: &[Arc<Page>]) -> Result<(usize, Entries), Error> {
         for i in (0..pages.len()).rev() {
-            let mut entries = Vec::new();
+            let mut entries = Entries::default();
             self.reads.page_entries(pages, i, &[], |k, v| {
-                entries.push((k.to_vec(), v.to_vec()));
+                entries.push(k, v);
                 Ok(())
             })?;
             if !entries.is_empty() || i == 0 {

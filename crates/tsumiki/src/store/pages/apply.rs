@@ -227,16 +227,18 @@ impl PageStore {
             self.dead(*r);
         }
         let mut bases = Bases::new(Arc::unwrap_or_clone(page));
-        let mut old = old.into_iter().peekable();
+        let mut at = 0;
         loop {
             for (k, v) in mine.drain(..) {
-                while let Some((ok, ov)) = old.next_if(|(ok, _)| ok.as_slice() <= k.as_slice()) {
-                    if ok != k {
+                while at < old.len() && old.key(at) <= k.as_slice() {
+                    let (ok, ov) = old.get(at);
+                    if ok != k.as_slice() {
                         bases.push(self, ok, ov, out)?;
                     }
+                    at += 1;
                 }
                 if let Some(v) = v {
-                    bases.push(self, k, v, out)?;
+                    bases.push(self, &k, &v, out)?;
                 }
             }
             if next == to {
@@ -246,7 +248,8 @@ impl PageStore {
             ctx.changes.values(next..end, &mut mine)?;
             next = end;
         }
-        for (k, v) in old {
+        for i in at..old.len() {
+            let (k, v) = old.get(i);
             bases.push(self, k, v, out)?;
         }
         bases.finish(self, out)?;
@@ -266,7 +269,7 @@ impl PageStore {
         let mut out: Vec<Arc<Page>> = Vec::new();
         let first = Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() };
         let mut bases = Bases::new(first);
-        fill(&mut |k, v| bases.push(self, k.to_vec(), v.to_vec(), &mut out))?;
+        fill(&mut |k, v| bases.push(self, k, v, &mut out))?;
         bases.finish(self, &mut out)?;
         if out.is_empty() {
             out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
@@ -285,31 +288,36 @@ impl PageStore {
     fn write_bases(
         &mut self,
         page: Page,
-        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        entries: &Entries,
+        range: std::ops::Range<usize>,
         out: &mut Vec<Arc<Page>>,
     ) -> Result<(), Error> {
-        if entries.is_empty() {
+        if range.is_empty() {
             return Ok(());
         }
-        let total = entries_len(entries.iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
+        let total = entries_len(entries.iter(range.clone()));
         let pieces = if total > 2 * PAGE_TARGET { total.div_ceil(PAGE_TARGET) } else { 1 };
         let per = total.div_ceil(pieces);
-        let mut start = 0;
-        let mut first = true;
-        while start < entries.len() {
+        let mut start = range.start;
+        let mut first = Some(page);
+        while start < range.end {
             let mut size = 0;
             let mut end = start;
-            while end < entries.len() && (end == start || size < per) {
-                let prev = if end > start { entries[end - 1].0.as_slice() } else { &[] };
-                size += entry_len(prev, &entries[end].0, Some(&entries[end].1));
+            while end < range.end && (end == start || size < per) {
+                let prev = if end > start { entries.key(end - 1) } else { &[] };
+                let (k, v) = entries.get(end);
+                size += entry_len(prev, k, Some(v));
                 end += 1;
             }
-            let (pid, low) =
-                if first { (page.pid, page.low.clone()) } else { (self.take_pid(), entries[start].0.clone()) };
-            first = false;
-            let (count, body) =
-                encode_entries(entries[start..end].iter().map(|(k, v)| (k.as_slice(), Some(v.as_slice()))));
-            let r = self.append_image(KIND_BASE, pid, ImageRef::default(), count, &body)?;
+            let (pid, low) = match first.take() {
+                Some(page) => (page.pid, page.low),
+                None => (self.take_pid(), entries.key(start).to_vec()),
+            };
+            // Encoded straight into the pending blocks (no body copied first).
+            let count = (end - start) as u32;
+            let r = self.append_image_with(KIND_BASE, pid, ImageRef::default(), count, size, &mut |body| {
+                encode_entries_into(body, entries.iter(start..end));
+            })?;
             self.stats.bases_written += 1;
             out.push(Arc::new(Page { low, pid, chain: vec![r] }));
             start = end;
@@ -324,18 +332,18 @@ impl PageStore {
 /// is left evenly, as [`PageStore::write_bases`] does.
 pub(super) struct Bases {
     page: Option<Page>,
-    piece: Vec<(Vec<u8>, Vec<u8>)>,
+    piece: Entries,
     size: usize,
 }
 
 impl Bases {
     pub(super) fn new(page: Page) -> Bases {
-        Bases { page: Some(page), piece: Vec::new(), size: 0 }
+        Bases { page: Some(page), piece: Entries::default(), size: 0 }
     }
 
     /// The next piece's page: the original one first, then new ids starting at `low`.
-    fn header(&mut self, store: &mut PageStore, low: &[u8]) -> Page {
-        match self.page.take() {
+    fn header(page: &mut Option<Page>, store: &mut PageStore, low: &[u8]) -> Page {
+        match page.take() {
             Some(p) => p,
             None => Page { low: low.to_vec(), pid: store.take_pid(), chain: Vec::new() },
         }
@@ -344,30 +352,32 @@ impl Bases {
     pub(super) fn push(
         &mut self,
         store: &mut PageStore,
-        k: Vec<u8>,
-        v: Vec<u8>,
+        k: &[u8],
+        v: &[u8],
         out: &mut Vec<Arc<Page>>,
     ) -> Result<(), Error> {
-        self.size += entry_len(self.piece.last().map_or(&[], |(p, _)| p.as_slice()), &k, Some(&v));
-        self.piece.push((k, v));
+        let n = self.piece.len();
+        self.size += entry_len(if n > 0 { self.piece.key(n - 1) } else { &[] }, k, Some(v));
+        self.piece.push(k, v);
         if self.size < 3 * PAGE_TARGET {
             return Ok(());
         }
         let (mut cut, mut size) = (0, 0);
         while cut < self.piece.len() {
-            let prev = if cut > 0 { self.piece[cut - 1].0.as_slice() } else { &[] };
-            let len = entry_len(prev, &self.piece[cut].0, Some(&self.piece[cut].1));
+            let prev = if cut > 0 { self.piece.key(cut - 1) } else { &[] };
+            let (k, v) = self.piece.get(cut);
+            let len = entry_len(prev, k, Some(v));
             if cut > 0 && size + len > PAGE_TARGET {
                 break;
             }
             size += len;
             cut += 1;
         }
-        let rest = self.piece.split_off(cut);
-        let first = std::mem::replace(&mut self.piece, rest);
         self.size -= size;
-        let page = self.header(store, &first[0].0);
-        store.write_bases(page, first, out)
+        let page = Self::header(&mut self.page, store, self.piece.key(0));
+        store.write_bases(page, &self.piece, 0..cut, out)?;
+        self.piece.drop_front(cut);
+        Ok(())
     }
 
     pub(super) fn finish(mut self, store: &mut PageStore, out: &mut Vec<Arc<Page>>) -> Result<(), Error> {
@@ -375,9 +385,8 @@ impl Bases {
             // An emptied page is dropped (its range joins its left neighbour's).
             return Ok(());
         }
-        let piece = std::mem::take(&mut self.piece);
-        let page = self.header(store, &piece[0].0);
-        store.write_bases(page, piece, out)
+        let page = Self::header(&mut self.page, store, self.piece.key(0));
+        store.write_bases(page, &self.piece, 0..self.piece.len(), out)
     }
 }
 
@@ -403,11 +412,8 @@ struct Touched {
 /// entries if it is to be consolidated (`None`: it gets a delta).
 struct Prepared {
     mine: Vec<Change>,
-    old: Option<Vec<Entry>>,
+    old: Option<Entries>,
 }
-
-/// A live key and its value.
-pub(super) type Entry = (Vec<u8>, Vec<u8>);
 
 /// What preparing reads: the table as the pass found it, the changes, and the pages the
 /// pass touches. Shared by the helpers (nothing in it changes during the pass: a milestone
@@ -434,10 +440,10 @@ impl Prepare<'_> {
     }
 
     /// The live entries of page `i` of the table as the pass found it.
-    fn entries(&self, i: usize) -> Result<Vec<Entry>, Error> {
-        let mut old = Vec::new();
+    fn entries(&self, i: usize) -> Result<Entries, Error> {
+        let mut old = Entries::default();
         self.reads.page_entries(self.before, i, &[], |k, v| {
-            old.push((k.to_vec(), v.to_vec()));
+            old.push(k, v);
             Ok(())
         })?;
         Ok(old)
