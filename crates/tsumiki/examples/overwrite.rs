@@ -112,7 +112,7 @@ fn main() {
         let base_bytes = (st.written_bytes - at_start.written_bytes)
             .saturating_sub(delta_bytes + st.table_bytes - at_start.table_bytes);
         println!(
-            "{} pages; {bases} bases written ({} bytes each, cleaning's included), {deltas} deltas ({} bytes each)",
+            "{} pages; {bases} bases written ({} bytes each with their blocks' framing, cleaning's included), {deltas} deltas ({} bytes each)",
             st.pages,
             base_bytes / bases.max(1),
             delta_bytes / deltas.max(1)

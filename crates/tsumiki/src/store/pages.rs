@@ -12,8 +12,8 @@
 //! table, whose images are all still there.
 //!
 //! A checkpoint changes only the pages whose keys changed: a page gets a delta with the
-//! changed keys' values (or tombstones), or, when its chain is long or its deltas outweigh
-//! its base, a new consolidated base (split into several pages when it grew past twice
+//! changed keys' values (or tombstones), or, when its chain is long or its deltas pass
+//! their share of its base ([`DELTA_SHARE`]), a new consolidated base (split into several pages when it grew past twice
 //! [`PAGE_TARGET`]; an empty page is dropped and its range joins its left neighbour).
 //! Cleaning picks segments by cost-benefit (Rosenblum and Ousterhout's `(1 - u) * age /
 //! (1 + u)`) whenever the files hold more than [`SPACE_GOAL`] times the live images, and
@@ -62,11 +62,12 @@ pub const PAGE_TARGET: usize = 8 << 10;
 /// Images in a chain beyond which the next change consolidates the page.
 pub const MAX_CHAIN: usize = 8;
 /// A page is consolidated once its deltas would exceed its base times this fraction
-/// (numerator, denominator). The deltas then cost at most two thirds of a page's bytes
-/// (a third on average) and of a read of it, and a base is written once per about two
-/// thirds of a page of changes: ten minutes of uniform overwrites wrote 4.9x the updated
-/// bytes with a quarter (most of it bases), 3.2-3.3x with two thirds, for about 10% more
-/// live bytes (`docs/bench/writes-issue37.md`).
+/// (numerator, denominator), spread per page (`delta_limit`: between a third and
+/// the whole of the base, at least an eighth of [`PAGE_TARGET`]). The deltas then cost
+/// about a third of a page's bytes on average (and of a read of it), and a base is
+/// written once per about two thirds of a page of changes: ten minutes of uniform
+/// overwrites wrote 4.9x the updated bytes with a quarter (most of it bases), 3.3x with
+/// two thirds, for about 10% more live bytes (`docs/bench/writes-issue37.md`).
 pub const DELTA_SHARE: (u64, u64) = (2, 3);
 /// The deltas page `pid` may carry on a base of `base_bytes`: the base's
 /// [`DELTA_SHARE`], scaled by a factor between 1/2 and 3/2 drawn from the page id. Pages

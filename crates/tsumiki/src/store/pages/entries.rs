@@ -206,15 +206,14 @@ pub(super) fn merge_newest_first<'a>(
 /// Live entries (key, value) in key order, their bytes in one buffer: a consolidation
 /// reads a page's entries, merges its changes in and writes bases, and an allocation per
 /// key and per value was a fifth of a checkpoint's CPU under uniform overwrites. Offsets
-/// are `u32`: the entries held are those of one page (its images bounded by `MAX_IMAGE`,
-/// its chain by `MAX_CHAIN`) or a base being cut (under three `PAGE_TARGET`s and one
-/// entry).
+/// are `usize`: one page's entries are bounded by its images' encoded bytes, but shared
+/// key prefixes decode to many times those (a 4 KiB key can take six bytes of a delta).
 #[derive(Default)]
 pub(super) struct Entries {
     bytes: Vec<u8>,
     /// Each entry's key end and value end in `bytes` (its key starts where the previous
     /// entry's value ends).
-    ends: Vec<(u32, u32)>,
+    ends: Vec<(usize, usize)>,
 }
 
 impl Entries {
@@ -229,16 +228,16 @@ impl Entries {
     /// Appends an entry (after every other in key order).
     pub(super) fn push(&mut self, k: &[u8], v: &[u8]) {
         self.bytes.extend_from_slice(k);
-        let kend = self.bytes.len() as u32;
+        let kend = self.bytes.len();
         self.bytes.extend_from_slice(v);
-        self.ends.push((kend, self.bytes.len() as u32));
+        self.ends.push((kend, self.bytes.len()));
     }
 
     /// Entry `i`'s key and value.
     pub(super) fn get(&self, i: usize) -> (&[u8], &[u8]) {
-        let start = if i == 0 { 0 } else { self.ends[i - 1].1 as usize };
+        let start = if i == 0 { 0 } else { self.ends[i - 1].1 };
         let (kend, vend) = self.ends[i];
-        (&self.bytes[start..kend as usize], &self.bytes[kend as usize..vend as usize])
+        (&self.bytes[start..kend], &self.bytes[kend..vend])
     }
 
     pub(super) fn key(&self, i: usize) -> &[u8] {
@@ -262,7 +261,7 @@ impl Entries {
             return;
         }
         let cut = self.ends[n - 1].1;
-        self.bytes.drain(..cut as usize);
+        self.bytes.drain(..cut);
         self.ends.drain(..n);
         for e in &mut self.ends {
             *e = (e.0 - cut, e.1 - cut);
