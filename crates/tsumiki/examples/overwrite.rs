@@ -117,11 +117,11 @@ fn main() {
             base_bytes / bases.max(1),
             delta_bytes / deltas.max(1)
         );
-        let u = updates.load(Ordering::Relaxed).max(1);
+        let cpu_micros = (st.checkpoint_cpu_micros - at_start.checkpoint_cpu_micros) as f64;
         println!(
             "checkpoints' CPU {:.2} s ({:.2} us per update), wall {:.2} s",
-            (st.checkpoint_cpu_micros - at_start.checkpoint_cpu_micros) as f64 / 1e6,
-            (st.checkpoint_cpu_micros - at_start.checkpoint_cpu_micros) as f64 / u as f64,
+            cpu_micros / 1e6,
+            cpu_micros / updates.load(Ordering::Relaxed).max(1) as f64,
             (st.checkpoint_micros - at_start.checkpoint_micros) as f64 / 1e6
         );
         let w = db.wal_stats().expect("a log");

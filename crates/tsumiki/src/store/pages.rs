@@ -13,8 +13,9 @@
 //!
 //! A checkpoint changes only the pages whose keys changed: a page gets a delta with the
 //! changed keys' values (or tombstones), or, when its chain is long or its deltas pass
-//! their share of its base ([`DELTA_SHARE`]), a new consolidated base (split into several pages when it grew past twice
-//! [`PAGE_TARGET`]; an empty page is dropped and its range joins its left neighbour).
+//! their share of its base ([`DELTA_SHARE`]), a new consolidated base (split into several
+//! pages when it grew past twice [`PAGE_TARGET`]; an empty page is dropped and its range
+//! joins its left neighbour).
 //! Cleaning picks segments by cost-benefit (Rosenblum and Ousterhout's `(1 - u) * age /
 //! (1 + u)`) whenever the files hold more than [`SPACE_GOAL`] times the live images, and
 //! relocates their live pages as consolidated bases.
@@ -245,8 +246,6 @@ pub struct PageStore {
     table_written_at: u64,
     /// Bytes the last checkpoint's changes wrote (what the next one's cleaning expects).
     last_pass: u64,
-    /// Bytes cleaning wrote since open (pages relocated without a change).
-    relocated_bytes: u64,
     /// Test only: a freed segment is reused at once, before the table that frees it is
     /// durable (a planted bug for the crash tests).
     early_reuse: bool,
@@ -548,7 +547,6 @@ impl PageStore {
             stats: StoreStats::default(),
             table_written_at: 0,
             last_pass: 0,
-            relocated_bytes: 0,
             early_reuse,
             helpers: 0,
             reads: Arc::new(PageReads {
@@ -665,7 +663,6 @@ impl PageStore {
         s.free_segments = self.free.len() as u64;
         s.segments = (self.segs.len() + self.free.len()) as u64;
         s.live_bytes = self.live_bytes();
-        s.relocated_bytes = self.relocated_bytes;
         let each = std::mem::size_of::<Page>() + 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Arc<Page>>();
         s.table_memory = self
             .pages

@@ -25,7 +25,7 @@ impl PageStore {
         mut milestone: Option<Milestone<'_>>,
     ) -> Result<(), Error> {
         self.gen = gen;
-        let before = (self.appended(), self.relocated_bytes);
+        let before = (self.appended(), self.stats.relocated_bytes);
         // Cleaning's first pick goes with the changes (counting the room the last
         // checkpoint's changes took, with twice the relocation budget), so that with
         // milestones the segments it empties are reused within this checkpoint: picked
@@ -35,7 +35,7 @@ impl PageStore {
         let early = if milestone.is_some() { self.pick_victims(self.last_pass, 2) } else { BTreeSet::new() };
         self.stats.segments_cleaned += early.len() as u64;
         self.apply_pass(changes, &early, &mut milestone)?;
-        self.last_pass = (self.appended() - before.0) - (self.relocated_bytes - before.1);
+        self.last_pass = (self.appended() - before.0) - (self.stats.relocated_bytes - before.1);
         let victims = self.pick_victims(0, 1);
         if !victims.is_empty() {
             self.stats.segments_cleaned += victims.len() as u64;
@@ -254,7 +254,7 @@ impl PageStore {
         }
         bases.finish(self, out)?;
         if let Some(at) = relocation_from {
-            self.relocated_bytes += self.appended() - at;
+            self.stats.relocated_bytes += self.appended() - at;
         }
         Ok(())
     }
