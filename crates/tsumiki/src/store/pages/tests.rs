@@ -92,3 +92,42 @@ fn delta_limits_spread_over_consecutive_pages() {
     // Small bases keep the floor.
     assert_eq!(delta_limit(7, 0), PAGE_TARGET as u64 / 8);
 }
+
+/// The byte counters split what was written: every table image's length in
+/// `table_bytes`, every delta's in `delta_bytes` (bases count in neither), all within
+/// `written_bytes`.
+#[test]
+fn stats_count_delta_and_table_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
+    let mut store = PageStore::open(storage, 1 << 20, None, false).unwrap();
+    store
+        .rebuild(1, &mut |f| {
+            for i in 0..2_000 {
+                f(&key(i), &[b'a'; 40])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut tables = u64::from(store.write_table().unwrap().len);
+    store.commit();
+    let after_rebuild = store.stats();
+    assert_eq!((after_rebuild.delta_bytes, after_rebuild.table_bytes), (0, tables));
+    assert!(after_rebuild.bases_written > 1);
+    // One small change per generation: a delta each time, until the page consolidates.
+    let mut deltas = 0;
+    for gen in 2..5u64 {
+        let changes: Vec<Change> = vec![(key(7), Some(vec![b'b' + gen as u8; 40]))];
+        let before = store.stats();
+        store.apply(gen, &changes.as_slice(), None).unwrap();
+        tables += u64::from(store.write_table().unwrap().len);
+        store.commit();
+        let s = store.stats();
+        assert_eq!(s.deltas_written - before.deltas_written, 1, "generation {gen}");
+        assert!(s.delta_bytes - before.delta_bytes > 40, "generation {gen}: {s:?}");
+        deltas += s.delta_bytes - before.delta_bytes;
+    }
+    let s = store.stats();
+    assert_eq!((s.delta_bytes, s.table_bytes, s.relocated_bytes), (deltas, tables, 0));
+    assert!(s.delta_bytes + s.table_bytes < s.written_bytes, "{s:?}");
+}
