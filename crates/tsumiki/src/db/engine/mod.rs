@@ -537,10 +537,14 @@ impl<P: Protocol> Engine<P> {
 
 /// Frees the records of an index no transaction can reach.
 fn free_records<P: Protocol>(index: &BwTree<RecPtr<P::Record>>) {
-    for (_, p) in index.scan(b"", None) {
-        // SAFETY: the caller owns the index exclusively; each record is owned by its entry.
+    // Walked in place: a scan copied every key out of each leaf first (a tenth of the
+    // close of a 1M-record database).
+    index.walk(b"", None, &crossbeam_epoch::pin(), |_, p| {
+        // SAFETY: the caller owns the index exclusively; each record is owned by its entry,
+        // and the walk reads only the index's nodes, never a record.
         unsafe { crate::cc::free_record_of::<P>(p.0 as *mut P::Record) };
-    }
+        true
+    });
 }
 
 impl<P: Protocol> Drop for Engine<P> {

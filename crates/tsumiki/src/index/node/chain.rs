@@ -361,6 +361,14 @@ pub(crate) fn leaf_walk_from<'g, V>(
         Ok(i) | Err(i) => i,
     };
 
+    // The head of an append run holds the chain's greatest key (each insert below it is
+    // above the one before, the first above the base's last key): a bound past it finds
+    // nothing here, and the successor search of every ascending insert skips the walk.
+    if let Kind::Upsert { key: hk, .. } = &head.kind {
+        if head.appends && !wanted(head.kp, hk) {
+            return false;
+        }
+    }
     let g = gather(head, guard);
     // As in merge_leaf, only those within the bound.
     let mut ds = DataDeltas::new();

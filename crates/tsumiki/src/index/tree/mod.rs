@@ -88,7 +88,7 @@ impl<V> LeafPos<'_, V> {
 }
 
 /// Deltas of an append run between consolidations (see [`Tree::install`]).
-const APPEND_RUN: usize = 16;
+const APPEND_RUN: usize = 32;
 
 /// Whether `delta` (not yet installed) extends an append run on `below`: an upsert whose key
 /// is above the key of `below` (an append run itself) or above every key of the base

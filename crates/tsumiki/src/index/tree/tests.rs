@@ -68,6 +68,47 @@ fn first_from_moves_right_past_a_deleted_last_record() {
     }
 }
 
+/// The successor search of an append run's head answers from the head alone: it must
+/// agree with the whole chain's records for every bound below, at and above the run's
+/// keys, inclusive and exclusive.
+#[test]
+fn first_from_on_an_append_run_agrees_with_the_chain() {
+    let tree = Tree::new(BwTreeConfig::default());
+    // A base of even keys (inserted descending: no run), consolidated by reads, then
+    // ascending even keys above them: an append run of deltas.
+    for i in (0..40u64).rev() {
+        tree.write(&(i * 2).to_be_bytes(), WriteOp::Upsert(i)).unwrap();
+    }
+    let guard = &epoch::pin();
+    for _ in 0..2 * READ_CONSOLIDATE_ONE {
+        tree.get_pinned(&0u64.to_be_bytes(), guard).unwrap();
+    }
+    assert!(leaf_of(&tree, &0u64.to_be_bytes(), guard).0.is_base(), "reads consolidated the leaf");
+    let mut run = 0;
+    for i in 0..APPEND_RUN as u64 - 1 {
+        tree.write(&(100 + i * 2).to_be_bytes(), WriteOp::Upsert(1000 + i)).unwrap();
+        let (h, range) = leaf_of(&tree, &0u64.to_be_bytes(), guard);
+        if !h.appends {
+            continue;
+        }
+        run += 1;
+        for probe in 0..=(100 + i * 2 + 2) {
+            let key = probe.to_be_bytes();
+            for exclusive in [false, true] {
+                let want = leaf_entries(h, range, guard).into_iter().find(|(k, _)| {
+                    if exclusive {
+                        *k > &key[..]
+                    } else {
+                        *k >= &key[..]
+                    }
+                });
+                assert_eq!(leaf_first_from(h, range, &key, exclusive, guard), want, "probe {probe} excl {exclusive}");
+            }
+        }
+    }
+    assert!(run >= 4, "the inserts formed an append run ({run} heads)");
+}
+
 /// A sequential load splits the leaf it appends to near the load's end, so the leaves it
 /// leaves behind are nearly full; every record is still there, in order. So does a load of one
 /// slice of the keys below another (`above`: a key above them all is there first, so the
