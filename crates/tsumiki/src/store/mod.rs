@@ -739,6 +739,7 @@ impl Durable {
             pages.note_helper_cpu(writes.helper_cpu);
             self.wal.recycle_echoes(echoes);
             let delta = writes.count_delta;
+            pages.set_records(*count);
             pages.apply(g, &LatestValues { writes, state }, Some(&mut milestone))?;
             let count = counted(*count, delta);
             Ok((pages.write_table()?, count))

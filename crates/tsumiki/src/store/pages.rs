@@ -155,6 +155,13 @@ struct Page {
     low: Vec<u8>,
     pid: u64,
     chain: Vec<ImageRef>,
+    /// Bytes of the base's entries that the chain's delete markers are estimated to
+    /// remove ([`PageStore::entry_bytes`] each), counted against the page's delta room
+    /// like the deltas' own bytes: a page that lost most of its records to deletes is
+    /// rewritten by the checkpoint that finds it so (its markers take a tenth of what they
+    /// remove, and the deltas alone kept such pages, at twice to ten times their live
+    /// data, until `tsumiki compact`). Kept in the table (see `table::encode_page`).
+    dead: u32,
 }
 
 /// One segment file.
@@ -253,6 +260,9 @@ pub struct PageStore {
     reads: Arc<PageReads>,
     /// Threads that prepare a pass's pages (see [`PageStore::apply_pass`]).
     helpers: usize,
+    /// The bytes of a base entry a delete marker is taken to remove (0: unknown, markers
+    /// count their own bytes only); see [`PageStore::set_records`].
+    entry_bytes: u64,
 }
 
 /// The read side of the store: the pages of the durable table and the segment files open
@@ -528,7 +538,7 @@ impl PageStore {
         let mut s = PageStore {
             storage: storage.clone(),
             segment_bytes: segment_bytes.max(2 * BLOCK as u64),
-            pages: Arc::new(vec![Arc::new(Page { low: Vec::new(), pid: 0, chain: Vec::new() })]),
+            pages: Arc::new(vec![Arc::new(Page { low: Vec::new(), pid: 0, chain: Vec::new(), dead: 0 })]),
             next_pid: 1,
             segs: BTreeMap::new(),
             free: BTreeSet::new(),
@@ -549,6 +559,7 @@ impl PageStore {
             last_pass: 0,
             early_reuse,
             helpers: 0,
+            entry_bytes: 0,
             reads: Arc::new(PageReads {
                 storage: storage.clone(),
                 readers: Mutex::new(HashMap::new()),
@@ -635,6 +646,17 @@ impl PageStore {
     /// Bytes of images the current table names (including the table itself).
     pub fn live_bytes(&self) -> u64 {
         self.segs.values().map(|g| g.live).sum()
+    }
+
+    /// Tells the store how many records its pages hold (`None`: unknown), from which it
+    /// takes the mean bytes of an entry that a delete marker removes (`Page::dead`). The
+    /// live bytes include deltas and dead entries, so the mean errs high: a page mostly
+    /// deleted is rewritten a little early rather than late.
+    pub(crate) fn set_records(&mut self, records: Option<u64>) {
+        self.entry_bytes = match records {
+            Some(n) if n > 0 => self.live_bytes() / n,
+            _ => 0,
+        };
     }
 
     /// Counts a checkpoint's time: `cpu` on its own thread, `wall` from its start to its end

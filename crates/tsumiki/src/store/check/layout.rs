@@ -18,6 +18,9 @@ pub(super) const KIND_BASE: u8 = 1;
 pub(super) const KIND_DELTA: u8 = 2;
 pub(super) const KIND_TABLE: u8 = 3;
 pub(super) const KIND_TABLE_DELTA: u8 = 4;
+/// Set in a table page's chain-length byte when a `u32` of dead bytes follows its chain
+/// (`pages::table::HAS_DEAD`).
+pub(super) const HAS_DEAD: u8 = 0x80;
 /// Images in a page's chain at most (`pages::MAX_CHAIN` deltas' limit plus the base).
 pub(super) const MAX_PAGE_CHAIN: usize = crate::store::pages::MAX_CHAIN + 1;
 /// Images in the table's chain at most (`pages::table::TABLE_CHAIN`).
@@ -63,7 +66,8 @@ pub(super) fn decode_table_page(r: &mut Reader<'_>) -> Result<TablePage, DecodeE
     }
     let low = r.take(l).map_err(|e| e.of(Item::Page(pid)))?.to_vec();
     let at = r.pos();
-    let c = r.u8()? as usize;
+    let byte = r.u8()?;
+    let c = (byte & !HAS_DEAD) as usize;
     if c > MAX_PAGE_CHAIN {
         return Err(DecodeError::new(at, Reason::LongChain { len: c, max: MAX_PAGE_CHAIN }).of(Item::Page(pid)));
     }
@@ -71,6 +75,10 @@ pub(super) fn decode_table_page(r: &mut Reader<'_>) -> Result<TablePage, DecodeE
         .map(|_| r.take(REF_LEN).map(decode_ref))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.of(Item::Page(pid)))?;
+    // The dead bytes are an estimate the page store acts on; any value is valid.
+    if byte & HAS_DEAD != 0 {
+        r.u32().map_err(|e| e.of(Item::Page(pid)))?;
+    }
     Ok(TablePage { pid, low, chain })
 }
 

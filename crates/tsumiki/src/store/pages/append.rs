@@ -75,7 +75,7 @@ impl PageStore {
         let (last, old) = self.last_entries(&before).map_err(AppendError::Store)?;
         let max = (!old.is_empty()).then(|| old.key(old.len() - 1).to_vec());
         let mut out: Vec<Arc<Page>> = before[..last].to_vec();
-        let page = Page { low: before[last].low.clone(), pid: before[last].pid, chain: Vec::new() };
+        let page = Page { low: before[last].low.clone(), pid: before[last].pid, chain: Vec::new(), dead: 0 };
         let mut bases = Bases::new(page);
         let r = self.append_records(&mut bases, &mut out, old, &mut records, max);
         let r = r.and_then(|a| bases.finish(self, &mut out).map_err(AppendError::Store).map(|()| a));

@@ -90,7 +90,7 @@ impl PageStore {
         }
         let helpers = if touched.len() >= PARALLEL_MIN_PAGES { self.helpers } else { 0 };
         let reads = self.reads.clone();
-        let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched };
+        let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched, entry_bytes: self.entry_bytes };
         let ahead = ReadAhead::new(touched.len().div_ceil(PREPARE_CHUNK), helpers);
         std::thread::scope(|s| {
             // Helpers blocked for room wake and leave however this ends (a failed spawn
@@ -148,7 +148,7 @@ impl PageStore {
             self.apply_page(ctx, page, t, prepared, &mut out)?;
         }
         if out.is_empty() {
-            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
+            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new(), dead: 0 }));
         }
         // The first page always starts at the empty key (an emptied first page was
         // dropped: its right neighbour now covers its range too).
@@ -196,7 +196,7 @@ impl PageStore {
                         let seen = mine.len();
                         ctx.changes.values(next..end, &mut mine)?;
                         let prev = if seen > 0 { mine[seen - 1].0.as_slice() } else { &[] };
-                        delta_len += changes_len(prev, &mine[seen..]);
+                        delta_len += delta_weight(prev, &mine[seen..], ctx.entry_bytes);
                         next = end;
                     }
                     let delta = next == to && delta_len <= room;
@@ -213,6 +213,8 @@ impl PageStore {
             self.stats.delta_bytes += u64::from(r.len);
             let mut p = Arc::unwrap_or_clone(page);
             p.chain.insert(0, r);
+            let dead = markers(&mine).saturating_mul(ctx.entry_bytes);
+            p.dead = u32::try_from(u64::from(p.dead).saturating_add(dead)).unwrap_or(u32::MAX);
             out.push(Arc::new(p));
             return Ok(());
         }
@@ -267,12 +269,12 @@ impl PageStore {
             self.dead(r);
         }
         let mut out: Vec<Arc<Page>> = Vec::new();
-        let first = Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() };
+        let first = Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new(), dead: 0 };
         let mut bases = Bases::new(first);
         fill(&mut |k, v| bases.push(self, k, v, &mut out))?;
         bases.finish(self, &mut out)?;
         if out.is_empty() {
-            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new() }));
+            out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new(), dead: 0 }));
         }
         self.pages = Arc::new(out);
         Ok(())
@@ -319,7 +321,7 @@ impl PageStore {
                 encode_entries_into(body, entries.iter(start..end));
             })?;
             self.stats.bases_written += 1;
-            out.push(Arc::new(Page { low, pid, chain: vec![r] }));
+            out.push(Arc::new(Page { low, pid, chain: vec![r], dead: 0 }));
             start = end;
         }
         Ok(())
@@ -345,7 +347,7 @@ impl Bases {
     fn header(page: &mut Option<Page>, store: &mut PageStore, low: &[u8]) -> Page {
         match page.take() {
             Some(p) => p,
-            None => Page { low: low.to_vec(), pid: store.take_pid(), chain: Vec::new() },
+            None => Page { low: low.to_vec(), pid: store.take_pid(), chain: Vec::new(), dead: 0 },
         }
     }
 
@@ -423,6 +425,8 @@ struct Prepare<'a> {
     before: &'a [Arc<Page>],
     changes: &'a dyn Changes,
     touched: &'a [Touched],
+    /// [`PageStore::entry_bytes`]: what each delete marker is taken to remove.
+    entry_bytes: u64,
 }
 
 impl Prepare<'_> {
@@ -434,7 +438,7 @@ impl Prepare<'_> {
         let mut mine = Vec::with_capacity(t.changes.len());
         self.changes.values(t.changes.clone(), &mut mine)?;
         let page = &self.before[t.page];
-        let fits = delta_room(page, t.relocate).is_some_and(|room| changes_len(&[], &mine) <= room);
+        let fits = delta_room(page, t.relocate).is_some_and(|room| delta_weight(&[], &mine, self.entry_bytes) <= room);
         let old = if fits { None } else { Some(self.entries(t.page)?) };
         Ok(Some(Prepared { mine, old }))
     }
@@ -546,15 +550,33 @@ impl ReadAhead {
     }
 }
 
-/// The bytes `page` may still take in deltas (`None`: it must be consolidated: no base,
-/// relocated, a full chain, or deltas past its limit).
+/// The bytes `page` may still take in deltas and dead entries (`None`: it must be
+/// consolidated: no base, relocated, a full chain, or deltas past its limit).
 fn delta_room(page: &Page, relocate: bool) -> Option<u64> {
     if page.chain.is_empty() || relocate || page.chain.len() >= MAX_CHAIN {
         return None;
     }
     let deltas: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
     let base = page.chain.last().map_or(0, |r| r.len as u64);
-    delta_limit(page.pid, base).checked_sub(deltas)
+    delta_limit(page.pid, base).checked_sub(deltas + DEAD_WEIGHT * u64::from(page.dead))
+}
+
+/// How much more a dead base byte weighs against a page's delta room than a delta's byte.
+/// The room may reach the whole base (the largest of [`delta_limit`]'s spread): at one,
+/// such a page could be all dead before a rewrite (75% deletes left 2x the records' bytes
+/// in the test); at two it is rewritten before half of its base is dead.
+const DEAD_WEIGHT: u64 = 2;
+
+/// Delete markers among `changes`.
+fn markers(changes: &[Change]) -> u64 {
+    changes.iter().filter(|(_, v)| v.is_none()).count() as u64
+}
+
+/// What `changes` (after the key `prev`) take of a page's delta room: their encoded
+/// length and, per delete marker, the `entry_bytes` it removes from the base
+/// ([`DEAD_WEIGHT`] times).
+fn delta_weight(prev: &[u8], changes: &[Change], entry_bytes: u64) -> u64 {
+    changes_len(prev, changes) + markers(changes) * entry_bytes * DEAD_WEIGHT
 }
 
 /// The encoded length of `changes` after the key `prev`.

@@ -107,7 +107,7 @@ pub fn sample_images(seed: u64) -> [Vec<u8>; 4] {
         .enumerate()
         .map(|(i, low)| {
             let chain = (0..1 + next(3)).map(|_| ImageRef { seg: next(8) as u32, ..prev }).collect();
-            Arc::new(Page { low: low.clone(), pid: i as u64, chain })
+            Arc::new(Page { low: low.clone(), pid: i as u64, chain, dead: 0 })
         })
         .collect();
     let segs: Vec<(u32, u64)> = (0..next(5) as u32).map(|n| (n, next(9))).collect();
@@ -118,7 +118,7 @@ pub fn sample_images(seed: u64) -> [Vec<u8>; 4] {
     // The delta: every other page replaced, one added at the end.
     let mut new: Vec<Arc<Page>> =
         pages.iter().enumerate().map(|(i, p)| if i % 2 == 1 { Arc::new((**p).clone()) } else { p.clone() }).collect();
-    new.push(Arc::new(Page { low: vec![0xff; 3], pid: next_pid - 1, chain: vec![prev] }));
+    new.push(Arc::new(Page { low: vec![0xff; 3], pid: next_pid - 1, chain: vec![prev], dead: 0 }));
     let edits = table::diff(&pages, &new).expect("the shared pages keep their order");
     let mut body = Vec::new();
     table::encode_delta(new.len(), &edits, &segs, &mut body);

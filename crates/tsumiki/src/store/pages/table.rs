@@ -28,18 +28,27 @@ pub(super) struct Edit {
     add: Vec<Arc<Page>>,
 }
 
+/// Set in a page entry's chain-length byte when its dead bytes (`Page::dead`, a `u32`)
+/// follow its chain. Pages without them are written as before, so a database that never
+/// deleted keeps the older format; builds before this one refuse a table with the flag
+/// (a chain longer than they accept) rather than misread it.
+const HAS_DEAD: u8 = 0x80;
+
 /// The encoded length of one page entry.
 fn page_len(p: &Page) -> usize {
-    8 + 4 + p.low.len() + 1 + p.chain.len() * REF_LEN
+    8 + 4 + p.low.len() + 1 + p.chain.len() * REF_LEN + if p.dead > 0 { 4 } else { 0 }
 }
 
 fn encode_page(p: &Page, body: &mut Vec<u8>) {
     body.extend_from_slice(&p.pid.to_le_bytes());
     body.extend_from_slice(&(p.low.len() as u32).to_le_bytes());
     body.extend_from_slice(&p.low);
-    body.push(p.chain.len() as u8);
+    body.push(p.chain.len() as u8 | if p.dead > 0 { HAS_DEAD } else { 0 });
     for r in &p.chain {
         r.encode(body);
+    }
+    if p.dead > 0 {
+        body.extend_from_slice(&p.dead.to_le_bytes());
     }
 }
 
@@ -130,12 +139,14 @@ fn decode_page(r: &mut Reader<'_>) -> Result<Arc<Page>, DecodeError> {
     let page = |e: DecodeError| e.of(Item::Page(pid));
     let low = r.len(MAX_KEY_LEN, "a low key").and_then(|l| r.take(l)).map_err(page)?.to_vec();
     let at = r.pos();
-    let c = r.u8()? as usize;
+    let byte = r.u8()?;
+    let c = (byte & !HAS_DEAD) as usize;
     if c > MAX_CHAIN + 1 {
         return Err(page(DecodeError::new(at, Reason::LongChain { len: c, max: MAX_CHAIN + 1 })));
     }
     let chain = (0..c).map(|_| ImageRef::decode(r)).collect::<Result<Vec<_>, _>>().map_err(page)?;
-    Ok(Arc::new(Page { low, pid, chain }))
+    let dead = if byte & HAS_DEAD != 0 { r.u32().map_err(page)? } else { 0 };
+    Ok(Arc::new(Page { low, pid, chain, dead }))
 }
 
 /// A decoded table: its pages, and its segments with the generation that last wrote each.
@@ -211,11 +222,12 @@ mod tests {
 
     fn page(pid: u64, low: &str) -> Arc<Page> {
         let r = ImageRef { seg: pid as u32, off: pid * 7, len: 100, crc: pid as u32 };
-        Arc::new(Page { low: low.as_bytes().to_vec(), pid, chain: vec![r] })
+        Arc::new(Page { low: low.as_bytes().to_vec(), pid, chain: vec![r], dead: 0 })
     }
 
     fn same(a: &[Arc<Page>], b: &[Arc<Page>]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.pid == y.pid && x.low == y.low && x.chain == y.chain)
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| x.pid == y.pid && x.low == y.low && x.chain == y.chain && x.dead == y.dead)
     }
 
     /// Every edit a checkpoint makes (pages replaced, split, dropped, the first page's low
@@ -271,5 +283,30 @@ mod tests {
         let swapped = vec![old[0].clone(), old[2].clone(), old[1].clone()];
         assert!(check(&swapped, 10).is_err());
         assert!(check(&old, 2).is_err());
+    }
+
+    /// A page's dead bytes survive a base and a delta of the table; a page without them
+    /// is encoded as before they existed (the older builds' format).
+    #[test]
+    fn dead_bytes_survive_the_table_and_are_absent_without_deletes() {
+        let old: Vec<Arc<Page>> = ["", "b", "d"].iter().zip(0..).map(|(l, i)| page(i, l)).collect();
+        let mut plain = Vec::new();
+        encode_base(&old, &[(1, 2)], &mut plain);
+        assert_eq!(plain.len(), base_len(&old, 1));
+        let mut new = old.clone();
+        Arc::make_mut(&mut new[1]).dead = 1234;
+        new[2] = Arc::new(Page { dead: u32::MAX, ..(*page(7, "d")).clone() });
+        let mut body = Vec::new();
+        encode_base(&new, &[(1, 2)], &mut body);
+        assert_eq!(body.len(), base_len(&new, 1));
+        assert_eq!(body.len(), plain.len() + 8, "four bytes per page with dead bytes");
+        let (got, _) = decode(&body, None).unwrap();
+        assert!(same(&got, &new));
+        let edits = diff(&old, &new).unwrap();
+        let mut body = Vec::new();
+        encode_delta(new.len(), &edits, &[(1, 2)], &mut body);
+        assert_eq!(body.len(), delta_len(&edits, 1));
+        let (got, _) = decode(&body, Some(old.clone())).unwrap();
+        assert!(same(&got, &new));
     }
 }
