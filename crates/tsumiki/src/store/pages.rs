@@ -157,7 +157,7 @@ struct Page {
     chain: Vec<ImageRef>,
     /// Bytes of the base's entries that the chain's delete markers are estimated to
     /// remove ([`PageStore::entry_bytes`] each), counted against the page's delta room
-    /// like the deltas' own bytes: a page that lost most of its records to deletes is
+    /// beside the deltas' own bytes (twice: `apply::DEAD_WEIGHT`): a page that lost most of its records to deletes is
     /// rewritten by the checkpoint that finds it so (its markers take a tenth of what they
     /// remove, and the deltas alone kept such pages, at twice to ten times their live
     /// data, until `tsumiki compact`). Kept in the table (see `table::encode_page`).
@@ -370,6 +370,16 @@ impl PageReads {
             }
         }
         Ok(img)
+    }
+
+    /// The live entries of page `i` of `pages`, in key order.
+    fn entries(&self, pages: &[Arc<Page>], i: usize) -> Result<Entries, Error> {
+        let mut out = Entries::default();
+        self.page_entries(pages, i, &[], |k, v| {
+            out.push(k, v);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     /// Calls `f` with every live key and value of page `i` of `pages`, in key order, after applying

@@ -358,7 +358,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     pub(super) fn add_write(&mut self, key: &[u8], rec: &P::Record, write: Write<'_>) -> Result<bool, Access> {
         let p = rec as *const P::Record;
         let eng = self.eng;
-        // A put's placeholder, made just before, is the last of `created` (see below).
+        // A put's placeholder, made just before, is the last of `created`: its entry takes
+        // the key already in the arena and the placeholder's place there (below).
         let placed = matches!(self.b().created.last(), Some(&(_, r)) if r == p);
         debug_assert!(!placed || self.b().own(p).is_none(), "a placeholder is in no write-set entry");
         let own = self.own_rebound_as(key, rec, placed)?;
@@ -389,14 +390,10 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             b.evict_mark = eng.counters.ranges_evicted.load(Ordering::Acquire);
         }
         let kind = kind(b);
-        // A put's placeholder, made just before: its entry takes the key already in the
-        // arena and the placeholder's place in `created`.
-        let (key, created) = match b.created.last() {
-            Some(&(at, rec)) if rec == p => {
-                b.created.pop();
-                (at, true)
-            }
-            _ => (KeyAt::push(&mut b.keys, key), false),
+        // (`own_rebound_as` returned `None`: `created` is as `placed` found it.)
+        let (key, created) = match b.created.pop_if(|_| placed) {
+            Some((at, _)) => (at, true),
+            None => (KeyAt::push(&mut b.keys, key), false),
         };
         b.writes.push(WriteEntry { rec: p, key, kind, present: false, created });
         if !b.key_pos.is_empty() {

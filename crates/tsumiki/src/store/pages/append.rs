@@ -140,11 +140,7 @@ impl PageStore {
     /// entries.
     fn last_entries(&self, pages: &[Arc<Page>]) -> Result<(usize, Entries), Error> {
         for i in (0..pages.len()).rev() {
-            let mut entries = Entries::default();
-            self.reads.page_entries(pages, i, &[], |k, v| {
-                entries.push(k, v);
-                Ok(())
-            })?;
+            let entries = self.reads.entries(pages, i)?;
             if !entries.is_empty() || i == 0 {
                 return Ok((i, entries));
             }

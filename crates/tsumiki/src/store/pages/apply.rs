@@ -445,12 +445,7 @@ impl Prepare<'_> {
 
     /// The live entries of page `i` of the table as the pass found it.
     fn entries(&self, i: usize) -> Result<Entries, Error> {
-        let mut old = Entries::default();
-        self.reads.page_entries(self.before, i, &[], |k, v| {
-            old.push(k, v);
-            Ok(())
-        })?;
-        Ok(old)
+        self.reads.entries(self.before, i)
     }
 }
 
