@@ -156,12 +156,20 @@ struct Page {
     pid: u64,
     chain: Vec<ImageRef>,
     /// Bytes of the base's entries that the chain's delete markers are estimated to
-    /// remove ([`PageStore::entry_bytes`] each), counted against the page's delta room
-    /// beside the deltas' own bytes (twice: `apply::DEAD_WEIGHT`): a page that lost most of its records to deletes is
-    /// rewritten by the checkpoint that finds it so (its markers take a tenth of what they
+    /// remove ([`PageStore::entry_bytes`] each). A page whose dead bytes (twice: see
+    /// `clean::DEAD_WEIGHT`) and deltas pass its delta room is due for a rewrite, which
+    /// cleaning paces (`PageStore::pick_reclaim`): its markers take a tenth of what they
     /// remove, and the deltas alone kept such pages, at twice to ten times their live
-    /// data, until `tsumiki compact`). Kept in the table (see `table::encode_page`).
+    /// data, until `tsumiki compact`. Kept in the table (see `table::encode_page`).
     dead: u32,
+}
+
+impl Page {
+    /// The bytes of the page's base and of its deltas.
+    fn base_and_deltas(&self) -> (u64, u64) {
+        let deltas = self.chain.iter().rev().skip(1).map(|r| u64::from(r.len)).sum();
+        (self.chain.last().map_or(0, |r| u64::from(r.len)), deltas)
+    }
 }
 
 /// One segment file.

@@ -34,7 +34,8 @@ impl PageStore {
         // second pick after the changes covers what their writes took beyond that.
         let early = if milestone.is_some() { self.pick_victims(self.last_pass, 2) } else { BTreeSet::new() };
         self.stats.segments_cleaned += early.len() as u64;
-        self.apply_pass(changes, &early, &mut milestone)?;
+        let reclaim = self.pick_reclaim();
+        self.apply_pass(changes, &early, &reclaim, &mut milestone)?;
         self.last_pass = (self.appended() - before.0) - (self.stats.relocated_bytes - before.1);
         let victims = self.pick_victims(0, 1);
         if !victims.is_empty() {
@@ -42,7 +43,7 @@ impl PageStore {
             // The pass reads back images the first one wrote.
             self.write_pending()?;
             let none: &[Change] = &[];
-            self.apply_pass(&none, &victims, &mut milestone)?;
+            self.apply_pass(&none, &victims, &[], &mut milestone)?;
         }
         Ok(())
     }
@@ -60,7 +61,7 @@ impl PageStore {
     }
 
     /// One pass over the pages: `changes` applied, and every page with an image in
-    /// `victims` rewritten as a consolidated base.
+    /// `victims` or an index in `reclaim` (ascending) rewritten as a consolidated base.
     ///
     /// What a touched page needs before its images are appended (its changes' values, and
     /// its entries read back when it is consolidated) is prepared ahead, in order, by
@@ -72,6 +73,7 @@ impl PageStore {
         &mut self,
         changes: &dyn Changes,
         victims: &BTreeSet<u32>,
+        reclaim: &[usize],
         milestone: &mut Option<Milestone<'_>>,
     ) -> Result<(), Error> {
         // The table as the pass found it: the pass reads it while it builds the new list
@@ -80,9 +82,11 @@ impl PageStore {
         let before = self.pages.clone();
         let mut touched: Vec<Touched> = Vec::new();
         let mut at = 0;
+        let mut reclaim = reclaim.iter().peekable();
         for (i, page) in before.iter().enumerate() {
             let end = range_end(&before, i, changes, at);
-            let relocate = page.chain.iter().any(|r| victims.contains(&r.seg));
+            let reclaimed = reclaim.next_if(|&&r| r == i).is_some();
+            let relocate = reclaimed || page.chain.iter().any(|r| victims.contains(&r.seg));
             if end > at || relocate {
                 touched.push(Touched { page: i, changes: at..end, relocate });
             }
@@ -90,7 +94,7 @@ impl PageStore {
         }
         let helpers = if touched.len() >= PARALLEL_MIN_PAGES { self.helpers } else { 0 };
         let reads = self.reads.clone();
-        let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched, entry_bytes: self.entry_bytes };
+        let ctx = Prepare { reads: &reads, before: &before, changes, touched: &touched };
         let ahead = ReadAhead::new(touched.len().div_ceil(PREPARE_CHUNK), helpers);
         std::thread::scope(|s| {
             // Helpers blocked for room wake and leave however this ends (a failed spawn
@@ -196,7 +200,7 @@ impl PageStore {
                         let seen = mine.len();
                         ctx.changes.values(next..end, &mut mine)?;
                         let prev = if seen > 0 { mine[seen - 1].0.as_slice() } else { &[] };
-                        delta_len += delta_weight(prev, &mine[seen..], ctx.entry_bytes);
+                        delta_len += changes_len(prev, &mine[seen..]);
                         next = end;
                     }
                     let delta = next == to && delta_len <= room;
@@ -213,7 +217,7 @@ impl PageStore {
             self.stats.delta_bytes += u64::from(r.len);
             let mut p = Arc::unwrap_or_clone(page);
             p.chain.insert(0, r);
-            let dead = markers(&mine).saturating_mul(ctx.entry_bytes);
+            let dead = markers(&mine).saturating_mul(self.entry_bytes);
             p.dead = u32::try_from(u64::from(p.dead).saturating_add(dead)).unwrap_or(u32::MAX);
             out.push(Arc::new(p));
             return Ok(());
@@ -425,8 +429,6 @@ struct Prepare<'a> {
     before: &'a [Arc<Page>],
     changes: &'a dyn Changes,
     touched: &'a [Touched],
-    /// [`PageStore::entry_bytes`]: what each delete marker is taken to remove.
-    entry_bytes: u64,
 }
 
 impl Prepare<'_> {
@@ -438,7 +440,7 @@ impl Prepare<'_> {
         let mut mine = Vec::with_capacity(t.changes.len());
         self.changes.values(t.changes.clone(), &mut mine)?;
         let page = &self.before[t.page];
-        let fits = delta_room(page, t.relocate).is_some_and(|room| delta_weight(&[], &mine, self.entry_bytes) <= room);
+        let fits = delta_room(page, t.relocate).is_some_and(|room| changes_len(&[], &mine) <= room);
         let old = if fits { None } else { Some(self.entries(t.page)?) };
         Ok(Some(Prepared { mine, old }))
     }
@@ -545,33 +547,21 @@ impl ReadAhead {
     }
 }
 
-/// The bytes `page` may still take in deltas and dead entries (`None`: it must be
-/// consolidated: no base, relocated, a full chain, or deltas past its limit).
+/// The bytes `page` may still take in deltas (`None`: it must be consolidated: no base,
+/// relocated, a full chain, or deltas past its limit). Its dead bytes do not count here:
+/// the pages they make due are rewritten at cleaning's pace (`pick_reclaim`), not all
+/// by the checkpoint after a mass delete.
 fn delta_room(page: &Page, relocate: bool) -> Option<u64> {
     if page.chain.is_empty() || relocate || page.chain.len() >= MAX_CHAIN {
         return None;
     }
-    let deltas: u64 = page.chain.iter().rev().skip(1).map(|r| r.len as u64).sum();
-    let base = page.chain.last().map_or(0, |r| r.len as u64);
-    delta_limit(page.pid, base).checked_sub(deltas + DEAD_WEIGHT * u64::from(page.dead))
+    let (base, deltas) = page.base_and_deltas();
+    delta_limit(page.pid, base).checked_sub(deltas)
 }
-
-/// How much more a dead base byte weighs against a page's delta room than a delta's byte.
-/// The room may reach the whole base (the largest of [`delta_limit`]'s spread): at one,
-/// such a page could be all dead before a rewrite (75% deletes left 2x the records' bytes
-/// in the test); at two it is rewritten before half of its base is dead.
-const DEAD_WEIGHT: u64 = 2;
 
 /// Delete markers among `changes`.
 fn markers(changes: &[Change]) -> u64 {
     changes.iter().filter(|(_, v)| v.is_none()).count() as u64
-}
-
-/// What `changes` (after the key `prev`) take of a page's delta room: their encoded
-/// length and, per delete marker, the `entry_bytes` it removes from the base
-/// ([`DEAD_WEIGHT`] times).
-fn delta_weight(prev: &[u8], changes: &[Change], entry_bytes: u64) -> u64 {
-    changes_len(prev, changes) + markers(changes) * entry_bytes * DEAD_WEIGHT
 }
 
 /// The encoded length of `changes` after the key `prev`.
