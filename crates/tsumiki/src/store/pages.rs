@@ -170,6 +170,13 @@ impl Page {
         let deltas = self.chain.iter().rev().skip(1).map(|r| u64::from(r.len)).sum();
         (self.chain.last().map_or(0, |r| u64::from(r.len)), deltas)
     }
+
+    /// About the bytes of the page's entries once consolidated: its images less its dead
+    /// bytes.
+    fn live_estimate(&self) -> u64 {
+        let (base, deltas) = self.base_and_deltas();
+        base + deltas - u64::from(self.dead).min(base)
+    }
 }
 
 /// One segment file.
@@ -380,13 +387,16 @@ impl PageReads {
         Ok(img)
     }
 
-    /// The live entries of page `i` of `pages`, in key order.
-    fn entries(&self, pages: &[Arc<Page>], i: usize) -> Result<Entries, Error> {
+    /// The live entries of pages `pages[run]` (adjacent, so their entries follow one
+    /// another), in key order.
+    fn entries(&self, pages: &[Arc<Page>], run: std::ops::RangeInclusive<usize>) -> Result<Entries, Error> {
         let mut out = Entries::default();
-        self.page_entries(pages, i, &[], |k, v| {
-            out.push(k, v);
-            Ok(())
-        })?;
+        for i in run {
+            self.page_entries(pages, i, &[], |k, v| {
+                out.push(k, v);
+                Ok(())
+            })?;
+        }
         Ok(out)
     }
 

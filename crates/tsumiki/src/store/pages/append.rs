@@ -140,7 +140,7 @@ impl PageStore {
     /// entries.
     fn last_entries(&self, pages: &[Arc<Page>]) -> Result<(usize, Entries), Error> {
         for i in (0..pages.len()).rev() {
-            let entries = self.reads.entries(pages, i)?;
+            let entries = self.reads.entries(pages, i..=i)?;
             if !entries.is_empty() || i == 0 {
                 return Ok((i, entries));
             }

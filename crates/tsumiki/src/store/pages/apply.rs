@@ -83,14 +83,51 @@ impl PageStore {
         let mut touched: Vec<Touched> = Vec::new();
         let mut at = 0;
         let mut reclaim = reclaim.iter().peekable();
-        for (i, page) in before.iter().enumerate() {
-            let end = range_end(&before, i, changes, at);
+        let mut i = 0;
+        while i < before.len() {
+            let page = &before[i];
+            let mut end = range_end(&before, i, changes, at);
             let reclaimed = reclaim.next_if(|&&r| r == i).is_some();
             let relocate = reclaimed || page.chain.iter().any(|r| victims.contains(&r.seg));
+            if reclaimed {
+                // A reclaimed page is merged with its neighbours while they fit in one
+                // page: the small untouched page before it, then the reclaimed or small
+                // pages after it. Deleting 90% of the records left pages a tenth full,
+                // each still an image, a table entry and a read.
+                let small = |p: &Page| p.live_estimate() < PAGE_TARGET as u64 / 4;
+                let mut size = page.live_estimate();
+                let mut first = i;
+                if let Some(prev) = i.checked_sub(1).filter(|&p| touched.last().is_none_or(|t| t.page + t.absorbed < p))
+                {
+                    if small(&before[prev]) && size + before[prev].live_estimate() <= PAGE_TARGET as u64 {
+                        size += before[prev].live_estimate();
+                        first = prev;
+                    }
+                }
+                let mut last = i;
+                while size < PAGE_TARGET as u64 / 2 {
+                    let Some(next) = before.get(last + 1) else { break };
+                    let next_reclaimed = reclaim.peek() == Some(&&(last + 1));
+                    if !(next_reclaimed || small(next)) || size + next.live_estimate() > PAGE_TARGET as u64 {
+                        break;
+                    }
+                    if next_reclaimed {
+                        reclaim.next();
+                    }
+                    size += next.live_estimate();
+                    last += 1;
+                    end = range_end(&before, last, changes, end);
+                }
+                touched.push(Touched { page: first, changes: at..end, relocate: true, absorbed: last - first });
+                at = end;
+                i = last + 1;
+                continue;
+            }
             if end > at || relocate {
-                touched.push(Touched { page: i, changes: at..end, relocate });
+                touched.push(Touched { page: i, changes: at..end, relocate, absorbed: 0 });
             }
             at = end;
+            i += 1;
         }
         let helpers = if touched.len() >= PARALLEL_MIN_PAGES { self.helpers } else { 0 };
         let reads = self.reads.clone();
@@ -125,7 +162,12 @@ impl PageStore {
         let every = self.milestone_bytes();
         let mut next_touched = ctx.touched.iter().enumerate().peekable();
         let mut chunk: std::vec::IntoIter<Option<Prepared>> = Vec::new().into_iter();
+        // Pages before this were taken in by a merged page (see `Touched::absorbed`).
+        let mut resume = 0;
         for i in 0..before.len() {
+            if i < resume {
+                continue;
+            }
             if let Some(m) = milestone.as_mut() {
                 if self.appended() >= self.table_written_at + every {
                     let mut now: Vec<Arc<Page>> = out.iter().chain(&before[i..]).cloned().collect();
@@ -150,6 +192,7 @@ impl PageStore {
                 chunk.next().expect("a prepared chunk holds each of its pages")
             };
             self.apply_page(ctx, page, t, prepared, &mut out)?;
+            resume = i + 1 + t.absorbed;
         }
         if out.is_empty() {
             out.push(Arc::new(Page { low: Vec::new(), pid: self.take_pid(), chain: Vec::new(), dead: 0 }));
@@ -227,10 +270,12 @@ impl PageStore {
         // `PAGE_TARGET` as they fill.
         let old = match old {
             Some(old) => old,
-            None => ctx.entries(t.page)?,
+            None => ctx.entries(t)?,
         };
-        for r in &page.chain {
-            self.dead(*r);
+        for p in std::iter::once(&page).chain(&ctx.before[t.page + 1..=t.page + t.absorbed]) {
+            for r in &p.chain {
+                self.dead(*r);
+            }
         }
         let mut bases = Bases::new(Arc::unwrap_or_clone(page));
         let mut at = 0;
@@ -412,6 +457,9 @@ struct Touched {
     page: usize,
     changes: std::ops::Range<usize>,
     relocate: bool,
+    /// Pages after `page` merged into it (their changes included in `changes`): reclaimed
+    /// pages that fit in one with it. They leave the table.
+    absorbed: usize,
 }
 
 /// A touched page's inputs, read ahead: its changes with their values, and its current
@@ -441,13 +489,14 @@ impl Prepare<'_> {
         self.changes.values(t.changes.clone(), &mut mine)?;
         let page = &self.before[t.page];
         let fits = delta_room(page, t.relocate).is_some_and(|room| changes_len(&[], &mine) <= room);
-        let old = if fits { None } else { Some(self.entries(t.page)?) };
+        let old = if fits { None } else { Some(self.entries(t)?) };
         Ok(Some(Prepared { mine, old }))
     }
 
-    /// The live entries of page `i` of the table as the pass found it.
-    fn entries(&self, i: usize) -> Result<Entries, Error> {
-        self.reads.entries(self.before, i)
+    /// The live entries of `t`'s page (and of the pages it takes in) in the table as the
+    /// pass found it.
+    fn entries(&self, t: &Touched) -> Result<Entries, Error> {
+        self.reads.entries(self.before, t.page..=t.page + t.absorbed)
     }
 }
 

@@ -97,7 +97,7 @@ impl PageStore {
                 let (base, deltas) = p.base_and_deltas();
                 let dead = u64::from(p.dead).min(base);
                 (deltas + DEAD_WEIGHT * dead > delta_limit(p.pid, base))
-                    .then(|| (dead as f64 / base.max(1) as f64, i, base + deltas - dead))
+                    .then(|| (dead as f64 / base.max(1) as f64, i, p.live_estimate()))
             })
             .collect();
         due.sort_by(|a, b| b.0.total_cmp(&a.0));

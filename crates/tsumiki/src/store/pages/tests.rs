@@ -219,3 +219,96 @@ fn reclaiming_dead_pages_is_paced() {
     }
     assert!(rounds >= 2, "a store of {} live bytes was reclaimed at once", store.live_bytes());
 }
+
+/// Pages that deletes left small are merged as they are reclaimed: after deleting nine
+/// records in ten, the pages number about what the records left fill, not what they
+/// filled before, with the changes that fall in merged pages (updates, inserts) applied,
+/// and the same after a reopen.
+#[test]
+fn pages_left_small_by_deletes_are_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
+    let mut store = PageStore::open(storage.clone(), 1 << 20, None, false).unwrap();
+    let n = 20_000u64;
+    let value = [b'v'; 150];
+    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
+    store.write_table().unwrap();
+    store.commit();
+    let pages_full = store.pages.len();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..n).map(|i| (key(i), value.to_vec())).collect();
+    let gone: Vec<Change> = (0..n).filter(|i| i % 10 != 0).map(|i| (key(i), None)).collect();
+    // Then, while the pages are reclaimed: every hundredth record updated, one in fifty
+    // of the deleted ones back, and a key that never was after every fiftieth.
+    let edits: Vec<Change> = (0..n)
+        .flat_map(|i| {
+            let mut e = Vec::new();
+            match i % 100 {
+                0 => e.push((key(i), Some(b"new".to_vec()))),
+                5 | 55 => e.push((key(i), Some(value.to_vec()))),
+                _ => {}
+            }
+            if i % 50 == 0 {
+                e.push((format!("key{i:08}x").into_bytes(), Some(b"between".to_vec())));
+            }
+            e
+        })
+        .collect();
+    let mut table = None;
+    for (gen, changes) in (2..).zip([gone, edits, vec![], vec![], vec![]]) {
+        for (k, v) in &changes {
+            match v {
+                Some(v) => model.insert(k.clone(), v.clone()),
+                None => model.remove(k),
+            };
+        }
+        store.set_records(Some(model.len() as u64));
+        store.apply(gen, &changes.as_slice(), None).unwrap();
+        table = Some(store.write_table().unwrap());
+        store.commit();
+    }
+    let live = store.live_bytes();
+    let data: usize = model.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert!(live < 2 * data as u64, "live images {live} bytes for {data} bytes of records");
+    let pages = store.pages.len() as u64;
+    assert!(
+        pages <= 2 * live.div_ceil(PAGE_TARGET as u64) + 2,
+        "{pages} pages for {live} live bytes ({pages_full} before the deletes)"
+    );
+    assert_eq!(contents(&store), model);
+    drop(store);
+    let store = PageStore::open(storage, 1 << 20, table, false).unwrap();
+    assert_eq!(contents(&store), model, "reopened");
+}
+
+/// A page reclaimed next to a small page that an earlier checkpoint left alone takes it
+/// in: deletes empty one page, its reclaim leaves it small beside full neighbours, then
+/// deletes empty the next page, whose reclaim merges the two.
+#[test]
+fn a_reclaimed_page_takes_in_the_small_page_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
+    let mut store = PageStore::open(storage, 1 << 20, None, false).unwrap();
+    let n = 5_000u64;
+    let value = [b'v'; 150];
+    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
+    store.write_table().unwrap();
+    store.commit();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..n).map(|i| (key(i), value.to_vec())).collect();
+    // All but two records of the page at `at` deleted, then a checkpoint with no change.
+    let mut empty_page = |store: &mut PageStore, at: usize, gen: u64| {
+        let (low, high) = (store.pages[at].low.clone(), store.pages[at + 1].low.clone());
+        let gone: Vec<Change> = model.range(low..high).skip(2).map(|(k, _)| (k.clone(), None)).collect::<Vec<_>>();
+        gone.iter().for_each(|(k, _)| drop(model.remove(k)));
+        for (g, changes) in [(gen, gone), (gen + 1, Vec::new())] {
+            store.set_records(Some(model.len() as u64));
+            store.apply(g, &changes.as_slice(), None).unwrap();
+            store.write_table().unwrap();
+            store.commit();
+        }
+        store.pages.len()
+    };
+    let pages = store.pages.len();
+    assert_eq!(empty_page(&mut store, 3, 2), pages, "a small page alone beside full ones stays");
+    assert_eq!(empty_page(&mut store, 4, 4), pages - 1, "the next page's reclaim takes it in");
+    assert_eq!(contents(&store), model);
+}
