@@ -132,6 +132,20 @@ fn stats_count_delta_and_table_bytes() {
     assert!(s.delta_bytes + s.table_bytes < s.written_bytes, "{s:?}");
 }
 
+/// The value of the records the deletion tests fill their stores with.
+const VALUE: [u8; 150] = [b'v'; 150];
+
+/// A store in `dir` (segments of `segment` bytes) holding `key(0..n)` with [`VALUE`], its
+/// table written and current; with its storage and that table.
+fn filled_store(dir: &std::path::Path, segment: u64, n: u64) -> (Arc<dyn Storage>, PageStore, ImageRef) {
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir).unwrap());
+    let mut store = PageStore::open(storage.clone(), segment, None, false).unwrap();
+    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &VALUE))).unwrap();
+    let table = store.write_table().unwrap();
+    store.commit();
+    (storage, store, table)
+}
+
 /// Deletes that leave pages mostly empty get those pages rewritten, after one wave and a
 /// few at a time: each marker counts the base entry it removes (`Page::dead`), which the
 /// table keeps across a reopen, and the next checkpoint rewrites the pages that are due
@@ -140,13 +154,9 @@ fn stats_count_delta_and_table_bytes() {
 #[test]
 fn mostly_deleted_pages_are_rewritten() {
     let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
-    let mut store = PageStore::open(storage.clone(), 1 << 20, None, false).unwrap();
     let n = 20_000u64;
-    let value = [b'v'; 150];
-    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
-    let mut table = store.write_table().unwrap();
-    store.commit();
+    let (storage, mut store, mut table) = filled_store(dir.path(), 1 << 20, n);
+    let value = VALUE;
     let entry = (key(0).len() + value.len()) as f64;
     let mut left = n;
     // A wave of deletes (three in four records), then a few per page per generation
@@ -186,14 +196,10 @@ fn mostly_deleted_pages_are_rewritten() {
 #[test]
 fn reclaiming_dead_pages_is_paced() {
     let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
     let segment = 64u64 << 10;
-    let mut store = PageStore::open(storage, segment, None, false).unwrap();
     let n = 20_000u64;
-    let value = [b'v'; 150];
-    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
-    store.write_table().unwrap();
-    store.commit();
+    let (_, mut store, _) = filled_store(dir.path(), segment, n);
+    let value = VALUE;
     let changes: Vec<Change> = (0..n).filter(|i| i % 4 != 0).map(|i| (key(i), None)).collect();
     store.set_records(Some(n));
     store.apply(2, &changes.as_slice(), None).unwrap();
@@ -227,13 +233,9 @@ fn reclaiming_dead_pages_is_paced() {
 #[test]
 fn pages_left_small_by_deletes_are_merged() {
     let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
-    let mut store = PageStore::open(storage.clone(), 1 << 20, None, false).unwrap();
     let n = 20_000u64;
-    let value = [b'v'; 150];
-    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
-    store.write_table().unwrap();
-    store.commit();
+    let (storage, mut store, _) = filled_store(dir.path(), 1 << 20, n);
+    let value = VALUE;
     let pages_full = store.pages.len();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..n).map(|i| (key(i), value.to_vec())).collect();
     let gone: Vec<Change> = (0..n).filter(|i| i % 10 != 0).map(|i| (key(i), None)).collect();
@@ -286,13 +288,9 @@ fn pages_left_small_by_deletes_are_merged() {
 #[test]
 fn a_reclaimed_page_takes_in_the_small_page_before_it() {
     let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path()).unwrap());
-    let mut store = PageStore::open(storage, 1 << 20, None, false).unwrap();
     let n = 5_000u64;
-    let value = [b'v'; 150];
-    store.rebuild(1, &mut |f| (0..n).try_for_each(|i| f(&key(i), &value))).unwrap();
-    store.write_table().unwrap();
-    store.commit();
+    let (_, mut store, _) = filled_store(dir.path(), 1 << 20, n);
+    let value = VALUE;
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..n).map(|i| (key(i), value.to_vec())).collect();
     // All but two records of the page at `at` deleted, then a checkpoint with no change.
     let mut empty_page = |store: &mut PageStore, at: usize, gen: u64| {
