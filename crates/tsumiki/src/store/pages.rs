@@ -214,7 +214,8 @@ pub struct StoreStats {
     pub relocated_bytes: u64,
     /// Bytes of translation tables written since open (bases and deltas).
     pub table_bytes: u64,
-    /// Pages relocated by cleaning since open.
+    /// Pages rewritten whole by cleaning since open: relocated out of a cleaned segment,
+    /// or reclaimed after deletes (with the neighbours merged into them).
     pub relocated_pages: u64,
     /// Bytes the translation table takes in memory (each page's entry, low key and
     /// chain of image addresses).

@@ -61,7 +61,8 @@ impl PageStore {
     }
 
     /// One pass over the pages: `changes` applied, and every page with an image in
-    /// `victims` or an index in `reclaim` (ascending) rewritten as a consolidated base.
+    /// `victims` or an index in `reclaim` (ascending) rewritten as a consolidated base, a
+    /// reclaimed page together with the small neighbours it takes in (`Touched::absorbed`).
     ///
     /// What a touched page needs before its images are appended (its changes' values, and
     /// its entries read back when it is consolidated) is prepared ahead, in order, by
@@ -91,9 +92,12 @@ impl PageStore {
             let relocate = reclaimed || page.chain.iter().any(|r| victims.contains(&r.seg));
             if reclaimed {
                 // A reclaimed page is merged with its neighbours while they fit in one
-                // page: the small untouched page before it, then the reclaimed or small
-                // pages after it. Deleting 90% of the records left pages a tenth full,
-                // each still an image, a table entry and a read.
+                // page (by their estimated live bytes; at most `MERGE_MAX_PAGES`, as the
+                // estimates may err and the run's entries are held at once): the small
+                // untouched page before it, then the reclaimed or small pages after it.
+                // Deleting 90% of the records left pages a tenth full, each still an
+                // image, a table entry and a read. The small pages taken in are not
+                // charged to the reclaim's budget: at most a page per reclaimed page.
                 let small = |p: &Page| p.live_estimate() < PAGE_TARGET as u64 / 4;
                 let mut size = page.live_estimate();
                 let mut first = i;
@@ -105,7 +109,7 @@ impl PageStore {
                     }
                 }
                 let mut last = i;
-                while size < PAGE_TARGET as u64 / 2 {
+                while size < PAGE_TARGET as u64 / 2 && last - first + 1 < MERGE_MAX_PAGES {
                     let Some(next) = before.get(last + 1) else { break };
                     let next_reclaimed = reclaim.peek() == Some(&&(last + 1));
                     if !(next_reclaimed || small(next)) || size + next.live_estimate() > PAGE_TARGET as u64 {
@@ -219,7 +223,7 @@ impl PageStore {
     ) -> Result<(), Error> {
         let to = t.changes.end;
         if t.relocate {
-            self.stats.relocated_pages += 1;
+            self.stats.relocated_pages += 1 + t.absorbed as u64;
         }
         // What cleaning alone writes (the page has no change) is not what the next
         // checkpoint's changes are expected to take.
@@ -265,7 +269,8 @@ impl PageStore {
             out.push(Arc::new(p));
             return Ok(());
         }
-        // Consolidate: the page's entries (one page: bounded) merged with the changes
+        // Consolidate: the page's entries (one page, or a merged run of at most
+        // `MERGE_MAX_PAGES`: bounded) merged with the changes
         // read so far and the rest, a batch at a time, written as bases of about
         // `PAGE_TARGET` as they fill.
         let old = match old {
@@ -444,7 +449,8 @@ impl Bases {
 /// Touched pages per chunk that a helper prepares at once (see [`ReadAhead`]).
 const PREPARE_CHUNK: usize = 16;
 /// Chunks prepared ahead of the pass per helper at most: what waits is bounded (each
-/// page holds at most [`PREPARE_MAX_CHANGES`] changes and one page's entries).
+/// page holds at most [`PREPARE_MAX_CHANGES`] changes and the entries of one page, or of
+/// a merged run of at most [`MERGE_MAX_PAGES`]).
 const PREPARE_AHEAD: usize = 4;
 /// A page with more changes than this is applied by the pass itself, its changes read a
 /// batch at a time (the last page of an ascending fill gets every new key).
@@ -457,10 +463,15 @@ struct Touched {
     page: usize,
     changes: std::ops::Range<usize>,
     relocate: bool,
-    /// Pages after `page` merged into it (their changes included in `changes`): reclaimed
-    /// pages that fit in one with it. They leave the table.
+    /// Pages after `page` merged into it (their changes included in `changes`): a
+    /// reclaimed page's small or reclaimed neighbours (`page` itself is the small one
+    /// before it when the reclaimed page is among these). They leave the table.
     absorbed: usize,
 }
+
+/// The most pages one merge of a reclaimed page with its neighbours takes in, itself
+/// included (their entries are read and held together).
+const MERGE_MAX_PAGES: usize = 8;
 
 /// A touched page's inputs, read ahead: its changes with their values, and its current
 /// entries if it is to be consolidated (`None`: it gets a delta).

@@ -80,7 +80,8 @@ impl PageStore {
     /// The pages (indices into the table, ascending) this checkpoint rewrites because their
     /// delete markers left them mostly dead: those whose dead bytes ([`DEAD_WEIGHT`] times)
     /// and deltas pass their delta room, the deadest first, within cleaning's budget of
-    /// bytes written (a page's images less its dead bytes). Rewriting them all in the
+    /// bytes written (a page's images less its dead bytes; the small neighbours a reclaimed
+    /// page takes in are not charged, see `apply_pass`). Rewriting them all in the
     /// checkpoint after a mass delete wrote about the remaining data at once, beside the
     /// commits (the pops after 500K removals in `bench kv` fell from 376K to 198K a
     /// second); at this pace a store converges over the next few checkpoints, a small one
