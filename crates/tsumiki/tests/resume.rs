@@ -347,6 +347,9 @@ fn unsynced_commits_before_kept_ends(plants: Plants, crash_at: Option<u64>) -> R
     }
     let opts = options(plants);
     let mut model = Model::new();
+    // The key of the commit the crash failed, if one did: its log block may have reached
+    // the disk before the failed sync, so recovery may or may not find it.
+    let mut in_doubt: Option<Vec<u8>> = None;
     'run: for cycle in 0..4u32 {
         let Ok(db) = Db::open_with_storage(Arc::new(disk.clone()), opts.clone()) else { break };
         if crash_at.is_none() && dump(&db)? != model {
@@ -359,6 +362,7 @@ fn unsynced_commits_before_kept_ends(plants: Plants, crash_at: Option<u64>) -> R
                 t.put(key.as_bytes(), b"v")
             });
             if r.is_err() {
+                in_doubt = Some(key.into_bytes());
                 break 'run;
             }
             model.insert(key.into_bytes(), b"v".to_vec());
@@ -379,8 +383,8 @@ fn unsynced_commits_before_kept_ends(plants: Plants, crash_at: Option<u64>) -> R
         // Every commit of a clean run, the unsynced ones made durable by the closes.
         None if got != model => Err(format!("{} keys after the cycles, expected {}", got.len(), model.len())),
         // A crash keeps a prefix of the commits (in commit order), every one acknowledged
-        // by a sync (a synced commit, or a close) among them.
-        Some(k) if got.keys().any(|key| !model.contains_key(key)) => {
+        // by a sync (a synced commit, or a close) among them, and maybe the failed one.
+        Some(k) if got.keys().any(|key| !model.contains_key(key) && in_doubt.as_ref() != Some(key)) => {
             Err(format!("crash after operation {k}: recovered keys never committed"))
         }
         _ => Ok(ops),
