@@ -608,8 +608,8 @@ fn lanes_read_back_in_parallel_keep_each_keys_last_write() {
     assert!(!lanes_read_back(3, planted), "keeping a key's first logged write went unnoticed");
 }
 
-/// Deleting most records shrinks the page store by itself, without `tsumiki compact`: a
-/// checkpoint rewrites the pages whose delete markers remove most of their base (the
+/// Deleting most records shrinks the page store by itself, without `tsumiki compact`: the
+/// checkpoints after the deletes rewrite the pages whose delete markers remove most of their base (the
 /// store's mean record size each, from the database's count). Before, every base stayed
 /// whole beside its markers: 4x the records left after deleting three in four.
 #[test]

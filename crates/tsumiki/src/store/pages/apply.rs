@@ -91,36 +91,10 @@ impl PageStore {
             let reclaimed = reclaim.next_if(|&&r| r == i).is_some();
             let relocate = reclaimed || page.chain.iter().any(|r| victims.contains(&r.seg));
             if reclaimed {
-                // A reclaimed page is merged with its neighbours while they fit in one
-                // page (by their estimated live bytes; at most `MERGE_MAX_PAGES`, as the
-                // estimates may err and the run's entries are held at once): the small
-                // untouched page before it, then the reclaimed or small pages after it.
-                // Deleting 90% of the records left pages a tenth full, each still an
-                // image, a table entry and a read. The small pages taken in are not
-                // charged to the reclaim's budget: at most a page per reclaimed page.
-                let small = |p: &Page| p.live_estimate() < PAGE_TARGET as u64 / 4;
-                let mut size = page.live_estimate();
-                let mut first = i;
-                if let Some(prev) = i.checked_sub(1).filter(|&p| touched.last().is_none_or(|t| t.page + t.absorbed < p))
-                {
-                    if small(&before[prev]) && size + before[prev].live_estimate() <= PAGE_TARGET as u64 {
-                        size += before[prev].live_estimate();
-                        first = prev;
-                    }
-                }
-                let mut last = i;
-                while size < PAGE_TARGET as u64 / 2 && last - first + 1 < MERGE_MAX_PAGES {
-                    let Some(next) = before.get(last + 1) else { break };
-                    let next_reclaimed = reclaim.peek() == Some(&&(last + 1));
-                    if !(next_reclaimed || small(next)) || size + next.live_estimate() > PAGE_TARGET as u64 {
-                        break;
-                    }
-                    if next_reclaimed {
-                        reclaim.next();
-                    }
-                    size += next.live_estimate();
-                    last += 1;
-                    end = range_end(&before, last, changes, end);
+                let prev_untouched = touched.last().is_none_or(|t| t.page + t.absorbed + 1 < i);
+                let (first, last) = merged_run(&before, i, prev_untouched, &mut reclaim);
+                for j in i + 1..=last {
+                    end = range_end(&before, j, changes, end);
                 }
                 touched.push(Touched { page: first, changes: at..end, relocate: true, absorbed: last - first });
                 at = end;
@@ -630,6 +604,44 @@ fn changes_len(prev: &[u8], changes: &[Change]) -> u64 {
         .iter()
         .scan(prev, |prev, (k, v)| Some(entry_len(std::mem::replace(prev, k), k, v.as_deref())))
         .sum::<usize>() as u64
+}
+
+/// The pages `first..=last` of `pages` that the reclaimed page `i` is merged with while
+/// they fit in one page (by their estimated live bytes; at most [`MERGE_MAX_PAGES`], as the
+/// estimates may err and the run's entries are held at once): the small page before it
+/// (when `prev_untouched`: no other rewrite of this pass takes it), then the reclaimed
+/// (taken from `reclaim`) or small pages after it. Deleting 90% of the records left pages
+/// a tenth full, each still an image, a table entry and a read. The small pages taken in
+/// are not charged to the reclaim's budget: at most a page per reclaimed page.
+fn merged_run(
+    pages: &[Arc<Page>],
+    i: usize,
+    prev_untouched: bool,
+    reclaim: &mut std::iter::Peekable<std::slice::Iter<'_, usize>>,
+) -> (usize, usize) {
+    let small = |p: &Page| p.live_estimate() < PAGE_TARGET as u64 / 4;
+    let mut size = pages[i].live_estimate();
+    let mut first = i;
+    if let Some(prev) = i.checked_sub(1).filter(|_| prev_untouched) {
+        if small(&pages[prev]) && size + pages[prev].live_estimate() <= PAGE_TARGET as u64 {
+            size += pages[prev].live_estimate();
+            first = prev;
+        }
+    }
+    let mut last = i;
+    while size < PAGE_TARGET as u64 / 2 && last - first + 1 < MERGE_MAX_PAGES {
+        let Some(next) = pages.get(last + 1) else { break };
+        let next_reclaimed = reclaim.peek() == Some(&&(last + 1));
+        if !(next_reclaimed || small(next)) || size + next.live_estimate() > PAGE_TARGET as u64 {
+            break;
+        }
+        if next_reclaimed {
+            reclaim.next();
+        }
+        size += next.live_estimate();
+        last += 1;
+    }
+    (first, last)
 }
 
 /// The end (exclusive) in `changes` of the changes of page `i` of `pages`, from `at`.

@@ -26,7 +26,7 @@ impl PageStore {
     /// cost-benefit, within `shares` eighths of the live data.
     pub(super) fn pick_victims(&self, coming: u64, shares: u64) -> BTreeSet<u32> {
         let cur = self.cur.as_ref().map(|c| c.0);
-        let live: u64 = self.segs.values().map(|s| s.live).sum();
+        let live = self.live_bytes();
         let mut files = (self.segs.len() as u64) * self.segment_bytes + coming;
         let slack = 2 * self.segment_bytes;
         // What cleaning a segment costs: every page with an image in it is rewritten whole.
