@@ -85,6 +85,14 @@ pub enum Reason {
         /// Pages there are.
         pages: usize,
     },
+    /// A delta of the translation table gives new chains to a different number of pages
+    /// than it takes from the old table for them.
+    Rechain {
+        /// Old pages taken.
+        removed: usize,
+        /// New chains given.
+        added: usize,
+    },
     /// A table's page count after a delta's edits differs from the one it announces.
     PageCount {
         /// Pages after the edits.
@@ -133,6 +141,9 @@ impl fmt::Display for Reason {
             Reason::TombstoneInBase => f.write_str("a tombstone in a base"),
             Reason::Edit { keep, remove, pages } => {
                 write!(f, "a delta keeps {keep} and removes {remove} of {pages} pages")
+            }
+            Reason::Rechain { removed, added } => {
+                write!(f, "a delta gives {added} new chains to {removed} pages")
             }
             Reason::PageCount { got, announced } => {
                 write!(f, "{got} pages after a delta's edits, {announced} announced")

@@ -974,7 +974,7 @@ impl PageStore {
         // A delta of the durable table while the chain stays short and its deltas smaller
         // than its base; otherwise a new base, and the old chain dies with it.
         let edits = match self.table_chain.len() {
-            0 | table::TABLE_CHAIN.. => None,
+            0 | table::WRITTEN_CHAIN.. => None,
             _ => table::diff(&self.table_pages, &self.pages),
         };
         let deltas: u64 = self.table_chain.iter().rev().skip(1).map(|r| u64::from(r.len)).sum();

@@ -21,6 +21,14 @@ pub(super) const KIND_TABLE_DELTA: u8 = 4;
 /// Set in a table page's chain-length byte when a `u32` of dead bytes follows its chain
 /// (`pages::table::HAS_DEAD`).
 pub(super) const HAS_DEAD: u8 = 0x80;
+/// Set in a table delta's page count when the edit gives new chains to the pages it
+/// removes, one for one (`pages::table::RECHAIN`).
+pub(super) const RECHAIN: u32 = 1 << 31;
+/// A rechain entry's byte: the new images' count, and whether the old chain follows them
+/// (`pages::table::NEW_IMAGES`, `KEEPS_OLD`); [`HAS_DEAD`] as in a page entry.
+pub(super) const NEW_IMAGES: u8 = 0x3F;
+/// See [`NEW_IMAGES`].
+pub(super) const KEEPS_OLD: u8 = 0x40;
 /// Images in a page's chain at most (`pages::MAX_CHAIN` deltas' limit plus the base).
 pub(super) const MAX_PAGE_CHAIN: usize = crate::store::pages::MAX_CHAIN + 1;
 /// Images in the table's chain at most (`pages::table::TABLE_CHAIN`).
@@ -82,6 +90,32 @@ pub(super) fn decode_table_page(r: &mut Reader<'_>) -> Result<TablePage, DecodeE
     Ok(TablePage { pid, low, chain })
 }
 
+/// A rechain entry of a table delta: page `old` with new images in front of its chain, or
+/// a chain of new images only.
+fn decode_rechain(r: &mut Reader<'_>, old: TablePage) -> Result<TablePage, DecodeError> {
+    let pid = old.pid;
+    let at = r.pos();
+    let byte = r.u8().map_err(|e| e.of(Item::Page(pid)))?;
+    let new = (byte & NEW_IMAGES) as usize;
+    let kept = if byte & KEEPS_OLD != 0 { old.chain.len() } else { 0 };
+    if new + kept > MAX_PAGE_CHAIN {
+        return Err(
+            DecodeError::new(at, Reason::LongChain { len: new + kept, max: MAX_PAGE_CHAIN }).of(Item::Page(pid))
+        );
+    }
+    let mut chain = (0..new)
+        .map(|_| r.take(REF_LEN).map(decode_ref))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.of(Item::Page(pid)))?;
+    if kept > 0 {
+        chain.extend(old.chain);
+    }
+    if byte & HAS_DEAD != 0 {
+        r.u32().map_err(|e| e.of(Item::Page(pid)))?;
+    }
+    Ok(TablePage { pid, low: old.low, chain })
+}
+
 /// A table image's body: a base (`old` is `None`) or a delta's edits of `old`; with the
 /// segment list at its end.
 pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<Table, DecodeError> {
@@ -100,14 +134,30 @@ pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<T
                 let at = r.pos();
                 let keep = r.u32()? as usize;
                 let remove = r.u32()? as usize;
-                let add = r.count(13, "pages")?;
+                let add_at = r.pos();
+                let raw = r.u32()?;
+                let rechain = raw & RECHAIN != 0;
+                let add = (raw & !RECHAIN) as usize;
+                let least = if rechain { 1 } else { 13 };
+                if add.saturating_mul(least) > r.left() {
+                    return Err(DecodeError::new(add_at, Reason::TooMany { what: "pages", n: add, left: r.left() }));
+                }
                 if old.len() < keep.saturating_add(remove) {
                     return Err(DecodeError::new(at, Reason::Edit { keep, remove, pages: old.len() }));
                 }
+                if rechain && add != remove {
+                    return Err(DecodeError::new(add_at, Reason::Rechain { removed: remove, added: add }));
+                }
                 out.extend(old.by_ref().take(keep));
-                old.by_ref().take(remove).for_each(drop);
-                for _ in 0..add {
-                    out.push(decode_table_page(&mut r)?);
+                let removed: Vec<TablePage> = old.by_ref().take(remove).collect();
+                if rechain {
+                    for o in removed {
+                        out.push(decode_rechain(&mut r, o)?);
+                    }
+                } else {
+                    for _ in 0..add {
+                        out.push(decode_table_page(&mut r)?);
+                    }
                 }
             }
             out.extend(old);
