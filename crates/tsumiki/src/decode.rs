@@ -278,6 +278,26 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
+    /// A `u32` count of items of `what` whose bit `flag` marks a second form; each item at
+    /// least `each` bytes, or `flagged_each` in that form: bounded by the bytes left.
+    /// Returns the count without the flag, and whether it was set.
+    pub fn flagged_count(
+        &mut self,
+        flag: u32,
+        each: usize,
+        flagged_each: usize,
+        what: &'static str,
+    ) -> Result<(usize, bool), DecodeError> {
+        let at = self.pos;
+        let raw = self.u32()?;
+        let flagged = raw & flag != 0;
+        let n = (raw & !flag) as usize;
+        if n.saturating_mul(if flagged { flagged_each } else { each }) > self.left() {
+            return Err(DecodeError::new(at, Reason::TooMany { what, n, left: self.left() }));
+        }
+        Ok((n, flagged))
+    }
+
     /// A `u32` count of items of `what` ("pages"), each at least `each` bytes: bounded by
     /// the bytes left.
     pub fn count(&mut self, each: usize, what: &'static str) -> Result<usize, DecodeError> {

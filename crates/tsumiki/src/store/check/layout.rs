@@ -135,13 +135,7 @@ pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<T
                 let keep = r.u32()? as usize;
                 let remove = r.u32()? as usize;
                 let add_at = r.pos();
-                let raw = r.u32()?;
-                let rechain = raw & RECHAIN != 0;
-                let add = (raw & !RECHAIN) as usize;
-                let least = if rechain { 1 } else { 13 };
-                if add.saturating_mul(least) > r.left() {
-                    return Err(DecodeError::new(add_at, Reason::TooMany { what: "pages", n: add, left: r.left() }));
-                }
+                let (add, rechain) = r.flagged_count(RECHAIN, 13, 1, "pages")?;
                 if old.len() < keep.saturating_add(remove) {
                     return Err(DecodeError::new(at, Reason::Edit { keep, remove, pages: old.len() }));
                 }
@@ -149,12 +143,12 @@ pub(super) fn decode_table(body: &[u8], old: Option<Vec<TablePage>>) -> Result<T
                     return Err(DecodeError::new(add_at, Reason::Rechain { removed: remove, added: add }));
                 }
                 out.extend(old.by_ref().take(keep));
-                let removed: Vec<TablePage> = old.by_ref().take(remove).collect();
                 if rechain {
-                    for o in removed {
+                    for o in old.by_ref().take(remove) {
                         out.push(decode_rechain(&mut r, o)?);
                     }
                 } else {
+                    old.by_ref().take(remove).for_each(drop);
                     for _ in 0..add {
                         out.push(decode_table_page(&mut r)?);
                     }

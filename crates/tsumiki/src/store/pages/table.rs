@@ -269,13 +269,8 @@ pub(super) fn decode(body: &[u8], pages: Option<Vec<Arc<Page>>>) -> Result<Decod
                 let keep = r.u32()? as usize;
                 let remove = r.u32()? as usize;
                 let add_at = r.pos();
-                let add = r.u32()?;
-                let rechain = add & RECHAIN != 0;
-                let add = (add & !RECHAIN) as usize;
                 // Each entry takes at least 13 bytes, a rechain's 1.
-                if add.saturating_mul(if rechain { 1 } else { 13 }) > r.left() {
-                    return Err(DecodeError::new(add_at, Reason::TooMany { what: "pages", n: add, left: r.left() }));
-                }
+                let (add, rechain) = r.flagged_count(RECHAIN, 13, 1, "pages")?;
                 if old.len() < keep.saturating_add(remove) {
                     return Err(DecodeError::new(at, Reason::Edit { keep, remove, pages: old.len() }));
                 }
