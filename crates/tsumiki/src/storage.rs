@@ -41,6 +41,11 @@ pub trait Storage: Send + Sync {
     fn lock_shared(&self) -> io::Result<Box<dyn Send + Sync>> {
         self.lock()
     }
+    /// While `on`, [`list`](Self::list) may answer from the last listing, kept up to date
+    /// by this storage's own creations, renames and removals: for an open, which lists
+    /// the directory a dozen times under the exclusive lock (no one else changes it).
+    /// Does nothing by default.
+    fn cache_listing(&self, _on: bool) {}
 }
 
 /// One file of a [`Storage`].
@@ -111,6 +116,16 @@ pub fn read_all(f: &dyn StorageFile) -> io::Result<Vec<u8>> {
 /// Real files in one directory.
 pub struct DirStorage {
     dir: std::path::PathBuf,
+    /// The last listing, while [`Storage::cache_listing`] is on.
+    listing: Mutex<Listing>,
+}
+
+#[derive(Default)]
+struct Listing {
+    on: bool,
+    names: Option<Vec<String>>,
+    /// Counts the changes: a listing taken while one happened is not kept.
+    changes: u64,
 }
 
 impl DirStorage {
@@ -122,7 +137,7 @@ impl DirStorage {
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
         b.create(&dir)?;
-        Ok(DirStorage { dir })
+        Ok(DirStorage { dir, listing: Mutex::default() })
     }
 }
 
@@ -244,19 +259,15 @@ impl StorageFile for RealFile {
     }
 }
 
-impl Storage for DirStorage {
-    fn list(&self) -> io::Result<Vec<String>> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(&self.dir)? {
-            let e = e?;
-            if let Ok(name) = e.file_name().into_string() {
-                out.push(name);
-            }
-        }
-        Ok(out)
+impl DirStorage {
+    /// Forgets a cached listing: the directory changed (called once the change is made).
+    fn changed(&self) {
+        let mut l = self.listing.lock();
+        l.names = None;
+        l.changes += 1;
     }
 
-    fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
+    fn open_file(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
         let mut o = std::fs::OpenOptions::new();
         o.read(true).write(true).create_new(create);
         #[cfg(unix)]
@@ -276,13 +287,55 @@ impl Storage for DirStorage {
         }
         Ok(Box::new(RealFile::new(f)))
     }
+}
+
+impl Storage for DirStorage {
+    fn list(&self) -> io::Result<Vec<String>> {
+        let changes = {
+            let l = self.listing.lock();
+            if let Some(names) = &l.names {
+                return Ok(names.clone());
+            }
+            l.changes
+        };
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let e = e?;
+            if let Ok(name) = e.file_name().into_string() {
+                out.push(name);
+            }
+        }
+        let mut l = self.listing.lock();
+        if l.on && l.changes == changes {
+            l.names = Some(out.clone());
+        }
+        Ok(out)
+    }
+
+    fn cache_listing(&self, on: bool) {
+        let mut l = self.listing.lock();
+        l.on = on;
+        l.names = None;
+    }
+
+    fn open(&self, name: &str, create: bool) -> io::Result<Box<dyn StorageFile>> {
+        let opened = self.open_file(name, create);
+        if create {
+            self.changed();
+        }
+        opened
+    }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        std::fs::remove_file(self.dir.join(name))
+        let r = std::fs::remove_file(self.dir.join(name));
+        self.changed();
+        r
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        std::fs::rename(self.dir.join(from), self.dir.join(to))
+        let r = std::fs::rename(self.dir.join(from), self.dir.join(to));
+        self.changed();
+        r
     }
 
     fn sync_dir(&self) -> io::Result<()> {
@@ -848,6 +901,35 @@ impl Drop for SimLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cached listing follows the storage's own creations, renames and removals, is
+    /// used (a file made behind its back stays unseen while it is on), and goes when
+    /// turned off.
+    #[test]
+    fn cached_listings_follow_the_storages_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = DirStorage::new(dir.path()).unwrap();
+        let sorted = |s: &DirStorage| {
+            let mut v = s.list().unwrap();
+            v.sort();
+            v
+        };
+        drop(s.open("a", true).unwrap());
+        s.cache_listing(true);
+        assert_eq!(sorted(&s), ["a"]);
+        drop(s.open("b", true).unwrap());
+        assert_eq!(sorted(&s), ["a", "b"]);
+        s.rename("a", "c").unwrap();
+        assert_eq!(sorted(&s), ["b", "c"]);
+        s.remove("b").unwrap();
+        assert_eq!(sorted(&s), ["c"]);
+        std::fs::write(dir.path().join("d"), b"").unwrap();
+        assert_eq!(sorted(&s), ["c"], "not listed again while cached");
+        s.cache_listing(false);
+        assert_eq!(sorted(&s), ["c", "d"]);
+        std::fs::write(dir.path().join("e"), b"").unwrap();
+        assert_eq!(sorted(&s), ["c", "d", "e"]);
+    }
 
     /// Direct writes take any buffer (copied to an aligned one) and land where buffered
     /// reads through another handle see them; a write direct I/O cannot take (an unaligned

@@ -467,6 +467,43 @@ fn checkpoints_come_by_time_when_the_log_grows_slowly() {
     assert_eq!((never, replayed), (0, 10), "a zero interval disables the trigger");
 }
 
+/// The checkpoint thread starts on first need: a short-lived handle (open, a commit,
+/// close) never starts one; a commit once the database has been open a poll interval
+/// starts it (checkpoints by time need it); a commit that makes a checkpoint due starts it
+/// at once, and the checkpoint comes.
+#[test]
+fn the_checkpoint_thread_starts_when_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = block_per_commit(Cc::TicToc, Release::Nlr, 1 << 30);
+    Db::create(dir.path(), o.clone()).unwrap().close().unwrap();
+    for i in 0..5u32 {
+        let db = Db::open(dir.path(), o.clone()).unwrap();
+        db.run(|t| t.put(i.to_be_bytes(), b"v")).unwrap();
+        assert!(!db.checkpoint_thread_started_for_tests(), "cycle {i}: a short-lived handle started the thread");
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), o.clone()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    assert!(!db.checkpoint_thread_started_for_tests(), "started with no commit");
+    db.run(|t| t.put(b"later", b"v")).unwrap();
+    assert!(db.checkpoint_thread_started_for_tests(), "a commit after the poll interval did not start the thread");
+    db.close().unwrap();
+
+    // Due at the first commit: the thread starts and takes the checkpoint.
+    let db = Db::open(dir.path(), block_per_commit(Cc::TicToc, Release::Nlr, 16 << 10)).unwrap();
+    db.run(|t| (0..200u32).try_for_each(|i| t.put(i.to_be_bytes(), [1u8; 200]))).unwrap();
+    assert!(db.checkpoint_thread_started_for_tests());
+    let start = std::time::Instant::now();
+    while db.wal_stats().unwrap().checkpoints == 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(db.wal_stats().unwrap().checkpoints >= 1, "{:?}", db.wal_stats());
+    db.close().unwrap();
+    let db = Db::open(dir.path(), o).unwrap();
+    // Keys 0..5 of the cycles are among the 200.
+    assert_eq!(db.begin().iter().count(), 200 + 1);
+}
+
 /// The log segments kept for reuse are deleted once checkpoints stop coming: a database
 /// that goes idle after a burst keeps only its current generation's logs.
 #[test]

@@ -52,7 +52,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use engine::{successor_key, Home, ScanCursor, Slot, TxnBufs};
+use engine::{successor_key, Checkpointer, Home, ScanCursor, Slot, TxnBufs};
 pub use engine::{Engine, Row, RowRef, TypedScan, TypedTxn};
 pub use open::OpenOptions;
 pub use options::{CacheStats, Cc, LockWait, Options, Resolved, DEFAULT_CACHE_BYTES};
@@ -60,7 +60,6 @@ pub use owned::{OwnedReadTxn, OwnedTxn};
 pub use txn::{KeyRange, ReadTxn, Scan, Txn};
 pub use typed::{TypedDb, TypedWorker};
 
-use crate::background::Background;
 use crate::cc::si::Si;
 use crate::cc::silo::Silo;
 use crate::cc::tictoc::TicToc;
@@ -320,6 +319,13 @@ impl Db {
     #[cfg(feature = "test-plants")]
     pub fn abandon_for_tests(self) {
         dispatch!(AnyDb, &self.inner, db => db.eng.abandon());
+    }
+
+    /// Test only (the cargo feature `test-plants`): whether the checkpoint thread has
+    /// started (it starts on first need: see `db/engine/checkpointer.rs`).
+    #[cfg(feature = "test-plants")]
+    pub fn checkpoint_thread_started_for_tests(&self) -> bool {
+        dispatch!(AnyDb, &self.inner, db => db.eng.checkpointer.started() > 0)
     }
 
     /// What recovery did when the database was opened (`None` for an in-memory database).

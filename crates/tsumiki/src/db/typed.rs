@@ -6,45 +6,12 @@ use super::*;
 /// A database whose protocol is fixed at compile time.
 pub struct TypedDb<P: Protocol> {
     pub(super) eng: Arc<Engine<P>>,
-    /// The background thread that takes checkpoints (databases with files).
-    checkpointer: Option<Checkpointer>,
-}
-
-/// A thread that takes a checkpoint whenever one is due, so that no commit waits for it.
-struct Checkpointer(Background);
-
-impl Checkpointer {
-    /// How often the thread checks whether a checkpoint is due.
-    const POLL: std::time::Duration = std::time::Duration::from_millis(20);
-
-    fn start<P: Protocol>(eng: &Arc<Engine<P>>) -> Result<Checkpointer, Error> {
-        let weak = Arc::downgrade(eng);
-        let thread = Background::every("tsumiki-checkpoint", Self::POLL, move || {
-            let Some(eng) = weak.upgrade() else { return false };
-            if eng.checkpoint_due() || eng.checkpoint_due_by_time() {
-                // A failure poisons the log; commits report it.
-                let _ = eng.checkpoint_now();
-            } else {
-                eng.release_idle_segments();
-            }
-            true
-        })
-        .map_err(|e| Error::io("starting the checkpoint thread", e))?;
-        if let Some(t) = thread.thread() {
-            let _ = eng.checkpointer.set(t.clone());
-        }
-        Ok(Checkpointer(thread))
-    }
-
-    fn stop(mut self) {
-        self.0.stop();
-    }
 }
 
 impl<P: Protocol> TypedDb<P> {
     /// An in-memory database run by `proto`.
     pub fn new(proto: P, index: BwTreeConfig) -> Result<Self, Error> {
-        Ok(TypedDb { eng: Arc::new(Engine::new(proto, index)?), checkpointer: None })
+        Ok(TypedDb { eng: Arc::new(Engine::new(proto, index)?) })
     }
 
     /// A database kept in `storage`: recovers what its files hold, then logs every commit
@@ -80,9 +47,12 @@ impl<P: Protocol> TypedDb<P> {
         eng.open_durable(storage, resolved.store, log, resolved.policy, resolved.cache, plants)?;
         let eng = Arc::new(eng);
         // A read-only database (asked, or opened on a full disk) starts no thread: each
-        // would only write (checkpoints, the release of idle log segments).
-        let checkpointer = if eng.read_only { None } else { Some(Checkpointer::start(&eng)?) };
-        let db = TypedDb { eng, checkpointer };
+        // would only write (checkpoints, the release of idle log segments). Others start
+        // theirs on first need.
+        if !eng.read_only {
+            Checkpointer::arm(&eng);
+        }
+        let db = TypedDb { eng };
         db.start_count()?;
         Ok(db)
     }
@@ -115,15 +85,15 @@ impl<P: Protocol> TypedDb<P> {
     /// Flushes the log and writes the pages a clean exit leaves, or keeps a small
     /// database's short log (see [`crate::Db::close`]); also done on drop, where an error
     /// cannot be reported.
-    pub fn close(mut self) -> Result<(), Error> {
-        if let Some(c) = self.checkpointer.take() {
-            c.stop();
-        }
+    pub fn close(self) -> Result<(), Error> {
+        self.eng.checkpointer.stop();
         self.eng.close()
     }
 
     /// Takes a checkpoint now (see [`Db::checkpoint`](crate::Db::checkpoint)).
     pub fn checkpoint(&self) -> Result<(), Error> {
+        // From now on the thread releases the log segments checkpoints leave for reuse.
+        self.eng.wake_checkpointer();
         self.eng.checkpoint_now()
     }
 
@@ -200,9 +170,7 @@ impl<P: Protocol> TypedDb<P> {
 
 impl<P: Protocol> Drop for TypedDb<P> {
     fn drop(&mut self) {
-        if let Some(c) = self.checkpointer.take() {
-            c.stop();
-        }
+        self.eng.checkpointer.stop();
         let _ = self.eng.close();
     }
 }

@@ -134,6 +134,23 @@ fn kept_logs(
     Ok(kept.then_some((st, changes, ends)))
 }
 
+/// Listings of `storage` served from the last one until dropped (see
+/// [`Storage::cache_listing`]).
+struct CachedListing(Arc<dyn Storage>);
+
+impl CachedListing {
+    fn new(storage: &Arc<dyn Storage>) -> CachedListing {
+        storage.cache_listing(true);
+        CachedListing(storage.clone())
+    }
+}
+
+impl Drop for CachedListing {
+    fn drop(&mut self) {
+        self.0.cache_listing(false);
+    }
+}
+
 /// Receives the recovered state, one live key and its value at a time.
 pub(crate) type Loader<'a> = pages::Sink<'a>;
 
@@ -229,6 +246,9 @@ pub(crate) fn open(
         std::io::ErrorKind::WouldBlock => Error::Locked(e.to_string()),
         _ => Error::io("locking the database", e),
     })?;
+    // Under the lock no one else changes the directory: the open's dozen listings (master
+    // records, generations, lanes, stale logs) become one.
+    let _listing = CachedListing::new(&storage);
     let mut stats = RecoveryStats::default();
     // Opening must not need free space: on a full disk the database opens read-only.
     let mut read_only: Option<ReadOnly> = read_only.then_some(ReadOnly::Asked);

@@ -214,9 +214,7 @@ impl<P: Protocol> Engine<P> {
         }
         drop(clock);
         if r.over_budget() && blocked_by_dirt && !self.cache_pressure.swap(true, Ordering::AcqRel) {
-            if let Some(t) = self.checkpointer.get() {
-                t.unpark();
-            }
+            self.wake_checkpointer();
         }
     }
 

@@ -350,10 +350,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         eng.end_run(&mut run, &pinned);
         let guard = &pinned;
         eng.drain_pending_unlinks(worker, guard);
-        if logged && eng.checkpoint_due() {
-            if let Some(t) = eng.checkpointer.get() {
-                t.unpark();
-            }
+        if logged {
+            eng.checkpoint_may_be_due();
         }
         Ok(ticket)
     }

@@ -168,6 +168,28 @@ impl<P: Protocol> Engine<P> {
         self.durable.as_ref().is_some_and(|d| d.wal.checkpoint_due()) || self.cache_pressure.load(Ordering::Acquire)
     }
 
+    /// After a logged commit: wakes the checkpoint thread if a checkpoint is due (starting
+    /// it if needed), else starts it once the database has been open a while (see
+    /// [`Checkpointer`]).
+    #[inline]
+    pub(super) fn checkpoint_may_be_due(&self) {
+        if self.checkpoint_due() {
+            self.wake_checkpointer();
+        } else {
+            self.checkpointer.after_commit();
+        }
+    }
+
+    /// Wakes the checkpoint thread, starting it if needed; a thread that cannot be spawned
+    /// poisons the log (no checkpoint would come, and commits would wait for one forever).
+    pub(crate) fn wake_checkpointer(&self) {
+        if let Err(e) = self.checkpointer.wake() {
+            if let Some(d) = &self.durable {
+                d.wal.poison(crate::error::Poison::io("starting the checkpoint thread", Arc::new(e)));
+            }
+        }
+    }
+
     /// Takes a checkpoint now, from outside any transaction.
     pub(crate) fn checkpoint_now(&self) -> Result<(), Error> {
         self.install_lock_waiter();

@@ -28,6 +28,7 @@ use super::{Error, MAX_VALUE_LEN};
 
 mod bulk;
 mod cache;
+mod checkpointer;
 mod commit;
 mod durable;
 mod remove;
@@ -35,6 +36,7 @@ mod scan;
 mod slots;
 mod txn;
 mod unlink;
+pub(crate) use checkpointer::Checkpointer;
 use unlink::LeafRun;
 
 pub(crate) use scan::{successor_key, ScanCursor};
@@ -360,8 +362,9 @@ pub struct Engine<P: Protocol> {
     /// a read-only transaction that runs alone ([`Engine::exclusive_reads`]): commits wait
     /// before their log append (see [`Slot::committing`]). A count, as both may hold it.
     gate: Gate,
-    /// The thread that takes checkpoints; commits wake it when one is due.
-    pub(crate) checkpointer: OnceLock<std::thread::Thread>,
+    /// The thread that takes checkpoints, started on first need; commits wake it when one
+    /// is due.
+    pub(crate) checkpointer: Checkpointer,
     /// The slot checkpoints enter: never pooled, so a checkpoint never takes the slot a
     /// worker's next transaction would get (a commit is a barrier for the deferred commits
     /// of its own slot's lane).
@@ -412,7 +415,7 @@ impl<P: Protocol> Engine<P> {
             retired: Mutex::new(VecDeque::new()),
             has_retired: AtomicBool::new(false),
             gate: Gate(AtomicUsize::new(0)),
-            checkpointer: OnceLock::new(),
+            checkpointer: Checkpointer::new(),
             checkpoint_slot: OnceLock::new(),
             checkpointing: Mutex::new(()),
             residency: None,
