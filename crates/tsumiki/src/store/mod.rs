@@ -512,7 +512,7 @@ pub(crate) fn open(
             ));
         }
     }
-    Ok(Durable {
+    let durable = Durable {
         storage,
         wal,
         reads: pages.reads(),
@@ -529,7 +529,11 @@ pub(crate) fn open(
         resumed,
         close_keeps_short_log: settings.close_keeps_short_log,
         resume_limit: resume_limit(&budget),
-    })
+    };
+    if !durable.read_only {
+        durable.allow_kept_ends(&durable.current.lock());
+    }
+    Ok(durable)
 }
 
 /// The keys a generation's logs wrote, with their last logged values, or, for those not
@@ -699,15 +703,27 @@ impl Durable {
     /// whole state), and under NLR with every commit's count known (ELR's watermarks
     /// would cut records that memory holds).
     fn keeps_log(&self, current: &Current) -> bool {
+        self.may_keep_log(current)
+            && (self.wal.generation_records() > 0 || self.holds_earlier_commits(current))
+            && self.wal.log_since_checkpoint() <= KEEP_LOG_BYTES
+    }
+
+    /// What [`keeps_log`](Self::keeps_log) asks of the database itself (not of its log).
+    fn may_keep_log(&self, current: &Current) -> bool {
         let log = &self.wal.opts;
         self.close_keeps_short_log
-            && (self.wal.generation_records() > 0 || self.holds_earlier_commits(current))
             && self.logs_readable
             && log.release == Release::Nlr
             && log.durability == Durability::Sync
             && current.count.is_some()
-            && self.wal.log_since_checkpoint() <= KEEP_LOG_BYTES
             && current.pages.live_bytes() <= self.resume_limit
+    }
+
+    /// Lets synced commits mark kept ends while a close would keep the log (see
+    /// [`Wal::set_kept_end_limit`]); set at open and after each checkpoint, as the
+    /// database changes.
+    fn allow_kept_ends(&self, current: &Current) {
+        self.wal.set_kept_end_limit(if self.may_keep_log(current) { KEEP_LOG_BYTES } else { 0 });
     }
 
     /// Writes what changed in the generation that just ended (`current.generation`) into
@@ -811,7 +827,11 @@ impl Durable {
     /// Sets the count of the state the current generation started from (at open, before
     /// any commit), for the master records written from now on.
     pub(crate) fn set_count(&self, n: u64) {
-        self.current.lock().count = Some(n);
+        let mut current = self.current.lock();
+        current.count = Some(n);
+        if !self.read_only {
+            self.allow_kept_ends(&current);
+        }
     }
 
     /// The page store's counters.
@@ -851,6 +871,7 @@ impl Durable {
         let r = self.checkpoint_locked(&mut current, quiesce, state);
         let cpu = crate::background::thread_cpu_time().saturating_sub(cpu);
         current.pages.note_checkpoint_time(cpu, wall.elapsed());
+        self.allow_kept_ends(&current);
         if r.is_err() {
             self.wal.postpone_checkpoint();
         }

@@ -268,6 +268,10 @@ pub(crate) struct Wal {
     bytes: AtomicU64,
     /// Bytes of blocks added to the logs (`bytes` less rewrites): what recovery would read.
     grown: AtomicU64,
+    /// While the log since the last checkpoint is at most this many bytes (0: never), a
+    /// synced flush marks its last block as a kept end, as a close that keeps the log
+    /// would (see [`Wal::set_kept_end_limit`]).
+    kept_end_limit: AtomicU64,
     rewritten: AtomicU64,
     cas_misses: AtomicU64,
     create_lane: Mutex<()>,
@@ -357,6 +361,7 @@ impl Wal {
             syncs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             grown: AtomicU64::new(0),
+            kept_end_limit: AtomicU64::new(0),
             rewritten: AtomicU64::new(0),
             cas_misses: AtomicU64::new(0),
             create_lane: Mutex::new(()),
@@ -767,6 +772,13 @@ impl Wal {
             None => (buf, ends, None),
         };
         let blocks = buf.len().div_ceil(PAYLOAD).max(1);
+        let kept = match mark {
+            End::Kept => true,
+            // Records only: a lane's first block, written before its registry, must not
+            // make a crash before that registry look like a kept log.
+            End::No => sync && !ends.is_empty() && self.commits_keep_ends(),
+            End::Lane => false,
+        };
         // (synced before, after a partly filled block) of the flush's first block: a
         // rewritten tail keeps those it was first written with.
         let first_flags = match tail_flags {
@@ -810,11 +822,12 @@ impl Wal {
                 };
                 if b + 1 == blocks {
                     t.flags |= FLAG_FLUSH_END;
-                    t.flags |= match mark {
-                        End::No => 0,
-                        End::Lane => FLAG_LANE_END,
-                        End::Kept => FLAG_KEPT_END,
-                    };
+                    if mark == End::Lane {
+                        t.flags |= FLAG_LANE_END;
+                    }
+                    if kept {
+                        t.flags |= FLAG_KEPT_END;
+                    }
                 } else if let (0, Some((_, w))) = (b, tail_flags) {
                     // A tail written again at the start of a longer flush (see `Tail`).
                     t.flags |= FLAG_FLUSH_END;
@@ -859,7 +872,7 @@ impl Wal {
         }
         io.last_partial = last_used < PAYLOAD;
         io.all_synced = sync;
-        io.kept_end = mark == End::Kept;
+        io.kept_end = kept;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add((blocks * BLOCK) as u64, Ordering::Relaxed);
         let added = blocks - usize::from(tail_flags.is_some());
@@ -870,6 +883,23 @@ impl Wal {
         }
         lane.release_held(appended);
         Ok(())
+    }
+
+    /// Lets synced flushes mark their last blocks as kept ends while the log since the last
+    /// checkpoint is at most `bytes` (0: never). The store sets it where its close would
+    /// keep the log (`store::Durable::keeps_log`): the close then finds every lane's last
+    /// block a kept end already and writes nothing (a short-lived handle's close had a
+    /// block and an fdatasync of its own), and a crash after a synced commit leaves a log
+    /// the next open resumes, as after such a close. Only synced flushes: what a later
+    /// open appends after must be durable, and one before it unsynced could be lost.
+    pub(crate) fn set_kept_end_limit(&self, bytes: u64) {
+        self.kept_end_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether a synced flush now marks its last block as a kept end.
+    fn commits_keep_ends(&self) -> bool {
+        let limit = self.kept_end_limit.load(Ordering::Relaxed);
+        limit > 0 && self.log_since_checkpoint() <= limit
     }
 
     fn sync(&self, f: &dyn StorageFile) -> Result<(), Error> {
