@@ -472,13 +472,17 @@ fn holds_lane_block(
     chunk: &mut [u8],
 ) -> std::io::Result<bool> {
     let mut off = 0;
+    // Its first blocks alone first: a segment the lane moved into holds its blocks from
+    // the start, and is then known without reading the rest of it.
+    let mut step = (4 * BLOCK).min(chunk.len());
     while off < len {
-        let n = (chunk.len() as u64).min(len - off) as usize;
+        let n = (step as u64).min(len - off) as usize;
         read_exact_at(f, &mut chunk[..n], off)?;
         if chunk[..n].chunks(BLOCK).any(|b| format::open_block(b, generation).is_some_and(|t| t.lane == lane)) {
             return Ok(true);
         }
         off += n as u64;
+        step = chunk.len();
     }
     Ok(false)
 }
