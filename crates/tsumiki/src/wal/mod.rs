@@ -846,7 +846,7 @@ impl Wal {
                     io.seq.checked_add(1).ok_or_else(|| self.poison(Poison::new("lane block sequence overflow")))?;
             }
             let out = std::mem::take(&mut io.out);
-            let r = self.write_blocks(lane, io, &out);
+            let r = self.write_blocks(lane, io, &out, !closing);
             io.out = out;
             r?;
         }
@@ -912,8 +912,11 @@ impl Wal {
 
     /// Writes whole blocks at the lane's position, moving to a new preallocated segment
     /// when the current one is full (after syncing it: a later segment exists only once
-    /// every earlier one is complete on disk).
-    fn write_blocks(&self, lane: &Lane, io: &mut LaneIo, mut data: &[u8]) -> Result<(), Error> {
+    /// every earlier one is complete on disk). `ahead`: prepare the next segment ahead of
+    /// use (not for the write that ends the lane in its generation: nothing would use it,
+    /// and its end block, not a later segment, is what tells recovery that the lane is
+    /// whole; a close that wrote the pages zero-filled and synced one, then deleted it).
+    fn write_blocks(&self, lane: &Lane, io: &mut LaneIo, mut data: &[u8], ahead: bool) -> Result<(), Error> {
         let max = self.opts.segment_size;
         while !data.is_empty() {
             if io.file.is_none() || io.off == format::segment_len(io.seg, max) {
@@ -952,7 +955,7 @@ impl Wal {
             // first, only once half full: a lane that stays small (a short-lived
             // handle's) never makes one, and the lane registry covers its first segment.
             let due = io.seg > 0 || io.off >= len / 2;
-            if io.next.is_none() && due && matches!(self.opts.device, Device::File) {
+            if ahead && io.next.is_none() && due && matches!(self.opts.device, Device::File) {
                 let gen = io.gen;
                 let name = format::segment_name(gen, lane.id, io.seg + 1);
                 let (size, sync) = (format::segment_len(io.seg + 1, max), !self.plants.skip_sync);
