@@ -325,7 +325,7 @@ impl Db {
     /// started (it starts on first need: see `db/engine/checkpointer.rs`).
     #[cfg(feature = "test-plants")]
     pub fn checkpoint_thread_started_for_tests(&self) -> bool {
-        dispatch!(AnyDb, &self.inner, db => db.eng.checkpointer.started() > 0)
+        dispatch!(AnyDb, &self.inner, db => db.eng.checkpointer.started())
     }
 
     /// What recovery did when the database was opened (`None` for an in-memory database).
