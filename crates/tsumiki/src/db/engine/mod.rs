@@ -153,9 +153,16 @@ pub(crate) struct TxnBufs<P: Protocol> {
     scan_first: usize,
     /// Key ranges a scan found empty to this transaction (see [`scan::Skips`]).
     skips: scan::Skips,
+    /// The scans the last pops left, forward and backward, with the records they read
+    /// and did not return yet: the next pop in that direction goes on from there (one
+    /// descent per chunk, not per pop). Any write but the pop's own delete drops both.
+    pops: [Option<scan::ScanCursor>; 2],
     /// Records scan chunks walked (what the skips save).
     #[cfg(test)]
     scan_walked: u64,
+    /// Scan chunks read since the transaction began (a descent each).
+    #[cfg(test)]
+    scan_chunks: u64,
     /// The leaf the last put reached: the next put starts there when its key falls in it
     /// (an ascending fill skips the descent).
     put_trail: LeafTrail,
@@ -219,8 +226,11 @@ impl<P: Protocol> TxnBufs<P> {
             scan_rows: scan::Rows::default(),
             scan_first: scan::FIRST_CHUNK,
             skips: scan::Skips::default(),
+            pops: [None, None],
             #[cfg(test)]
             scan_walked: 0,
+            #[cfg(test)]
+            scan_chunks: 0,
             put_trail: LeafTrail::default(),
             last_put_new: false,
             evict_mark: 0,
@@ -240,6 +250,7 @@ impl<P: Protocol> TxnBufs<P> {
         self.key_pos.clear();
         self.created.clear();
         self.skips = scan::Skips::default();
+        self.pops = [None, None];
     }
 
     /// Whether the transaction's sets outgrew what the pool keeps: such buffers are

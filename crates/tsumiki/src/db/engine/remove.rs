@@ -53,13 +53,27 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         Ok(removed)
     }
 
+    /// Drops the scans the last pops kept (see `TxnBufs::pops`), their row buffer kept
+    /// for the next scan.
+    pub(super) fn drop_pop_scans(&mut self) {
+        for last in [false, true] {
+            if let Some(c) = self.bufs.as_mut().and_then(|b| b.pops[usize::from(last)].take()) {
+                self.keep_rows(c.into_rows());
+            }
+        }
+    }
+
     /// Deletes the first record (`last`: the last one) and returns it; `None` when there is
-    /// none. Costs one scan step: the transaction's own deletes before it are skipped, not
-    /// walked again (see `Skips`).
+    /// none. Goes on with the scan the previous pop in this direction left when nothing
+    /// was written since but that pop's delete (its unreturned records are still the
+    /// first ones): a transaction's pops together cost one scan, a descent per chunk.
+    /// Otherwise a new scan, which skips the transaction's own deletes before it rather
+    /// than walking them again (see `Skips`).
     pub fn pop(&mut self, last: bool) -> Result<Option<Row>, Error> {
         self.check_writable()?;
+        let kept = self.b().pops[usize::from(last)].take();
+        let mut cursor = kept.unwrap_or_else(|| ScanCursor::new(Vec::new(), None, last));
         loop {
-            let mut cursor = ScanCursor::new(Vec::new(), None, last);
             let found = match cursor.next_with_rec(self) {
                 None => None,
                 Some(Ok(((k, v), rec))) => Some(((k.to_vec(), v.to_vec()), rec)),
@@ -68,12 +82,23 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
                     return Err(e);
                 }
             };
-            cursor.finish(self);
-            let Some((row, rec)) = found else { return Ok(None) };
+            let Some((row, rec)) = found else {
+                cursor.finish(self);
+                return Ok(None);
+            };
             // Absent by now: deleted by another transaction after the read (which then
             // fails this one at commit); take the next record.
-            if self.delete_read(&row.0, rec)? {
-                return Ok(Some(row));
+            match self.delete_read(&row.0, rec) {
+                Ok(true) => {
+                    // The delete dropped both kept scans; this one stays valid.
+                    self.b().pops[usize::from(last)] = Some(cursor);
+                    return Ok(Some(row));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    cursor.finish(self);
+                    return Err(e);
+                }
             }
         }
     }

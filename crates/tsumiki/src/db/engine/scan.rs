@@ -86,6 +86,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             #[cfg(test)]
             if let Some(b) = self.bufs.as_mut() {
                 b.scan_walked += recs.len() as u64;
+                b.scan_chunks += 1;
             }
             let key = |i: usize| {
                 let (at, len, _) = recs[i];
@@ -269,6 +270,12 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
     #[cfg(test)]
     pub(crate) fn scan_walked(&self) -> u64 {
         self.bufs.as_ref().map_or(0, |b| b.scan_walked)
+    }
+
+    /// Scan chunks read since the transaction began (tests).
+    #[cfg(test)]
+    pub(crate) fn scan_chunks(&self) -> u64 {
+        self.bufs.as_ref().map_or(0, |b| b.scan_chunks)
     }
 
     /// A forward scan of `start <= key < end` (no upper bound when `end` is `None`).
@@ -486,6 +493,11 @@ impl ScanCursor {
         if self.started || self.taken > 0 {
             txn.end_scan(self.taken, std::mem::take(&mut self.buf));
         }
+    }
+
+    /// The scan's row buffer, for another scan.
+    pub(crate) fn into_rows(self) -> Rows {
+        self.buf
     }
 
     /// Makes the scan descending. After a first step it goes on descending over what is
@@ -707,6 +719,75 @@ mod tests {
         assert_eq!(first(&mut t, false), Some(600));
         assert_eq!(first(&mut t, true), Some(3398));
         t.commit().unwrap();
+    }
+
+    /// A transaction's pops in one direction go on with the scan the pop before left: a
+    /// chunk (one descent) per many pops, not one per pop. A write in between is seen by
+    /// the next pop.
+    #[test]
+    fn pops_in_one_direction_read_one_scan() {
+        let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
+        let key = |i: u32| i.to_be_bytes();
+        let mut t = db.begin();
+        for i in 0..2000u32 {
+            t.put(&key(i * 2), &[1; 20]).unwrap();
+        }
+        t.commit().unwrap();
+        let popped = |r: Option<Row>| r.map(|(k, _)| u32::from_be_bytes(k.try_into().unwrap()));
+        let mut t = db.begin();
+        for last in [false, true] {
+            let before = t.scan_chunks();
+            for i in 0..300u32 {
+                let want = if last { (1999 - i) * 2 } else { i * 2 };
+                assert_eq!(popped(t.pop(last).unwrap()), Some(want));
+            }
+            // One chunk per pop before: 300.
+            let chunks = t.scan_chunks() - before;
+            assert!(chunks <= 24, "300 pops (last: {last}) read {chunks} chunks");
+        }
+        // A put into the popped range, or among the records the kept scan read ahead.
+        t.put(&key(7), &[2; 20]).unwrap();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(7));
+        t.put(&key(603), &[2; 20]).unwrap();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(600));
+        assert_eq!(popped(t.pop(false).unwrap()), Some(602));
+        assert_eq!(popped(t.pop(false).unwrap()), Some(603));
+        // A delete of a record the kept scan read ahead.
+        assert!(t.delete(&key(604)).unwrap());
+        assert_eq!(popped(t.pop(false).unwrap()), Some(606));
+        // Popping from the other end drops this end's kept scan (it may hold the record).
+        assert!(t.delete(&key(3398)).unwrap());
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3396));
+        t.commit().unwrap();
+        let mut t = db.begin();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(608));
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3394));
+        t.commit().unwrap();
+    }
+
+    /// Another transaction's insert among the records a pop's kept scan read ahead fails
+    /// the popping commit.
+    #[test]
+    fn an_insert_among_a_kept_pop_scans_records_fails_the_popping_commit() {
+        let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
+        let key = |i: u32| i.to_be_bytes();
+        let mut t = db.begin();
+        for i in 0..100u32 {
+            t.put(&key(i * 2), &[1; 20]).unwrap();
+        }
+        t.commit().unwrap();
+        let mut a = db.begin();
+        for i in 0..3u32 {
+            assert_eq!(a.pop(false).unwrap().unwrap().0, key(i * 2));
+        }
+        let mut b = db.begin();
+        b.put(&key(7), &[2; 20]).unwrap();
+        b.commit().unwrap();
+        // `a` answers from what its scan read (6, then 8) or sees 7; either way it cannot
+        // commit.
+        let k = a.pop(false).unwrap().unwrap().0;
+        assert!(k == key(6) || k == key(7), "{k:?}");
+        assert!(a.commit().is_err(), "a commit that missed a concurrent insert went through");
     }
 
     /// A record another transaction inserts into a range this one found empty (and skips

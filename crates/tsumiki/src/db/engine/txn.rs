@@ -363,6 +363,8 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         let placed = matches!(self.b().created.last(), Some(&(_, r)) if r == p);
         debug_assert!(!placed || self.b().own(p).is_none(), "a placeholder is in no write-set entry");
         let own = self.own_rebound_as(key, rec, placed)?;
+        // A pop's kept scan may hold this record, or miss one that becomes visible.
+        self.drop_pop_scans();
         let b = self.b();
         if let Write::Value(Some(_)) | Write::New(_) = write {
             // A record may become visible where a scan found none.
