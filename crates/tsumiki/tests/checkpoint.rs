@@ -676,3 +676,41 @@ fn checkpoints_reclaim_pages_emptied_by_deletes() {
     let reopened = db.store_stats().unwrap().live_bytes;
     assert!(reopened * 10 < full * 4, "live images {full} -> {reopened} bytes after a reopen");
 }
+
+/// The write that ends a lane at a checkpoint's switch uses the segment prepared ahead of
+/// it and prepares none after its own (nothing would use it: the lane's end block tells
+/// recovery it is whole). Segments of one block of records (8 KiB), so each synced commit
+/// starts a new one: every segment prepared then holds a block, but the one prepared ahead
+/// for the open lane.
+#[test]
+fn a_lanes_end_prepares_no_segment_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = LogOptions { durability: Durability::Sync, segment_size: 8192, ..LogOptions::default() };
+    let o = Options { log, ..Options::default() };
+    let db = Db::create(dir.path(), o).unwrap();
+    for i in 0..5u32 {
+        db.run(|t| t.put(i.to_be_bytes(), [7u8; 100])).unwrap();
+    }
+    db.checkpoint().unwrap();
+    // The blocks written: the old lane's (its commits' and its end block), and the new
+    // generation's lane's first. Before, the switch dropped the old lane's prepared
+    // segment and made it again for the end block, and prepared one more after it.
+    let s = db.wal_stats().unwrap();
+    let want = s.bytes / 4096 + 1;
+    let prepared = |db: &Db| {
+        let s = db.wal_stats().unwrap();
+        s.segments_zeroed + s.segments_recycled
+    };
+    // The new lane's segment ahead is prepared in the background.
+    let start = std::time::Instant::now();
+    while prepared(&db) < want && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(prepared(&db), want, "{s:?}");
+    db.run(|t| t.put(9u32.to_be_bytes(), [7u8; 100])).unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.begin_read().len().unwrap(), 6);
+    db.close().unwrap();
+}

@@ -184,15 +184,17 @@ impl Wal {
     /// which the generation's logs are read back as closed lanes), then hands each lane's
     /// file side to `then`. No commit may be between its append and its install.
     fn end_lanes(&self, mut then: impl FnMut(&Lane, &mut LaneIo)) -> Result<Vec<Arc<Lane>>, Error> {
-        self.join_preparations();
+        // A segment prepared ahead stays for the end block to go into: waited for and
+        // dropped first, it was prepared again, synchronously, whenever that block began
+        // a segment (and left unused otherwise, as it is now).
         let lanes: Vec<Arc<Lane>> = self.lanes.read().clone();
         for lane in &lanes {
             let (mut io, taken) = self.take_all(lane);
             let (buf, ends, appended, horizon) = taken;
             // Forced and synced, whatever the durability: the lane's end is durable.
             self.write_taken(lane, &mut io, buf, ends, appended, horizon, true, End::Lane, true)?;
-            // A closing write that crossed into a new segment started preparing the next
-            // one, which the closed generation will not use: no thread outlives the lane.
+            // A segment prepared ahead that the end block did not take: no thread outlives
+            // the lane.
             if let Some(p) = io.next.take() {
                 let _ = segments::wait(p);
             }
