@@ -765,55 +765,39 @@ mod tests {
         t.commit().unwrap();
     }
 
-    /// Another transaction's insert among the records a pop's kept scan read ahead fails
-    /// the popping commit.
-    #[test]
-    fn an_insert_among_a_kept_pop_scans_records_fails_the_popping_commit() {
-        let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
-        let key = |i: u32| i.to_be_bytes();
-        let mut t = db.begin();
-        for i in 0..100u32 {
-            t.put(&key(i * 2), &[1; 20]).unwrap();
-        }
-        t.commit().unwrap();
-        let mut a = db.begin();
-        for i in 0..3u32 {
-            assert_eq!(a.pop(false).unwrap().unwrap().0, key(i * 2));
-        }
-        let mut b = db.begin();
-        b.put(&key(7), &[2; 20]).unwrap();
-        b.commit().unwrap();
-        // `a` answers from what its scan read (6, then 8) or sees 7; either way it cannot
-        // commit.
-        let k = a.pop(false).unwrap().unwrap().0;
-        assert!(k == key(6) || k == key(7), "{k:?}");
-        assert!(a.commit().is_err(), "a commit that missed a concurrent insert went through");
-    }
-
     /// A record another transaction inserts into a range this one found empty (and skips
-    /// since) fails this one's commit: the skip does not hide a conflict.
+    /// since), or among the records a pop's kept scan read ahead, fails this one's commit:
+    /// neither hides a conflict. Pops as a scan and a delete, and as `pop`.
     #[test]
-    fn an_insert_into_a_skipped_range_fails_the_skipping_commit() {
-        let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
+    fn an_insert_into_a_skipped_or_read_ahead_range_fails_the_commit() {
         let key = |i: u32| i.to_be_bytes();
-        let mut t = db.begin();
-        for i in 0..100u32 {
-            t.put(&key(i * 2), &[1; 20]).unwrap();
+        for (native, inserted) in [(false, 3), (true, 3), (true, 7)] {
+            let db = TypedDb::new(TicToc::default(), BwTreeConfig::default()).unwrap();
+            let mut t = db.begin();
+            for i in 0..100u32 {
+                t.put(&key(i * 2), &[1; 20]).unwrap();
+            }
+            t.commit().unwrap();
+            let pop = |a: &mut TypedTxn<'_, TicToc>| {
+                if native {
+                    return a.pop(false).unwrap().unwrap().0;
+                }
+                let k = a.scan(&[], None).next().unwrap().unwrap().0;
+                assert!(a.delete(&k).unwrap());
+                k
+            };
+            let mut a = db.begin();
+            for i in 0..3u32 {
+                assert_eq!(pop(&mut a), key(i * 2));
+            }
+            let mut b = db.begin();
+            b.put(&key(inserted), &[2; 20]).unwrap();
+            b.commit().unwrap();
+            // `a` may answer from its skip or its kept scan (6) or see the new record;
+            // either way it cannot commit.
+            let k = pop(&mut a);
+            assert!(k == key(inserted) || k == key(6), "{k:?}");
+            assert!(a.commit().is_err(), "native pop {native}: a commit that missed a concurrent insert went through");
         }
-        t.commit().unwrap();
-        let mut a = db.begin();
-        for i in 0..3u32 {
-            let k = a.scan(&[], None).next().unwrap().unwrap().0;
-            assert_eq!(k, key(i * 2));
-            assert!(a.delete(&k).unwrap());
-        }
-        let mut b = db.begin();
-        b.put(&key(3), &[2; 20]).unwrap();
-        b.commit().unwrap();
-        // `a` may answer from its skip (past 3) or see 3; either way it cannot commit.
-        let k = a.scan(&[], None).next().unwrap().unwrap().0;
-        assert!(k == key(3) || k == key(6), "{k:?}");
-        assert!(a.delete(&k).unwrap());
-        assert!(a.commit().is_err(), "a commit that missed a concurrent insert went through");
     }
 }
