@@ -90,6 +90,9 @@ fn drain(cc: Cc, planted: bool, seed: u64) -> (HashMap<u64, Vec<u64>>, Vec<u64>)
         })
         .unwrap();
     let mut popped = popped.into_inner().unwrap();
+    // The concurrent transactions did pop (the last one alone would pass the check).
+    let by_many: usize = popped.values().map(Vec::len).sum();
+    assert!(by_many >= 100, "{cc:?}: only {by_many} records popped concurrently");
     for k in rest {
         popped.entry(k).or_default().push(u64::MAX);
     }

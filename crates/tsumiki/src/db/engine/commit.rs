@@ -403,6 +403,9 @@ impl<P: Protocol> Drop for TypedTxn<'_, P> {
         // in the index stay allocated while it reads and latches them.
         self.eng.evict_over_budget(&slot.worker);
         self.eng.leave(slot);
+        // A pop's kept scan gives its rows back (within `keep_rows`' bound) rather than
+        // holding them in the pool.
+        self.drop_pop_scans();
         // A huge write set's buffers go now, not when the slot's next transaction begins
         // (a committed 1M-record transaction kept about 90 MB resident until then).
         let bufs = self.bufs.take().filter(|b| !b.is_huge(&self.eng.proto));

@@ -91,6 +91,7 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
             match self.delete_read(&row.0, rec) {
                 Ok(true) => {
                     // The delete dropped both kept scans; this one stays valid.
+                    self.popped(&row.0, &cursor);
                     self.b().pops[usize::from(last)] = Some(cursor);
                     return Ok(Some(row));
                 }

@@ -217,6 +217,24 @@ impl<'a, P: Protocol> TypedTxn<'a, P> {
         self.keep_rows(rows);
     }
 
+    /// A pop took `key` through `cursor`, which it keeps: the next scan reads as few
+    /// records first as after any scan that returned one, and nothing is visible to the
+    /// transaction from the start of the range to the cursor's next record (backward: from
+    /// past it to the end), so a scan that starts there once the kept one is dropped (by a
+    /// delete, say) goes past every record popped at once. The kept scan's own chunks note
+    /// only the ranges they read, which do not join that one.
+    pub(super) fn popped(&mut self, key: &[u8], cursor: &ScanCursor) {
+        if let Some(b) = self.bufs.as_mut() {
+            b.scan_first = MIN_FIRST_CHUNK;
+        }
+        let unread = cursor.unread_from();
+        if cursor.reverse {
+            self.note_back_skip(None, unread.as_deref().unwrap_or(key));
+        } else {
+            self.note_front_skip(&[], &unread.unwrap_or_else(|| successor_key(key)));
+        }
+    }
+
     /// Keeps `rows` for the next scan if it is not too big.
     pub(super) fn keep_rows(&mut self, mut rows: Rows) {
         if let Some(b) = self.bufs.as_mut() {
@@ -495,6 +513,18 @@ impl ScanCursor {
         }
     }
 
+    /// Where the records this scan has not returned begin: forward, the key of the next
+    /// one (or of the next chunk); backward, just past the next one (or the last window's
+    /// low end). `None` once nothing is left to read forward.
+    fn unread_from(&self) -> Option<Vec<u8>> {
+        match (self.pos < self.buf.len(), self.reverse) {
+            (true, false) => Some(self.buf.get(self.pos).0.to_vec()),
+            (true, true) => Some(successor_key(self.buf.get(self.pos).0)),
+            (false, false) => self.next.clone(),
+            (false, true) => self.end.clone(),
+        }
+    }
+
     /// The scan's row buffer, for another scan.
     pub(crate) fn into_rows(self) -> Rows {
         self.buf
@@ -745,23 +775,45 @@ mod tests {
             let chunks = t.scan_chunks() - before;
             assert!(chunks <= 24, "300 pops (last: {last}) read {chunks} chunks");
         }
-        // A put into the popped range, or among the records the kept scan read ahead.
-        t.put(&key(7), &[2; 20]).unwrap();
-        assert_eq!(popped(t.pop(false).unwrap()), Some(7));
-        t.put(&key(603), &[2; 20]).unwrap();
+        // A delete of a record the backward kept scan read ahead.
+        assert!(t.delete(&key(3396)).unwrap());
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3398));
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3394));
+        // A pop after its kept scan was dropped (by a delete elsewhere) starts past the
+        // records popped before, not walking them again (a put would forget that).
+        assert!(t.delete(&key(2000)).unwrap());
+        let walked = t.scan_walked();
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3392));
+        assert!(t.scan_walked() - walked < 64, "walked {} again", t.scan_walked() - walked);
+        // A put among the records the forward kept scan read ahead.
         assert_eq!(popped(t.pop(false).unwrap()), Some(600));
+        t.put(&key(603), &[2; 20]).unwrap();
         assert_eq!(popped(t.pop(false).unwrap()), Some(602));
         assert_eq!(popped(t.pop(false).unwrap()), Some(603));
-        // A delete of a record the kept scan read ahead.
-        assert!(t.delete(&key(604)).unwrap());
-        assert_eq!(popped(t.pop(false).unwrap()), Some(606));
-        // Popping from the other end drops this end's kept scan (it may hold the record).
-        assert!(t.delete(&key(3398)).unwrap());
-        assert_eq!(popped(t.pop(true).unwrap()), Some(3396));
+        // A put into the popped range.
+        t.put(&key(7), &[2; 20]).unwrap();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(7));
+        // Forward likewise: the put forgot what was skipped, so the next scan from the
+        // start walks the popped records once; then no more, whatever drops the kept scan.
+        assert!(t.delete(&key(1000)).unwrap());
+        assert_eq!(popped(t.pop(false).unwrap()), Some(604));
+        for i in 0..100u32 {
+            assert_eq!(popped(t.pop(false).unwrap()), Some(606 + 2 * i));
+        }
+        assert!(t.delete(&key(3000)).unwrap());
+        let walked = t.scan_walked();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(806));
+        assert!(t.scan_walked() - walked < 64, "walked {} again", t.scan_walked() - walked);
         t.commit().unwrap();
         let mut t = db.begin();
-        assert_eq!(popped(t.pop(false).unwrap()), Some(608));
-        assert_eq!(popped(t.pop(true).unwrap()), Some(3394));
+        assert_eq!(popped(t.pop(false).unwrap()), Some(808));
+        assert_eq!(popped(t.pop(true).unwrap()), Some(3390));
+        t.commit().unwrap();
+        // A transaction of one pop reads a chunk of two, not sixteen.
+        let mut t = db.begin();
+        let walked = t.scan_walked();
+        assert_eq!(popped(t.pop(false).unwrap()), Some(810));
+        assert!(t.scan_walked() - walked <= 2, "one pop read {}", t.scan_walked() - walked);
         t.commit().unwrap();
     }
 
